@@ -1,9 +1,173 @@
+// gcompile command line: check, explain, resolve and schema today; code
+// generation and builds come with the emitter.
+//
+// Exit status: 0 success, 1 the spec has errors, 2 usage error.
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/version.hpp"
+#include "explain/explain.hpp"
+#include "plan/plan.hpp"
+#include "spec/schema.hpp"
 #include "spec/spec.hpp"
+
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kSpecError = 1;
+constexpr int kUsageError = 2;
+
+const char* const kUsage = R"(usage: gcompile <command> [options]
+
+gcompile turns a TOML experiment spec into a specialized LLM training binary.
+
+commands:
+  check SPEC              validate SPEC; print every error and warning
+  explain SPEC [--json]   validate SPEC and print the resolved plan: layer layout,
+                          every parameter tensor with its init std, optimizer
+                          groups, parameter counts, FLOPs and memory
+                          (--json: the full table, machine-readable)
+  resolve SPEC            print SPEC with bases, preset and defaults merged in
+  schema [--markdown]     list every spec key with type and default
+  presets                 list the shipped init presets
+
+options:
+  -h, --help              show this help
+  --version               print the version
+
+exit status: 0 success, 1 the spec has errors, 2 usage error
+Spec language reference: docs/spec.md
+)";
+
+int usage_error(const std::string& message) {
+  std::cerr << "gcompile: error: " << message << "\n" << "Run 'gcompile --help' for usage.\n";
+  return kUsageError;
+}
+
+struct Args {
+  std::string command;
+  std::vector<std::string> positional;
+  bool json = false;
+  bool markdown = false;
+};
+
+std::optional<Args> parse_args(int argc, char** argv, int& status) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      status = kOk;
+      return std::nullopt;
+    }
+    if (arg == "--version") {
+      std::cout << "gcompile " << gc::kVersion << "\n";
+      status = kOk;
+      return std::nullopt;
+    }
+    if (arg == "--json") {
+      a.json = true;
+    } else if (arg == "--markdown") {
+      a.markdown = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      status = usage_error("unknown option '" + arg + "'");
+      return std::nullopt;
+    } else if (a.command.empty()) {
+      a.command = arg;
+    } else {
+      a.positional.push_back(arg);
+    }
+  }
+  if (a.command.empty()) {
+    std::cerr << kUsage;
+    status = kUsageError;
+    return std::nullopt;
+  }
+  return a;
+}
+
+bool expect_args(const Args& a, std::size_t n, const char* what, int& status) {
+  if (a.positional.size() == n) return true;
+  status = usage_error("'" + a.command + "' takes " + what + " (got " + std::to_string(a.positional.size()) +
+                       " arguments)");
+  return false;
+}
+
+bool flags_allowed(const Args& a, bool json, bool markdown, int& status) {
+  if ((a.json && !json) || (a.markdown && !markdown)) {
+    status = usage_error(std::string("option '") + (a.json && !json ? "--json" : "--markdown") +
+                         "' does not apply to '" + a.command + "'");
+    return false;
+  }
+  return true;
+}
+
+// Loads and plans a spec, printing diagnostics to stderr.
+std::optional<gc::Plan> load_plan(const std::string& path) {
+  gc::Diagnostics diags;
+  std::optional<gc::Plan> plan;
+  if (auto spec = gc::load_spec(path, diags)) plan = gc::make_plan(*spec, diags);
+  diags.print(std::cerr);
+  if (diags.has_errors()) {
+    std::cerr << diags.error_count() << (diags.error_count() == 1 ? " error" : " errors") << " in " << path << "\n";
+    return std::nullopt;
+  }
+  return plan;
+}
+
+int run(const Args& a) {
+  int status = kOk;
+  if (a.command == "check") {
+    if (!expect_args(a, 1, "one SPEC", status) || !flags_allowed(a, false, false, status)) return status;
+    auto plan = load_plan(a.positional[0]);
+    if (!plan) return kSpecError;
+    std::cout << a.positional[0] << ": ok (" << plan->spec.experiment.name << ")\n";
+    return kOk;
+  }
+  if (a.command == "explain") {
+    if (!expect_args(a, 1, "one SPEC", status) || !flags_allowed(a, true, false, status)) return status;
+    auto plan = load_plan(a.positional[0]);
+    if (!plan) return kSpecError;
+    if (a.json) {
+      std::cout << gc::explain_json(*plan).dump(2) << "\n";
+    } else {
+      std::cout << gc::explain_text(*plan);
+    }
+    return kOk;
+  }
+  if (a.command == "resolve") {
+    if (!expect_args(a, 1, "one SPEC", status) || !flags_allowed(a, false, false, status)) return status;
+    auto plan = load_plan(a.positional[0]);
+    if (!plan) return kSpecError;
+    std::cout << gc::resolved_toml(plan->spec);
+    return kOk;
+  }
+  if (a.command == "schema") {
+    if (!expect_args(a, 0, "no arguments", status) || !flags_allowed(a, false, true, status)) return status;
+    if (a.markdown) {
+      std::cout << gc::schema_markdown();
+    } else {
+      for (const auto& k : gc::schema()) {
+        std::cout << k.path << " : " << gc::key_type_name(k) << " = " << k.default_text << "\n";
+      }
+    }
+    return kOk;
+  }
+  if (a.command == "presets") {
+    if (!expect_args(a, 0, "no arguments", status) || !flags_allowed(a, false, false, status)) return status;
+    for (const auto& name : gc::preset_names()) std::cout << name << "\n";
+    return kOk;
+  }
+  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, schema, presets)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  gc::Diagnostics d;
-  auto s = gc::load_spec(argv[1], d);
-  d.print(std::cerr);
-  if (s) std::cout << gc::resolved_toml(*s);
-  return s ? 0 : 1;
+  int status = kOk;
+  auto args = parse_args(argc, argv, status);
+  if (!args) return status;
+  return run(*args);
 }

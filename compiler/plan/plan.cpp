@@ -1,0 +1,327 @@
+// Spec -> Plan: layer layout, the parameter table with numeric init stds,
+// optimizer groups, counts, FLOPs, memory and schedules.
+#include "plan/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/text.hpp"
+#include "plan/params.hpp"
+#include "spec/schema.hpp"
+
+namespace gc {
+
+std::int64_t ParamEntry::numel() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+double truncated_normal_std_factor(double c) {
+  // Var of a standard normal truncated to [-c, c]: 1 − 2c·φ(c)/(2Φ(c) − 1).
+  const double pi = 3.14159265358979323846;
+  const double phi = std::exp(-0.5 * c * c) / std::sqrt(2.0 * pi);
+  const double mass = std::erf(c / std::sqrt(2.0));  // 2Φ(c) − 1
+  return std::sqrt(1.0 - 2.0 * c * phi / mass);
+}
+
+namespace {
+
+std::vector<LayerPlan> plan_layers(const Spec& spec) {
+  std::vector<LayerPlan> layers;
+  const auto& m = spec.model;
+  const auto& e = spec.moe;
+  for (int l = 0; l < m.n_layers; ++l) {
+    LayerPlan lp;
+    lp.index = l;
+    const bool moe = m.arch == Arch::moe && l >= e.n_dense_layers && (l - e.n_dense_layers) % e.layer_interval == 0;
+    lp.kind = moe ? LayerKind::moe : LayerKind::dense;
+    lp.d_ff = moe ? 0 : (m.arch == Arch::moe ? e.dense_d_ff : m.d_ff);
+    layers.push_back(lp);
+  }
+  return layers;
+}
+
+expr::Bindings model_bindings(const Spec& spec, double width_mult) {
+  const auto& m = spec.model;
+  return {{"d_model", double(m.d_model)}, {"n_layers", double(m.n_layers)},   {"d_ff", double(m.d_ff)},
+          {"head_dim", double(m.head_dim)}, {"n_heads", double(m.n_heads)}, {"n_kv_heads", double(m.n_kv_heads)},
+          {"vocab", double(m.vocab_size)}, {"width_mult", width_mult}};
+}
+
+// Evaluates a formula, reporting failures at the formula's location.
+std::optional<double> evaluate(const Formula& f, const expr::Bindings& b, const std::string& what, Diagnostics& diags) {
+  std::string error;
+  auto v = f.expr.eval(b, &error);
+  if (!v) diags.error(f.loc, what + ": " + error);
+  return v;
+}
+
+class InitResolver {
+ public:
+  InitResolver(const Spec& spec, const expr::Bindings& model_vars, Diagnostics& diags)
+      : spec_(spec), model_vars_(model_vars), diags_(diags) {}
+
+  // Fills distribution, std, cutoff, effective_std and rule of a weight.
+  bool resolve(ParamEntry& p) {
+    const auto& init = spec_.init;
+    const ClassRule& own = rule(p.cls);
+    const ClassRule* fallback = nullptr;
+    if (auto fb = fallback_class(p.cls)) fallback = &rule(*fb);
+    const bool own_rule = own.gamma || own.std;
+    const ClassRule* source = own_rule ? &own : (fallback && (fallback->gamma || fallback->std) ? fallback : nullptr);
+    const std::string source_class = source == &own ? class_name(p.cls)
+                                     : source       ? class_name(*fallback_class(p.cls))
+                                                    : "";
+
+    const double gamma = source && source->gamma ? *source->gamma : init.gamma;
+    expr::Bindings vars = model_vars_;
+    vars["fan_in"] = double(p.fan_in);
+    vars["fan_out"] = double(p.fan_out);
+    vars["layer"] = double(std::max(p.layer, 0));
+    vars["gamma"] = gamma;
+
+    double std = 0.0;
+    if (source && source->std) {
+      auto v = evaluate(*source->std, vars, "in 'init." + source_class + ".std' for " + p.name, diags_);
+      if (!v) return false;
+      std = *v;
+      p.rule = "std = " + source->std->expr.text();
+      if (std <= 0.0) {
+        diags_.error(source->std->loc, "'init." + source_class + ".std' evaluates to " + format_double(std) + " for " +
+                                           p.name + "; a std must be > 0");
+        return false;
+      }
+    } else {
+      const std::int64_t fan = init.fan == FanMode::d_model ? spec_.model.d_model : p.fan_in;
+      std = std::pow(double(fan), -gamma);
+      p.rule = "γ = " + format_double(gamma) + ", " + (init.fan == FanMode::d_model ? "d_model" : "fan_in") + " = " +
+               std::to_string(fan);
+    }
+    std *= depth_factor(p);
+
+    p.distribution = own.distribution ? *own.distribution
+                     : fallback && fallback->distribution ? *fallback->distribution
+                                                          : init.distribution;
+    p.cutoff = own.cutoff ? *own.cutoff : fallback && fallback->cutoff ? *fallback->cutoff : init.cutoff;
+    if (p.distribution != Distribution::trunc_normal) p.cutoff = 0.0;
+    p.std = std;
+    p.effective_std = p.distribution == Distribution::trunc_normal ? std * truncated_normal_std_factor(p.cutoff) : std;
+    return true;
+  }
+
+ private:
+  const ClassRule& rule(ParamClass c) const { return spec_.init.classes[static_cast<std::size_t>(c)]; }
+
+  double depth_factor(ParamEntry& p) const {
+    const auto& init = spec_.init;
+    if (init.depth_scaling == DepthScaling::none) return 1.0;
+    const auto& classes = init.depth_scaling_classes;
+    if (std::find(classes.begin(), classes.end(), p.cls) == classes.end()) return 1.0;
+    if (init.depth_scaling == DepthScaling::total) {
+      p.rule += " × 1/sqrt(2·" + std::to_string(spec_.model.n_layers) + ")";
+      return 1.0 / std::sqrt(2.0 * double(spec_.model.n_layers));
+    }
+    const int l = std::max(p.layer, 0);
+    p.rule += " × 1/sqrt(2·" + std::to_string(l + 1) + ")";
+    return 1.0 / std::sqrt(2.0 * double(l + 1));
+  }
+
+  const Spec& spec_;
+  const expr::Bindings& model_vars_;
+  Diagnostics& diags_;
+};
+
+bool resolve_optimizer(const Spec& spec, const expr::Bindings& model_vars, ParamEntry& p, Diagnostics& diags) {
+  const auto& o = spec.optim;
+  const bool exempt = std::find(o.no_decay.begin(), o.no_decay.end(), p.cls) != o.no_decay.end();
+  p.weight_decay = exempt ? 0.0 : o.weight_decay;
+  expr::Bindings vars = model_vars;
+  vars["fan_in"] = double(p.fan_in);
+  vars["fan_out"] = double(p.fan_out);
+  vars["layer"] = double(std::max(p.layer, 0));
+  vars["gamma"] = spec.init.gamma;
+  const Formula& f = o.lr_mult[static_cast<std::size_t>(p.cls)];
+  const std::string key = std::string("optim.lr_mult.") + class_name(p.cls);
+  auto v = evaluate(f, vars, "in '" + key + "' for " + p.name, diags);
+  if (!v) return false;
+  if (*v < 0.0) {
+    diags.error(f.loc, "'" + key + "' evaluates to " + format_double(*v) + " for " + p.name + "; it must be >= 0");
+    return false;
+  }
+  p.lr_mult = *v;
+  return true;
+}
+
+std::vector<OptimGroup> group_parameters(const std::vector<ParamEntry>& params) {
+  std::vector<OptimGroup> groups;
+  for (const auto& p : params) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const OptimGroup& g) {
+      return g.lr_mult == p.lr_mult && g.weight_decay == p.weight_decay;
+    });
+    if (it == groups.end()) {
+      groups.push_back({p.lr_mult, p.weight_decay, {}, 0, 0});
+      it = groups.end() - 1;
+    }
+    if (std::find(it->classes.begin(), it->classes.end(), p.cls) == it->classes.end()) it->classes.push_back(p.cls);
+    it->n_tensors += 1;
+    it->n_params += p.numel();
+  }
+  return groups;
+}
+
+bool is_routed_expert(ParamClass c) {
+  return c == ParamClass::expert_gate || c == ParamClass::expert_up || c == ParamClass::expert_down;
+}
+
+ParamCounts count_parameters(const Spec& spec, const std::vector<ParamEntry>& params) {
+  ParamCounts c;
+  const double active_fraction =
+      spec.model.arch == Arch::moe ? double(spec.moe.top_k) / double(spec.moe.n_experts) : 1.0;
+  std::int64_t inactive = 0;
+  for (const auto& p : params) {
+    const std::int64_t n = p.numel();
+    c.total += n;
+    if (p.cls == ParamClass::embedding || p.cls == ParamClass::lm_head) c.embedding += n;
+    if (p.cls == ParamClass::attn_gate) c.attn_gate += n;
+    if (is_routed_expert(p.cls)) inactive += n - std::llround(double(n) * active_fraction);
+  }
+  c.non_embedding = c.total - c.embedding;
+  c.active = c.total - inactive;
+  c.active_non_embedding = c.active - c.embedding;
+  return c;
+}
+
+FlopCounts count_flops(const Spec& spec, const std::vector<ParamEntry>& params, const SchedulePlan& sched) {
+  FlopCounts f;
+  const auto& m = spec.model;
+  const double active_fraction = m.arch == Arch::moe ? double(spec.moe.top_k) / double(spec.moe.n_experts) : 1.0;
+  for (const auto& p : params) {
+    if (p.cls == ParamClass::norm || p.cls == ParamClass::embedding) continue;
+    f.matmul_params += double(p.numel()) * (is_routed_expert(p.cls) ? active_fraction : 1.0);
+  }
+  if (m.tie_embeddings) f.matmul_params += double(m.vocab_size) * double(m.d_model);  // LM head matmul
+  f.dense_per_token = 6.0 * f.matmul_params;
+  f.attention_per_token = 12.0 * double(m.n_layers) * double(m.n_heads) * double(m.head_dim) * double(spec.train.seq_len);
+  f.per_token = f.dense_per_token + f.attention_per_token;
+  f.per_step = f.per_token * double(sched.tokens_per_step);
+  return f;
+}
+
+MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
+  MemoryEstimate mem;
+  const double n = double(counts.total);
+  const bool bf16 = spec.train.precision == Precision::bf16;
+  mem.weights = n * (bf16 ? 2.0 : 4.0);
+  mem.master_weights = bf16 ? n * 4.0 : 0.0;
+  mem.gradients = n * 4.0;
+  mem.optimizer = n * 8.0;
+  mem.total = mem.weights + mem.master_weights + mem.gradients + mem.optimizer;
+  return mem;
+}
+
+std::optional<SchedulePlan> plan_schedule(const Spec& spec, Diagnostics& diags) {
+  SchedulePlan s;
+  const auto& t = spec.train;
+  s.tokens_per_step = t.global_batch * t.seq_len;
+  s.grad_accum = t.global_batch / t.micro_batch;
+  s.total_steps = t.steps ? *t.steps : (*t.tokens + s.tokens_per_step - 1) / s.tokens_per_step;
+  s.total_tokens = s.total_steps * s.tokens_per_step;
+  if (spec.schedule.warmup_steps) {
+    s.warmup_steps = *spec.schedule.warmup_steps;
+    if (s.warmup_steps > s.total_steps) {
+      diags.error(spec.where("schedule.warmup_steps"), "'schedule.warmup_steps' (" + std::to_string(s.warmup_steps) +
+                                                           ") exceeds the " + std::to_string(s.total_steps) +
+                                                           " training steps");
+      return std::nullopt;
+    }
+  } else {
+    s.warmup_steps = std::llround(*spec.schedule.warmup_ratio * double(s.total_steps));
+  }
+  return s;
+}
+
+std::vector<MetricPlan> plan_metrics(const Spec& spec) {
+  std::vector<MetricPlan> out;
+  for (const auto& name : metric_names()) {
+    const auto it = spec.metrics.metrics.find(name);
+    if (it == spec.metrics.metrics.end() || !it->second.enabled) continue;
+    MetricPlan mp;
+    mp.name = name;
+    mp.interval = it->second.interval;
+    mp.classes = it->second.classes;
+    mp.layers = it->second.layers;
+    if (mp.layers.empty()) {
+      for (std::int64_t l = 0; l < spec.model.n_layers; ++l) mp.layers.push_back(l);
+    }
+    out.push_back(std::move(mp));
+  }
+  return out;
+}
+
+void warn_hazards(const Plan& plan, Diagnostics& diags) {
+  const auto& m = plan.spec.model;
+  // Seed 003 §6.1 / App. D: with γ = 1 the embedding output has RMS ≈ 1/d; if
+  // ε is negligible next to that, the first RMSNorm multiplies its input by
+  // about d, so its Jacobian is about d and early updates are amplified.
+  for (const auto& p : plan.params) {
+    if (p.cls != ParamClass::embedding) continue;
+    const double effective_gamma = -std::log(p.effective_std * plan.embedding_scale) / std::log(double(m.d_model));
+    if (effective_gamma >= 1.0 - 1e-9 && m.norm_eps <= 1e-10 && !m.embedding_norm) {
+      diags.warning(plan.spec.where("model.norm_eps"),
+                    "small embedding init (γ ≈ " + format_double(std::round(effective_gamma * 100) / 100) +
+                        ") with ε = " + format_double(m.norm_eps) +
+                        " and no embedding norm: the first RMSNorm scales its input by about " +
+                        format_count(std::pow(double(m.d_model), effective_gamma)) +
+                        "; seed 003 (§6.1, App. D) needed model.embedding_norm and sandwich norm to avoid loss "
+                        "spikes at scale");
+    }
+    break;
+  }
+}
+
+}  // namespace
+
+std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags) {
+  const std::size_t errors_before = diags.error_count();
+  Plan plan;
+  plan.spec = spec;
+  plan.layers = plan_layers(spec);
+  plan.width_mult = double(spec.model.d_model) / spec.init.base_width;
+  const expr::Bindings model_vars = model_bindings(spec, plan.width_mult);
+
+  auto scale = [&](const Formula& f, const char* key) {
+    auto v = evaluate(f, model_vars, std::string("in '") + key + "'", diags);
+    if (v && *v <= 0.0) diags.error(f.loc, std::string("'") + key + "' evaluates to " + format_double(*v) + "; it must be > 0");
+    return v.value_or(1.0);
+  };
+  plan.embedding_scale = scale(spec.model.embedding_scale, "model.embedding_scale");
+  plan.attn_scale = scale(spec.model.attn_scale, "model.attn_scale");
+  plan.logit_scale = scale(spec.model.logit_scale, "model.logit_scale");
+
+  plan.params = list_parameters(spec, plan.layers);
+  InitResolver init(spec, model_vars, diags);
+  for (auto& p : plan.params) {
+    if (p.cls == ParamClass::norm) {
+      p.init_value = 1.0;
+      p.rule = "constant 1";
+    } else if (!init.resolve(p)) {
+      break;  // one formula failure would repeat for every tensor of its class
+    }
+  }
+  for (auto& p : plan.params) {
+    if (!resolve_optimizer(spec, model_vars, p, diags)) break;
+  }
+  plan.optim_groups = group_parameters(plan.params);
+  plan.counts = count_parameters(spec, plan.params);
+  auto schedule = plan_schedule(spec, diags);
+  if (schedule) plan.schedule = *schedule;
+  plan.flops = count_flops(spec, plan.params, plan.schedule);
+  plan.memory = estimate_memory(spec, plan.counts);
+  plan.metrics = plan_metrics(spec);
+  if (diags.error_count() > errors_before) return std::nullopt;
+  warn_hazards(plan, diags);
+  return plan;
+}
+
+}  // namespace gc

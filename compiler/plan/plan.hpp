@@ -1,0 +1,121 @@
+// The plan: a spec resolved into everything later stages need, with no
+// further decisions left. Pure functions of the Spec, unit-testable.
+//
+// Weight shapes follow PyTorch/HF: [out, in] for linear layers, [vocab, d]
+// for the embedding and LM head, and [n_experts, out, in] for stacked expert
+// weights (fan_in/fan_out are then those of one expert).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/diagnostics.hpp"
+#include "spec/spec.hpp"
+
+namespace gc {
+
+enum class LayerKind { dense, moe };
+
+struct LayerPlan {
+  int index = 0;
+  LayerKind kind = LayerKind::dense;
+  std::int64_t d_ff = 0;  // dense MLP width (0 for MoE layers)
+};
+
+struct ParamEntry {
+  std::string name;  // HF Llama-style: "model.layers.3.self_attn.q_proj.weight"
+  ParamClass cls = ParamClass::norm;
+  int layer = -1;  // -1 for tensors outside the layer stack
+  std::vector<std::int64_t> shape;
+  std::int64_t fan_in = 0, fan_out = 0;
+  // Initialization. Norm gains: constant 1 (init_value), std 0.
+  Distribution distribution = Distribution::normal;
+  double std = 0.0;            // σ of the rule (for trunc_normal: of the untruncated normal)
+  double cutoff = 0.0;         // trunc_normal: ±cutoff·σ
+  double effective_std = 0.0;  // the standard deviation the samples actually have
+  double init_value = 0.0;     // for constant-initialized tensors (norm gains)
+  std::string rule;            // how std was derived, e.g. "gamma=1 fan_in=768" or "std=0.02/sqrt(2*n_layers)"
+  // Optimization.
+  double lr_mult = 1.0;
+  double weight_decay = 0.0;  // λ for this tensor (0 when exempt)
+
+  std::int64_t numel() const;
+};
+
+struct OptimGroup {
+  double lr_mult = 1.0;
+  double weight_decay = 0.0;
+  std::vector<ParamClass> classes;
+  std::int64_t n_tensors = 0;
+  std::int64_t n_params = 0;
+};
+
+struct ParamCounts {
+  std::int64_t total = 0;
+  std::int64_t embedding = 0;      // token embedding + untied LM head
+  std::int64_t non_embedding = 0;  // total − embedding (norm gains included)
+  std::int64_t attn_gate = 0;      // gated-attention projections
+  std::int64_t active = 0;         // used per token: total minus the unrouted experts
+  std::int64_t active_non_embedding = 0;
+};
+
+struct FlopCounts {
+  // Per token, training (forward + backward = 3 × forward), PaLM convention:
+  // 6·N_matmul + 12·n_layers·n_heads·head_dim·seq_len, where N_matmul counts
+  // active matmul weights including the LM head (also when tied) and excluding
+  // the embedding lookup; attention is counted without the causal discount.
+  double matmul_params = 0.0;
+  double dense_per_token = 0.0;      // 6·N_matmul
+  double attention_per_token = 0.0;  // 12·L·H·d_h·T
+  double per_token = 0.0;
+  double per_step = 0.0;  // per_token · tokens_per_step
+};
+
+struct MemoryEstimate {
+  // Bytes for the whole model on one device (ZeRO sharding divides later).
+  double weights = 0.0;         // working weights (bf16 or fp32)
+  double master_weights = 0.0;  // fp32 masters (bf16 only)
+  double gradients = 0.0;       // fp32
+  double optimizer = 0.0;       // AdamW m and v, fp32
+  double total = 0.0;
+};
+
+struct SchedulePlan {
+  std::int64_t total_steps = 0;
+  std::int64_t warmup_steps = 0;
+  std::int64_t grad_accum = 1;  // global_batch / micro_batch
+  std::int64_t tokens_per_step = 0;
+  std::int64_t total_tokens = 0;
+};
+
+struct MetricPlan {
+  std::string name;
+  std::int64_t interval = 1;
+  std::vector<ParamClass> classes;
+  std::vector<std::int64_t> layers;  // resolved: never empty
+};
+
+struct Plan {
+  Spec spec;
+  std::vector<LayerPlan> layers;
+  std::vector<ParamEntry> params;
+  std::vector<OptimGroup> optim_groups;
+  ParamCounts counts;
+  FlopCounts flops;
+  MemoryEstimate memory;
+  SchedulePlan schedule;
+  std::vector<MetricPlan> metrics;  // enabled metrics only
+  double width_mult = 1.0;
+  double embedding_scale = 1.0, attn_scale = 1.0, logit_scale = 1.0;
+};
+
+// Resolves a validated spec. Reports formula evaluation errors (for example a
+// std expression that divides by zero for some layer) and hazard warnings.
+std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags);
+
+// Standard deviation of N(0, σ²) truncated to ±c·σ, divided by σ.
+double truncated_normal_std_factor(double cutoff);
+
+}  // namespace gc
