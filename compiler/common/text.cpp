@@ -74,7 +74,17 @@ std::string format_double(double v) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;
   }
-  return buf;
+  // "1e-05" -> "1e-5", "1e+20" -> "1e20" (still valid TOML and C++).
+  std::string out = buf;
+  const auto e = out.find('e');
+  if (e != std::string::npos) {
+    std::string mantissa = out.substr(0, e), exponent = out.substr(e + 1);
+    const bool negative = exponent[0] == '-';
+    exponent = exponent.substr(exponent[0] == '-' || exponent[0] == '+' ? 1 : 0);
+    while (exponent.size() > 1 && exponent[0] == '0') exponent.erase(0, 1);
+    out = mantissa + "e" + (negative ? "-" : "") + exponent;
+  }
+  return out;
 }
 
 std::string format_count(double v) {

@@ -483,19 +483,20 @@ std::optional<Spec> load_spec_text(const std::string& text, const std::string& l
 }
 
 std::string resolved_toml(const Spec& spec) {
-  std::string out;
-  std::string section;
+  // Sections in schema order (a TOML table may be opened only once), keys in
+  // schema order within each.
+  std::vector<std::string> order;
+  std::map<std::string, std::string> bodies;
   for (const auto& k : schema()) {
     auto it = spec.resolved.find(k.path);
     if (it == spec.resolved.end()) continue;
     const auto dot = k.path.rfind('.');
-    const std::string sec = k.path.substr(0, dot);
-    if (sec != section) {
-      out += (out.empty() ? "[" : "\n[") + sec + "]\n";
-      section = sec;
-    }
-    out += k.path.substr(dot + 1) + " = " + it->second.to_toml() + "\n";
+    const std::string section = k.path.substr(0, dot);
+    if (!bodies.count(section)) order.push_back(section);
+    bodies[section] += k.path.substr(dot + 1) + " = " + it->second.to_toml() + "\n";
   }
+  std::string out;
+  for (const auto& section : order) out += (out.empty() ? "[" : "\n[") + section + "]\n" + bodies[section];
   return out;
 }
 

@@ -1,0 +1,151 @@
+// The gcompile command line: exit codes, output streams, determinism, and the
+// shipped specs and docs staying in step with the schema.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "spec/schema.hpp"
+#include "test_util.hpp"
+
+namespace gc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs gcompile with `args` (already shell-quoted), capturing both streams.
+Result gcompile(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("gcompile_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = "cd " GCOMPILE_SOURCE_DIR " && " GCOMPILE_BINARY " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_file);
+  return r;
+}
+
+TEST(Cli, HelpAndVersion) {
+  auto help = gcompile("--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("usage: gcompile <command>"), std::string::npos);
+  auto version = gcompile("--version");
+  EXPECT_EQ(version.status, 0);
+  EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  EXPECT_EQ(gcompile("").status, 2);
+  auto unknown = gcompile("frobnicate specs/tiny.toml");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_EQ(unknown.err,
+            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, schema, presets)\n"
+            "Run 'gcompile --help' for usage.\n");
+  EXPECT_EQ(gcompile("check").status, 2);
+  EXPECT_EQ(gcompile("check a.toml b.toml").status, 2);
+  auto option = gcompile("explain --jsn specs/tiny.toml");
+  EXPECT_EQ(option.status, 2);
+  EXPECT_EQ(option.err, "gcompile: error: unknown option '--jsn'\nRun 'gcompile --help' for usage.\n");
+  EXPECT_EQ(gcompile("check --json specs/tiny.toml").status, 2);
+}
+
+TEST(Cli, SpecErrorsExitOneWithDiagnosticsOnStderr) {
+  auto missing = gcompile("check does/not/exist.toml");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.err, "does/not/exist.toml: error: no such spec file\n1 error in does/not/exist.toml\n");
+  EXPECT_TRUE(missing.out.empty());
+
+  const fs::path dir = fs::temp_directory_path() / ("gcompile_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "bad.toml") << test::minimal_spec_sections() << "\n[init]\ngama = 1\n";
+  auto bad = gcompile("check " + (dir / "bad.toml").string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.err, (dir / "bad.toml").string() + ":23:1: error: unknown key 'gama' in [init]; did you mean 'gamma'?\n" +
+                         "1 error in " + (dir / "bad.toml").string() + "\n");
+  fs::remove_all(dir);
+}
+
+TEST(Cli, CheckAndExplainTheEmbeddedDefault) {
+  auto check = gcompile("check specs/tiny.toml");
+  EXPECT_EQ(check.status, 0) << check.err;
+  EXPECT_EQ(check.out, "specs/tiny.toml: ok (tiny)\n");
+  auto text = gcompile("explain specs/tiny.toml");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("Parameter table"), std::string::npos);
+  EXPECT_NE(text.out.find("self_attn.gate_proj.weight"), std::string::npos);
+}
+
+TEST(Cli, ExplainJsonListsEveryTensorAndIsDeterministic) {
+  auto first = gcompile("explain --json specs/paper/seed000/dense_0.1b_g1_eps1e-12_gated.toml");
+  ASSERT_EQ(first.status, 0) << first.err;
+  auto second = gcompile("explain --json specs/paper/seed000/dense_0.1b_g1_eps1e-12_gated.toml");
+  EXPECT_EQ(first.out, second.out);
+  const auto j = nlohmann::json::parse(first.out);
+  EXPECT_EQ(j["params"].size(), 1u + 12u * 10u + 2u);  // embedding, 10 per layer, final norm, lm_head
+  std::int64_t total = 0;
+  for (const auto& p : j["params"]) total += p["numel"].get<std::int64_t>();
+  EXPECT_EQ(total, j["counts"]["total"].get<std::int64_t>());
+  EXPECT_EQ(j["params"][0]["init"]["std"].get<double>(), 1.0 / 768);
+}
+
+TEST(Cli, ResolvedSpecRoundTrips) {
+  // `resolve` prints a complete spec; loading it again resolves to the same text.
+  auto resolved = gcompile("resolve specs/paper/seed000/moe_1.5b_a250m_g1_adjusted.toml");
+  ASSERT_EQ(resolved.status, 0) << resolved.err;
+  Diagnostics diags;
+  auto again = load_spec_text(resolved.out, "resolved.toml", ".", diags);
+  ASSERT_TRUE(again) << ::testing::PrintToString(test::messages(diags));
+  EXPECT_EQ(resolved_toml(*again), resolved.out);
+}
+
+TEST(Cli, EveryShippedSpecChecksClean) {
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(fs::path(GCOMPILE_SOURCE_DIR) / "specs")) {
+    const fs::path p = entry.path();
+    if (p.extension() != ".toml" || p.parent_path().filename() == "presets") continue;
+    const std::string stem = p.stem().string();
+    if (stem == "common" || stem == "moe_common") continue;  // partial bases, not specs
+    const std::string rel = fs::relative(p, GCOMPILE_SOURCE_DIR).string();
+    auto r = gcompile("check " + rel);
+    EXPECT_EQ(r.status, 0) << rel << "\n" << r.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 50);
+}
+
+TEST(Docs, SpecReferenceMatchesTheSchema) {
+  std::ifstream in(std::string(GCOMPILE_SOURCE_DIR) + "/docs/spec.md");
+  ASSERT_TRUE(in) << "docs/spec.md is missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  const std::string begin = "<!-- BEGIN GENERATED KEY REFERENCE (scripts/update_docs) -->\n";
+  const std::string end = "<!-- END GENERATED KEY REFERENCE -->";
+  const auto b = doc.find(begin);
+  const auto e = doc.find(end);
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_NE(e, std::string::npos);
+  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), schema_markdown())
+      << "docs/spec.md is stale: run scripts/update_docs";
+}
+
+}  // namespace
+}  // namespace gc
