@@ -1,0 +1,105 @@
+// Pass 2: pruning. An `if constexpr` whose condition is a constant once the
+// knobs are literals is replaced by the branch that runs (or by nothing).
+// Edits for nested statements are kept and applied recursively, so else-if
+// chains and nested conditions resolve in one parse.
+#include <clang/AST/ASTConsumer.h>
+#include <clang/AST/ASTContext.h>
+#include <clang/AST/ParentMapContext.h>
+#include <clang/AST/RecursiveASTVisitor.h>
+#include <clang/Frontend/CompilerInstance.h>
+#include <clang/Lex/Lexer.h>
+
+#include "specialize/passes.hpp"
+
+namespace gc {
+
+namespace {
+
+class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
+ public:
+  PruneVisitor(clang::ASTContext& ast, PassContext& ctx) : ast_(ast), sm_(ast.getSourceManager()), ctx_(ctx) {}
+
+  bool VisitIfStmt(clang::IfStmt* s) {
+    if (!s->isConstexpr() || s->getInit() || s->getConditionVariable()) return true;
+    if (s->getBeginLoc().isMacroID() || !sm_.isWrittenInMainFile(s->getBeginLoc())) return true;
+    const clang::Expr* cond = s->getCond();
+    if (cond->isValueDependent() || cond->isInstantiationDependent()) return true;  // decided per instantiation
+    bool taken = false;
+    if (!cond->EvaluateAsBooleanCondition(taken, ast_)) return true;
+
+    Edit e;
+    e.begin = offset(s->getBeginLoc());
+    e.end = end_offset(s->getEndLoc());
+    const clang::Stmt* branch = taken ? s->getThen() : s->getElse();
+    if (!branch) {
+      // Nothing runs. A statement that is the body of a loop or another if
+      // needs something in its place.
+      e.text = is_in_compound(s) ? "" : "{}";
+    } else if (const auto* block = llvm::dyn_cast<clang::CompoundStmt>(branch); block && !declares_names(block)) {
+      e.keep_range = true;  // splice the block's statements into the enclosing scope
+      e.keep_begin = offset(block->getLBracLoc()) + 1;
+      e.keep_end = offset(block->getRBracLoc());
+    } else {
+      e.keep_range = true;  // an else-if (resolved by its own edit) or a block that scopes names
+      e.keep_begin = offset(branch->getBeginLoc());
+      e.keep_end = end_offset(branch->getEndLoc());
+    }
+    ctx_.edits.push_back(std::move(e));
+    return true;
+  }
+
+ private:
+  std::size_t offset(clang::SourceLocation loc) const { return sm_.getFileOffset(sm_.getExpansionLoc(loc)); }
+  std::size_t end_offset(clang::SourceLocation loc) const {
+    return offset(clang::Lexer::getLocForEndOfToken(sm_.getExpansionLoc(loc), 0, sm_, ast_.getLangOpts()));
+  }
+
+  // Splicing a block that declares variables could clash with names in the
+  // enclosing scope; such blocks keep their braces.
+  static bool declares_names(const clang::CompoundStmt* block) {
+    for (const clang::Stmt* child : block->body()) {
+      if (llvm::isa<clang::DeclStmt>(child)) return true;
+    }
+    return false;
+  }
+
+  bool is_in_compound(const clang::IfStmt* s) {
+    for (const auto& parent : ast_.getParents(*s)) {
+      if (parent.get<clang::CompoundStmt>()) return true;
+    }
+    return false;
+  }
+
+  clang::ASTContext& ast_;
+  clang::SourceManager& sm_;
+  PassContext& ctx_;
+};
+
+class PruneConsumer : public clang::ASTConsumer {
+ public:
+  explicit PruneConsumer(PassContext& ctx) : ctx_(ctx) {}
+  void HandleTranslationUnit(clang::ASTContext& ast) override {
+    PruneVisitor visitor(ast, ctx_);
+    visitor.TraverseDecl(ast.getTranslationUnitDecl());
+  }
+
+ private:
+  PassContext& ctx_;
+};
+
+class PruneAction : public clang::ASTFrontendAction {
+ public:
+  explicit PruneAction(PassContext& ctx) : ctx_(ctx) {}
+  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance&, llvm::StringRef) override {
+    return std::make_unique<PruneConsumer>(ctx_);
+  }
+
+ private:
+  PassContext& ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<clang::FrontendAction> make_prune_action(PassContext& ctx) { return std::make_unique<PruneAction>(ctx); }
+
+}  // namespace gc

@@ -1,0 +1,90 @@
+#include "specialize/specialize.hpp"
+
+#include <clang/Format/Format.h>
+#include <clang/Tooling/Core/Replacement.h>
+
+#include "specialize/clang_tool.hpp"
+#include "specialize/passes.hpp"
+#include "specialize/toolchain.hpp"
+
+namespace gc {
+
+namespace {
+
+struct Workspace {
+  std::map<std::string, std::string> texts;   // absolute path -> current text
+  std::map<std::string, std::string> labels;  // absolute path -> diagnostic path
+  std::vector<std::string> order;             // absolute paths, in input order
+};
+
+// Runs one pass over every file against the current texts; returns the new
+// texts (all files see each other's texts from before the pass).
+bool run_pass(Workspace& ws, const std::string& include_root, const KnobTable& knobs, const Toolchain& toolchain,
+              bool knob_pass, std::set<std::string>& used_knobs, Diagnostics& diags) {
+  std::map<std::string, std::string> next;
+  bool ok = true;
+  for (const auto& path : ws.order) {
+    PassContext ctx;
+    ctx.knobs = &knobs;
+    ctx.labels = &ws.labels;
+    ctx.diags = &diags;
+    ParseRequest request{path, ws.texts, ws.labels, &toolchain, include_root};
+    const std::size_t errors_before = diags.error_count();
+    const bool parsed = run_clang(request, knob_pass ? make_knob_action(ctx) : make_prune_action(ctx), diags);
+    if (!parsed || diags.error_count() > errors_before) {
+      ok = false;
+      continue;
+    }
+    next[path] = apply_edits(ws.texts[path], ctx.edits);
+    used_knobs.insert(ctx.used_knobs.begin(), ctx.used_knobs.end());
+  }
+  if (ok) ws.texts = std::move(next);
+  return ok;
+}
+
+}  // namespace
+
+Toolchain default_toolchain() {
+  Toolchain tc;
+  tc.resource_dir = kClangResourceDir;
+  tc.cuda_path = kCudaPath;
+  return tc;
+}
+
+std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& templates, const std::string& include_root,
+                                           const std::string& label_root, const KnobTable& knobs,
+                                           const Toolchain& toolchain, Diagnostics& diags) {
+  Workspace ws;
+  for (const auto& t : templates) {
+    const std::string abs = include_root + "/" + t.path;
+    ws.texts[abs] = t.text;
+    ws.labels[abs] = label_root.empty() ? t.path : label_root + "/" + t.path;
+    ws.order.push_back(abs);
+  }
+  SpecializeResult result;
+  if (!run_pass(ws, include_root, knobs, toolchain, true, result.used_knobs, diags)) return std::nullopt;
+  std::set<std::string> unused;
+  if (!run_pass(ws, include_root, knobs, toolchain, false, unused, diags)) return std::nullopt;
+  for (const auto& t : templates) {
+    const std::string abs = include_root + "/" + t.path;
+    result.files.push_back({t.path, format_source(t.path, ws.texts[abs])});
+  }
+  return result;
+}
+
+std::string format_source(const std::string& path, const std::string& text) {
+  clang::format::FormatStyle style = clang::format::getGoogleStyle(clang::format::FormatStyle::LK_Cpp);
+  style.ColumnLimit = 100;
+  style.MaxEmptyLinesToKeep = 1;
+  style.SortIncludes = clang::format::FormatStyle::SI_Never;
+  const clang::tooling::Range all(0, static_cast<unsigned>(text.size()));
+  const clang::tooling::Replacements replacements = clang::format::reformat(style, text, {all}, path);
+  auto formatted = clang::tooling::applyAllReplacements(text, replacements);
+  if (!formatted) {
+    llvm::consumeError(formatted.takeError());
+    return text;
+  }
+  return *formatted;
+}
+
+}  // namespace gc
