@@ -216,3 +216,41 @@ TEST(Edits, NestedKeepRangesApplyInnerEdits) {
 
 }  // namespace
 }  // namespace gc
+
+namespace gc {
+namespace {
+
+TEST(Specialize, CudaTemplatesParseInCudaModeWithTheHeaderShim) {
+  if (default_toolchain().cuda_path.empty()) GTEST_SKIP() << "no CUDA toolkit configured";
+  const char* const kernel = R"cpp(#include <cuda_runtime.h>
+#include "config.hpp"
+
+namespace gcx {
+__global__ void scale(float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if constexpr (kQkNorm) {
+    x[i] *= kNormEps;
+  } else {
+    x[i] = 0.0f;
+  }
+}
+}  // namespace gcx
+)cpp";
+  const Outcome o = run({{"config.hpp", kConfig}, {"scale.cu", kernel}});
+  EXPECT_EQ(output_of(o, "scale.cu"), R"cpp(#include <cuda_runtime.h>
+#include "config.hpp"
+
+namespace gcx {
+__global__ void scale(float* x, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+
+  x[i] *= kNormEps;
+}
+}  // namespace gcx
+)cpp");
+}
+
+}  // namespace
+}  // namespace gc
