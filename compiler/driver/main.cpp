@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/version.hpp"
+#include "driver/build.hpp"
 #include "explain/explain.hpp"
 #include "plan/plan.hpp"
 #include "spec/schema.hpp"
@@ -19,11 +20,20 @@ constexpr int kOk = 0;
 constexpr int kSpecError = 1;
 constexpr int kUsageError = 2;
 
-const char* const kUsage = R"(usage: gcompile <command> [options]
+const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [-o DIR] [-j N]
+       gcompile <command> [options]
 
 gcompile turns a TOML experiment spec into a specialized LLM training binary.
 
+  gcompile SPEC           check SPEC, generate its source tree (default
+                          generated/<experiment name>/), and build it; the
+                          binaries land in the tree (./generated/NAME/train)
+    --no-build            generate only
+    -o DIR                write the tree to DIR
+    -j N                  build with N parallel jobs
+
 commands:
+  diff A.toml B.toml      unified diff of the two generated trees
   check SPEC              validate SPEC; print every error and warning
   explain SPEC [--json]   validate SPEC and print the resolved plan: layer layout,
                           every parameter tensor with its init std, optimizer
@@ -51,7 +61,19 @@ struct Args {
   std::vector<std::string> positional;
   bool json = false;
   bool markdown = false;
+  bool no_build = false;
+  std::string out_dir;
+  int jobs = 0;
 };
+
+bool parse_int(const std::string& s, int& out) {
+  if (s.empty() || s.size() > 6) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  out = std::stoi(s);
+  return out > 0;
+}
 
 std::optional<Args> parse_args(int argc, char** argv, int& status) {
   Args a;
@@ -67,7 +89,21 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       status = kOk;
       return std::nullopt;
     }
-    if (arg == "--json") {
+    if (arg == "-o" || arg == "-j") {
+      if (i + 1 >= argc) {
+        status = usage_error("option '" + arg + "' needs a value");
+        return std::nullopt;
+      }
+      const std::string value = argv[++i];
+      if (arg == "-o") {
+        a.out_dir = value;
+      } else if (!parse_int(value, a.jobs)) {
+        status = usage_error("option '-j' needs a positive integer, not '" + value + "'");
+        return std::nullopt;
+      }
+    } else if (arg == "--no-build") {
+      a.no_build = true;
+    } else if (arg == "--json") {
       a.json = true;
     } else if (arg == "--markdown") {
       a.markdown = true;
@@ -117,8 +153,26 @@ std::optional<gc::Plan> load_plan(const std::string& path) {
   return plan;
 }
 
+bool looks_like_spec(const std::string& arg) {
+  return arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".toml") == 0;
+}
+
 int run(const Args& a) {
   int status = kOk;
+  const bool generate = looks_like_spec(a.command);
+  if ((a.no_build || !a.out_dir.empty() || a.jobs) && !generate) {
+    return usage_error("options --no-build, -o and -j apply only to 'gcompile SPEC'");
+  }
+  if (generate) {
+    if (!a.positional.empty()) return usage_error("'gcompile SPEC' takes one spec (got " +
+                                                  std::to_string(a.positional.size() + 1) + ")");
+    if (!flags_allowed(a, false, false, status)) return status;
+    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs});
+  }
+  if (a.command == "diff") {
+    if (!expect_args(a, 2, "two SPECs", status) || !flags_allowed(a, false, false, status)) return status;
+    return gc::diff_command(a.positional[0], a.positional[1]);
+  }
   if (a.command == "check") {
     if (!expect_args(a, 1, "one SPEC", status) || !flags_allowed(a, false, false, status)) return status;
     auto plan = load_plan(a.positional[0]);
@@ -160,7 +214,7 @@ int run(const Args& a) {
     for (const auto& name : gc::preset_names()) std::cout << name << "\n";
     return kOk;
   }
-  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, schema, presets)");
+  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, schema, presets; or a SPEC.toml to generate and build)");
 }
 
 }  // namespace

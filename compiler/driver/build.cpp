@@ -1,0 +1,129 @@
+#include "driver/build.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "emit/emit.hpp"
+#include "plan/plan.hpp"
+#include "spec/spec.hpp"
+
+namespace gc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::optional<Tree> tree_of(const std::string& spec_path, Diagnostics& diags) {
+  auto spec = load_spec(spec_path, diags);
+  if (!spec) return std::nullopt;
+  auto plan = make_plan(*spec, diags);
+  if (!plan) return std::nullopt;
+  return generate_tree(*plan, diags);
+}
+
+void report(const Diagnostics& diags, const std::string& spec) {
+  diags.print(std::cerr);
+  if (diags.has_errors()) {
+    std::cerr << diags.error_count() << (diags.error_count() == 1 ? " error" : " errors") << " in " << spec << "\n";
+  }
+}
+
+std::string last_lines(const fs::path& file, int n) {
+  std::ifstream in(file);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  std::string out;
+  for (std::size_t i = lines.size() > std::size_t(n) ? lines.size() - n : 0; i < lines.size(); ++i) {
+    out += "  " + lines[i] + "\n";
+  }
+  return out;
+}
+
+// Runs a build step, appending its output to the log. Returns success.
+bool run_step(const std::string& what, const std::string& command, const fs::path& log) {
+  std::cerr << "gcompile: " << what << "...\n";
+  const std::string full = command + " >> " + shell_quote(log.string()) + " 2>&1";
+  const int status = std::system(full.c_str());
+  return status == 0;
+}
+
+}  // namespace
+
+int generate_command(const GenerateOptions& options) {
+  Diagnostics diags;
+  auto spec = load_spec(options.spec, diags);
+  std::optional<Plan> plan;
+  if (spec) plan = make_plan(*spec, diags);
+  std::optional<Tree> tree;
+  if (plan) tree = generate_tree(*plan, diags);
+  const std::string dir = options.out_dir.empty() && plan ? "generated/" + plan->spec.experiment.name : options.out_dir;
+  if (tree && !write_tree(*tree, dir, diags)) tree.reset();
+  report(diags, options.spec);
+  if (!tree) return 1;
+  std::cerr << "gcompile: wrote " << dir << " (" << tree->files.size() << " files)\n";
+  if (!options.build) return 0;
+
+  const fs::path log = fs::path(dir) / "build.log";
+  std::ofstream(log, std::ios::trunc) << "";
+  const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  const std::string build_dir = shell_quote((fs::path(dir) / "build").string());
+  const bool ok = run_step("configuring", "cmake -S " + shell_quote(dir) + " -B " + build_dir + " -DCMAKE_BUILD_TYPE=Release", log) &&
+                  run_step("building with " + std::to_string(jobs) + " jobs",
+                           "cmake --build " + build_dir + " -j " + std::to_string(jobs), log);
+  if (!ok) {
+    std::cerr << "gcompile: error: the build of " << dir << " failed; the full log is " << log.string()
+              << "\nlast lines:\n"
+              << last_lines(log, 15);
+    return 1;
+  }
+  std::cerr << "gcompile: built " << dir << " (log: " << log.string() << ")\n";
+  return 0;
+}
+
+int diff_command(const std::string& spec_a, const std::string& spec_b) {
+  Diagnostics diags_a, diags_b;
+  auto a = tree_of(spec_a, diags_a);
+  report(diags_a, spec_a);
+  auto b = tree_of(spec_b, diags_b);
+  report(diags_b, spec_b);
+  if (!a || !b) return 1;
+  // Write both trees (sources only; the runtime copy is identical by
+  // construction) and let diff(1) produce the unified diff.
+  const fs::path root = fs::temp_directory_path() / ("gcompile-diff-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  for (const auto& [label, tree] : {std::pair{"a", &*a}, std::pair{"b", &*b}}) {
+    for (const auto& [path, text] : tree->files) {
+      if (path.rfind("runtime/", 0) == 0 || path == "manifest.json") continue;
+      const fs::path file = root / label / path;
+      fs::create_directories(file.parent_path(), ec);
+      std::ofstream(file, std::ios::binary) << text;
+    }
+  }
+  const std::string cmd = "cd " + shell_quote(root.string()) + " && diff -ruN a b";
+  const int status = std::system(cmd.c_str());
+  fs::remove_all(root, ec);
+  // diff exits 0 (same) or 1 (differences); both are success for us.
+  return (WIFEXITED(status) && WEXITSTATUS(status) <= 1) ? 0 : 1;
+}
+
+}  // namespace gc

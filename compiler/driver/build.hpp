@@ -1,0 +1,20 @@
+// `gcompile SPEC` and `gcompile diff`: generating trees, building them with
+// CMake, and comparing the trees of two specs.
+#pragma once
+
+#include <string>
+
+namespace gc {
+
+struct GenerateOptions {
+  std::string spec;
+  std::string out_dir;  // "" = generated/<experiment name>
+  bool build = true;
+  int jobs = 0;  // 0 = all cores
+};
+
+// Returns the process exit status (0 ok, 1 spec or build error).
+int generate_command(const GenerateOptions& options);
+int diff_command(const std::string& spec_a, const std::string& spec_b);
+
+}  // namespace gc

@@ -1,0 +1,45 @@
+// The emitter: a Plan becomes a self-contained source tree (generated/NAME/)
+// that builds with CMake and a C++17 compiler (plus the CUDA toolkit when
+// present). Same spec, same bytes: nothing time- or machine-dependent is
+// written except what the spec itself names (data paths).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/diagnostics.hpp"
+#include "plan/plan.hpp"
+#include "specialize/specialize.hpp"
+
+namespace gc {
+
+struct Tree {
+  std::map<std::string, std::string> files;  // relative path -> contents
+};
+
+// Builds the tree in memory. Fails (with diagnostics) when a template does not
+// specialize, or when a spec key is consumed by no knob and no emitted table.
+std::optional<Tree> generate_tree(const Plan& plan, Diagnostics& diags);
+
+// Writes `tree` to `dir` atomically: into a sibling temporary directory first,
+// then renamed over `dir` (the previous tree stays intact until then). A
+// build/ subdirectory of an existing tree is kept.
+bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags);
+
+// The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
+KnobTable knob_table(const Plan& plan);
+
+// Spec keys the emitter consumes through its own tables (not through knobs).
+bool consumed_by_tables(const std::string& key);
+
+// SHA-256 of `text`, lowercase hex.
+std::string sha256_hex(const std::string& text);
+
+// plan.hpp: the parameter table as constexpr arrays.
+std::string plan_header(const Plan& plan, const std::string& banner);
+// CMakeLists.txt of the generated tree.
+std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources,
+                       const std::vector<std::string>& cuda_sources);
+
+}  // namespace gc

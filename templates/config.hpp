@@ -1,0 +1,79 @@
+// Experiment constants. Every value here is a knob: the specializer replaces
+// the gc::knob(...) call with the spec's value, so the generated config.hpp
+// holds plain literals and the compiler folds them into every kernel. The
+// defaults below make the templates compile (and be tested) as they are.
+#pragma once
+
+#include <cstdint>
+
+#include "gc/knob.hpp"
+
+namespace gcm {
+
+enum class NormPlacement { pre, sandwich };
+enum class GatedAttention { none, headwise, elementwise };
+enum class Precision { bf16, fp32 };
+enum class Decay { cosine, linear, constant };
+
+// --- experiment
+inline constexpr const char* kExperimentName = gc::knob<const char*>("experiment.name", "template");
+inline constexpr std::uint64_t kSeed = gc::knob<std::uint64_t>("experiment.seed", 1234);
+
+// --- model (seed 000 Table 2 shapes: d_model, heads, head_dim, d_ff)
+inline constexpr int kVocab = gc::knob<int>("model.vocab_size", 256);
+inline constexpr int kDModel = gc::knob<int>("model.d_model", 64);
+inline constexpr int kLayers = gc::knob<int>("model.n_layers", 2);
+inline constexpr int kHeads = gc::knob<int>("model.n_heads", 4);
+inline constexpr int kKvHeads = gc::knob<int>("model.n_kv_heads", 2);
+inline constexpr int kHeadDim = gc::knob<int>("model.head_dim", 16);
+inline constexpr int kDff = gc::knob<int>("model.d_ff", 128);
+inline constexpr int kMaxSeqLen = gc::knob<int>("model.max_seq_len", 64);
+// RMSNorm ε (seed 000 eq. 2); the norm accumulates in double, so 1e-12 matters.
+inline constexpr float kNormEps = gc::knob<float>("model.norm_eps", 1e-5f);
+inline constexpr NormPlacement kNormPlacement = gc::knob<NormPlacement>("model.norm_placement", NormPlacement::pre);
+inline constexpr bool kEmbeddingNorm = gc::knob<bool>("model.embedding_norm", false);
+inline constexpr bool kQkNorm = gc::knob<bool>("model.qk_norm", false);
+inline constexpr bool kTieEmbeddings = gc::knob<bool>("model.tie_embeddings", false);
+inline constexpr double kRopeTheta = gc::knob<double>("model.rope_theta", 10000.0);
+// Gated attention (seed 000 eq. 3-4): sigmoid gate on each head's output.
+inline constexpr GatedAttention kGatedAttention =
+    gc::knob<GatedAttention>("model.gated_attention", GatedAttention::none);
+// Forward multipliers, evaluated by the planner from the spec's formulas.
+inline constexpr float kEmbeddingScale = gc::knob<float>("plan.embedding_scale", 1.0f);
+inline constexpr float kAttnScale = gc::knob<float>("plan.attn_scale", 0.25f);
+inline constexpr float kLogitScale = gc::knob<float>("plan.logit_scale", 1.0f);
+
+// --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
+// lr multipliers and decay come from the parameter table in plan.hpp)
+inline constexpr double kLr = gc::knob<double>("optim.lr", 1e-3);
+inline constexpr double kBeta1 = gc::knob<double>("optim.beta1", 0.9);
+inline constexpr double kBeta2 = gc::knob<double>("optim.beta2", 0.95);
+inline constexpr double kAdamEps = gc::knob<double>("optim.eps", 1e-8);
+inline constexpr double kGradClip = gc::knob<double>("optim.grad_clip", 1.0);
+
+// --- schedule
+inline constexpr Decay kDecay = gc::knob<Decay>("schedule.decay", Decay::cosine);
+inline constexpr double kMinLrRatio = gc::knob<double>("schedule.min_lr_ratio", 0.1);
+inline constexpr std::int64_t kWarmupSteps = gc::knob<std::int64_t>("plan.warmup_steps", 2);
+inline constexpr std::int64_t kTotalSteps = gc::knob<std::int64_t>("plan.total_steps", 20);
+
+// --- training
+inline constexpr int kSeqLen = gc::knob<int>("train.seq_len", 32);
+inline constexpr int kMicroBatch = gc::knob<int>("train.micro_batch", 4);
+inline constexpr int kGradAccum = gc::knob<int>("plan.grad_accum", 1);
+inline constexpr Precision kPrecision = gc::knob<Precision>("train.precision", Precision::fp32);
+inline constexpr int kEvalEvery = gc::knob<int>("train.eval_every", 10);
+inline constexpr int kEvalBatches = gc::knob<int>("train.eval_batches", 2);
+inline constexpr int kCheckpointEvery = gc::knob<int>("train.checkpoint_every", 10);
+inline constexpr int kLogEvery = gc::knob<int>("train.log_every", 1);
+
+// Derived shapes.
+inline constexpr int kQDim = kHeads * kHeadDim;
+inline constexpr int kKvDim = kKvHeads * kHeadDim;
+inline constexpr int kGateDim = kGatedAttention == GatedAttention::elementwise ? kQDim
+                                : kGatedAttention == GatedAttention::headwise  ? kHeads
+                                                                               : 0;
+static_assert(kHeads % kKvHeads == 0, "n_heads must be divisible by n_kv_heads");
+static_assert(kSeqLen <= kMaxSeqLen, "seq_len exceeds max_seq_len");
+
+}  // namespace gcm
