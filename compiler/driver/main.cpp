@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <toml++/toml.h>
+
 #include "common/version.hpp"
 #include "driver/build.hpp"
 #include "explain/explain.hpp"
@@ -211,7 +213,12 @@ int run(const Args& a) {
   }
   if (a.command == "presets") {
     if (!expect_args(a, 0, "no arguments", status) || !flags_allowed(a, false, false, status)) return status;
-    for (const auto& name : gc::preset_names()) std::cout << name << "\n";
+    for (const auto& name : gc::preset_names()) {
+      // The [preset] header of each file: scope and one-line description.
+      const toml::table t = toml::parse(*gc::preset_source(name), name);
+      std::cout << name << " (" << t["preset"]["scope"].value_or<std::string>("?") << "): "
+                << t["preset"]["description"].value_or<std::string>("") << "\n";
+    }
     return kOk;
   }
   return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, schema, presets; or a SPEC.toml to generate and build)");

@@ -10,7 +10,7 @@
 
 #include "common/text.hpp"
 #include "common/version.hpp"
-#include "emit/embedded.hpp"
+#include "common/embedded.hpp"
 
 namespace gc {
 

@@ -140,16 +140,16 @@ void counts_section(std::ostringstream& o, const Plan& plan) {
 void table_section(std::ostringstream& o, const Plan& plan) {
   o << "Parameter table (rows group layers whose tensor has the same shape and rule; σ = init std)\n";
   o << "  " << pad("layers", 8) << pad("tensor", 36) << pad("class", 12) << pad("shape", 16) << pad("fan_in", 8)
-    << pad("init", 14) << pad("σ", 20) << pad("lr×", 6) << pad("wd", 6) << "rule\n";
+    << pad("init", 18) << pad("σ", 20) << pad("lr×", 6) << pad("wd", 6) << "rule\n";
   for (const auto& r : group_rows(plan)) {
     const ParamEntry& p = *r.first;
     std::string init = p.cls == ParamClass::norm ? "ones" : to_string(p.distribution);
-    if (p.distribution == Distribution::trunc_normal && p.cls != ParamClass::norm) init += "±" + format_double(p.cutoff);
+    if (p.distribution == Distribution::trunc_normal && p.cls != ParamClass::norm) init += " ±" + format_double(p.cutoff) + "σ";
     std::string sigma = p.cls == ParamClass::norm ? "-"
                         : r.std_min == r.std_max ? sci(r.std_min)
                                                  : sci(r.std_max) + " … " + sci(r.std_min);
     o << "  " << pad(ranges(r.layers), 8) << pad(r.tensor, 36) << pad(class_name(p.cls), 12)
-      << pad(shape_text(p.shape), 16) << pad(std::to_string(p.fan_in), 8) << pad(init, 14) << pad(sigma, 20)
+      << pad(shape_text(p.shape), 16) << pad(std::to_string(p.fan_in), 8) << pad(init, 18) << pad(sigma, 20)
       << pad(format_double(p.lr_mult), 6) << pad(format_double(p.weight_decay), 6) << r.rule << "\n";
   }
   o << "\n";

@@ -259,7 +259,32 @@ std::vector<MetricPlan> plan_metrics(const Spec& spec) {
   return out;
 }
 
+// μP formulas divide by width_mult = d_model / init.base_width; without a
+// base width it is 1 and the preset silently becomes standard parametrization.
+void warn_unset_base_width(const Spec& spec, Diagnostics& diags) {
+  if (spec.document.settings.count("init.base_width")) return;
+  std::vector<std::pair<std::string, const Formula*>> formulas = {{"model.embedding_scale", &spec.model.embedding_scale},
+                                                                   {"model.attn_scale", &spec.model.attn_scale},
+                                                                   {"model.logit_scale", &spec.model.logit_scale}};
+  for (std::size_t c = 0; c < kNumClasses; ++c) {
+    formulas.push_back({std::string("optim.lr_mult.") + class_name(static_cast<ParamClass>(c)), &spec.optim.lr_mult[c]});
+  }
+  for (std::size_t c = 0; c < kNumWeightClasses; ++c) {
+    const auto& rule = spec.init.classes[c];
+    if (rule.std) formulas.push_back({std::string("init.") + class_name(static_cast<ParamClass>(c)) + ".std", &*rule.std});
+  }
+  for (const auto& [key, f] : formulas) {
+    const auto vars = f->expr.variables();
+    if (std::find(vars.begin(), vars.end(), "width_mult") == vars.end()) continue;
+    diags.warning(f->loc, "'" + key + "' uses width_mult, but init.base_width is unset, so width_mult = 1; set "
+                                      "init.base_width to the d_model of the base model the hyperparameters were "
+                                      "tuned on");
+    return;
+  }
+}
+
 void warn_hazards(const Plan& plan, Diagnostics& diags) {
+  warn_unset_base_width(plan.spec, diags);
   const auto& m = plan.spec.model;
   // Seed 003 §6.1 / App. D: with γ = 1 the embedding output has RMS ≈ 1/d; if
   // ε is negligible next to that, the first RMSNorm multiplies its input by

@@ -407,6 +407,12 @@ void apply_preset(Layer& spec_layer, std::vector<std::string>& chain, Diagnostic
   FileLoader loader(diags);
   auto preset = loader.parse(*text, label, FileKind::preset);
   if (!preset) return;
+  auto declared = preset->settings.find("preset.name");
+  if (declared == preset->settings.end() || declared->second.value.s != name.s) {
+    diags.error(declared == preset->settings.end() ? SourceLoc{label, 1, 1} : declared->second.value.loc,
+                "a preset's [preset] name must equal its file name (\"" + name.s + "\")");
+    return;
+  }
   chain.push_back(label);
   overlay(*preset, spec_layer);
   spec_layer = std::move(*preset);

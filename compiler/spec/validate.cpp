@@ -300,8 +300,15 @@ void build_optim(Reader& r, Spec& spec) {
   o.no_decay = r.classes("optim.no_decay");
   o.grad_clip = r.number("optim.grad_clip");
   for (std::size_t c = 0; c < kNumClasses; ++c) {
-    if (auto f = r.formula(std::string("optim.lr_mult.") + class_name(static_cast<ParamClass>(c)))) {
+    const auto cls = static_cast<ParamClass>(c);
+    const std::string key = std::string("optim.lr_mult.") + class_name(cls);
+    // Expert and shared-expert classes follow their mlp class unless set.
+    const auto fallback = fallback_class(cls);
+    const std::string fallback_key = fallback ? std::string("optim.lr_mult.") + class_name(*fallback) : "";
+    const std::string source = (!r.has(key) && fallback && r.has(fallback_key)) ? fallback_key : key;
+    if (auto f = r.formula(source)) {
       o.lr_mult[c] = std::move(*f);
+      if (source != key) r.derive(key, *r.value(source));
     }
   }
 }

@@ -46,7 +46,7 @@ Result gcompile(const std::string& args) {
 TEST(Cli, HelpAndVersion) {
   auto help = gcompile("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("usage: gcompile <command>"), std::string::npos);
+  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
   auto version = gcompile("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
@@ -57,7 +57,8 @@ TEST(Cli, UsageErrorsExitTwo) {
   auto unknown = gcompile("frobnicate specs/tiny.toml");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_EQ(unknown.err,
-            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, schema, presets)\n"
+            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, diff, schema, presets; or "
+            "a SPEC.toml to generate and build)\n"
             "Run 'gcompile --help' for usage.\n");
   EXPECT_EQ(gcompile("check").status, 2);
   EXPECT_EQ(gcompile("check a.toml b.toml").status, 2);
@@ -65,6 +66,10 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(option.status, 2);
   EXPECT_EQ(option.err, "gcompile: error: unknown option '--jsn'\nRun 'gcompile --help' for usage.\n");
   EXPECT_EQ(gcompile("check --json specs/tiny.toml").status, 2);
+  EXPECT_EQ(gcompile("check --no-build specs/tiny.toml").status, 2);
+  EXPECT_EQ(gcompile("specs/tiny.toml -j zero").status, 2);
+  EXPECT_EQ(gcompile("specs/tiny.toml -o").status, 2);
+  EXPECT_EQ(gcompile("specs/tiny.toml specs/tiny.toml").status, 2);
 }
 
 TEST(Cli, SpecErrorsExitOneWithDiagnosticsOnStderr) {

@@ -1,5 +1,5 @@
-// Files compiled into gcompile: the templates and the runtime it copies into
-// every generated tree (cmake/Embed.cmake writes the tables).
+// Files compiled into gcompile (cmake/Embed.cmake writes the tables): the init
+// presets, and the templates and runtime it copies into every generated tree.
 #pragma once
 
 #include <string>
@@ -12,6 +12,7 @@ struct EmbeddedFile {
   std::string text;
 };
 
+const std::vector<EmbeddedFile>& embedded_presets();  // "gpt2.toml", ...
 const std::vector<EmbeddedFile>& embedded_templates();
 const std::vector<EmbeddedFile>& embedded_runtime();
 const std::vector<EmbeddedFile>& embedded_third_party();

@@ -1,0 +1,260 @@
+#include "data/text_data.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <glob.h>
+#include <sstream>
+#include <unistd.h>
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include "common/text.hpp"
+#include "emit/emit.hpp"
+#include "runtime/token_shard.hpp"
+
+namespace gc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path spec_dir(const Spec& spec) {
+  const fs::path dir = fs::path(spec.file).parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+
+// A spec path: absolute as written, else relative to the spec's directory.
+fs::path resolve(const Spec& spec, const std::string& path) {
+  const fs::path p(path);
+  return fs::absolute(p.is_absolute() ? p : spec_dir(spec) / p).lexically_normal();
+}
+
+bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::vector<fs::path> expand_glob(const std::string& pattern) {
+  std::vector<fs::path> out;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The text files of a data.train setting, sorted by path.
+std::vector<fs::path> text_files(const Spec& spec, Diagnostics& diags) {
+  const fs::path root = resolve(spec, spec.data.train);
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (has_glob_chars(spec.data.train)) {
+    files = expand_glob(root.string());
+  } else if (fs::is_directory(root, ec)) {
+    for (const auto& entry : fs::recursive_directory_iterator(root, ec)) {
+      if (!entry.is_regular_file()) continue;
+      const std::string name = entry.path().filename().string();
+      for (const auto& ext : spec.data.text_extensions) {
+        if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0) {
+          files.push_back(entry.path());
+          break;
+        }
+      }
+    }
+    std::sort(files.begin(), files.end());
+  } else if (fs::is_regular_file(root, ec)) {
+    files.push_back(root);
+  }
+  if (files.empty()) {
+    std::string hint = fs::exists(root, ec) ? " (no file with extension " + join(spec.data.text_extensions, ", ") + ")"
+                                            : " (no such file or directory)";
+    if (root.string().rfind("/usr/share/doc/python3.11", 0) == 0) hint += "; run scripts/setup to install python3.11-doc";
+    diags.error(spec.where("data.train"), "no text files found at '" + root.string() + "'" + hint);
+  }
+  return files;
+}
+
+std::optional<std::string> read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Feeds the corpus to SentencePiece one line at a time.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::vector<std::string>& docs) : docs_(docs) { advance(); }
+  bool done() const override { return doc_ >= docs_.size(); }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void advance() {
+    while (doc_ < docs_.size()) {
+      const std::string& d = docs_[doc_];
+      if (pos_ >= d.size()) {
+        ++doc_;
+        pos_ = 0;
+        continue;
+      }
+      const std::size_t nl = d.find('\n', pos_);
+      const std::size_t end = nl == std::string::npos ? d.size() : nl;
+      line_ = d.substr(pos_, end - pos_);
+      pos_ = end + 1;
+      if (!line_.empty()) return;
+    }
+  }
+
+  const std::vector<std::string>& docs_;
+  std::size_t doc_ = 0, pos_ = 0;
+  std::string line_;
+};
+
+std::string train_tokenizer(const Spec& spec, const std::vector<std::string>& docs, Diagnostics& diags) {
+  const std::unordered_map<std::string, std::string> options = {
+      {"model_type", spec.data.tokenizer_type},
+      {"vocab_size", std::to_string(spec.model.vocab_size)},
+      {"character_coverage", "1.0"},
+      {"byte_fallback", "true"},  // every byte stays encodable
+      {"split_digits", "true"},
+      {"normalization_rule_name", "identity"},  // keep code and markup exactly
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"allow_whitespace_only_pieces", "true"},
+      {"max_sentence_length", "16384"},
+      {"input_sentence_size", "0"},  // use every line: no sampling, deterministic
+      {"shuffle_input_sentence", "false"},
+      {"hard_vocab_limit", "false"},
+      {"num_threads", "1"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      {"pad_id", "-1"},
+      {"minloglevel", "2"},
+  };
+  LineIterator lines(docs);
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(options, &lines, &model);
+  if (!status.ok()) {
+    diags.error(spec.where("model.vocab_size"), "SentencePiece could not train a " + std::to_string(spec.model.vocab_size) +
+                                                    "-token tokenizer on this text: " + status.ToString());
+    return "";
+  }
+  return model;
+}
+
+std::string cache_key(const Spec& spec, const std::vector<fs::path>& files, const std::vector<std::string>& docs,
+                      const std::string& tokenizer) {
+  std::string material = "gcompile-text-data-v1\n";
+  material += "vocab=" + std::to_string(spec.model.vocab_size) + "\ntype=" + spec.data.tokenizer_type +
+              "\nval_fraction=" + format_double(spec.data.val_fraction) + "\ntokenizer=" + sha256_hex(tokenizer) + "\n";
+  for (std::size_t i = 0; i < files.size(); ++i) material += files[i].string() + "\t" + sha256_hex(docs[i]) + "\n";
+  return sha256_hex(material).substr(0, 16);
+}
+
+bool write_text_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
+  PreparedData out;
+  if (spec.data.format == DataFormat::synthetic) return out;
+  if (spec.data.format == DataFormat::llmc) {
+    out.train = resolve(spec, spec.data.train).string();
+    out.val = resolve(spec, spec.data.val).string();
+    return out;
+  }
+  const std::vector<fs::path> files = text_files(spec, diags);
+  if (files.empty()) return std::nullopt;
+  std::vector<std::string> docs;
+  for (const auto& f : files) {
+    auto text = read_all(f);
+    if (!text) {
+      diags.error({f.string(), 0, 0}, "cannot read text file");
+      return std::nullopt;
+    }
+    docs.push_back(std::move(*text));
+  }
+  std::string tokenizer;
+  if (!spec.data.tokenizer.empty()) {
+    auto model = read_all(resolve(spec, spec.data.tokenizer));
+    if (!model) {
+      diags.error(spec.where("data.tokenizer"), "cannot read tokenizer model '" +
+                                                    resolve(spec, spec.data.tokenizer).string() + "'");
+      return std::nullopt;
+    }
+    tokenizer = std::move(*model);
+  }
+  const fs::path cache = resolve(spec, spec.data.cache_dir) /
+                         (spec.experiment.name + "-" + cache_key(spec, files, docs, tokenizer));
+  out.train = (cache / "train.bin").string();
+  out.val = (cache / "val.bin").string();
+  out.vocab_file = (cache / "vocab.txt").string();
+  std::error_code ec;
+  if (fs::exists(cache / "complete", ec)) {
+    out.reused = true;
+    return out;
+  }
+  if (tokenizer.empty()) tokenizer = train_tokenizer(spec, docs, diags);
+  if (tokenizer.empty()) return std::nullopt;
+
+  sentencepiece::SentencePieceProcessor sp;
+  if (!sp.LoadFromSerializedProto(tokenizer).ok()) {
+    diags.error(spec.where("data.tokenizer"), "not a SentencePiece model");
+    return std::nullopt;
+  }
+  if (sp.GetPieceSize() > spec.model.vocab_size) {
+    diags.error(spec.where("model.vocab_size"), "the tokenizer has " + std::to_string(sp.GetPieceSize()) +
+                                                    " pieces, more than model.vocab_size (" +
+                                                    std::to_string(spec.model.vocab_size) + ")");
+    return std::nullopt;
+  }
+  // Every k-th document is held out for validation (k = 1 / val_fraction),
+  // so both splits sample the whole corpus.
+  const std::size_t stride = std::max<std::size_t>(2, std::size_t(std::llround(1.0 / spec.data.val_fraction)));
+  std::vector<std::uint32_t> train, val;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    std::vector<int> ids;
+    sp.Encode(docs[i], &ids);
+    auto& split = (docs.size() >= stride && i % stride == stride / 2) ? val : train;
+    split.push_back(std::uint32_t(sp.bos_id()));
+    for (int id : ids) split.push_back(std::uint32_t(id));
+  }
+  std::string vocab;
+  for (int id = 0; id < sp.GetPieceSize(); ++id) vocab += std::to_string(id) + "\t" + sp.IdToPiece(id) + "\n";
+
+  const fs::path staging = cache.string() + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  try {
+    rt::write_token_shard((staging / "train.bin").string(), train, spec.model.vocab_size);
+    rt::write_token_shard((staging / "val.bin").string(), val, spec.model.vocab_size);
+  } catch (const std::exception& e) {
+    diags.error({staging.string(), 0, 0}, e.what());
+    return std::nullopt;
+  }
+  if (!write_text_file(staging / "tokenizer.model", tokenizer) || !write_text_file(staging / "vocab.txt", vocab) ||
+      !write_text_file(staging / "complete", std::to_string(train.size()) + " " + std::to_string(val.size()) + "\n")) {
+    diags.error({staging.string(), 0, 0}, "cannot write the tokenized data");
+    return std::nullopt;
+  }
+  fs::remove_all(cache, ec);
+  fs::rename(staging, cache, ec);
+  if (ec) {
+    diags.error({cache.string(), 0, 0}, "cannot move tokenized data into place: " + ec.message());
+    return std::nullopt;
+  }
+  out.train_tokens = std::int64_t(train.size());
+  out.val_tokens = std::int64_t(val.size());
+  return out;
+}
+
+}  // namespace gc
