@@ -205,38 +205,62 @@ std::string check_safe_name(std::string_view name) {
   return "";
 }
 
-std::size_t find_unsafe_text(std::string_view s, bool allow_newline) {
-  std::size_t i = 0;
+bool decode_utf8(std::string_view s, std::size_t i, std::size_t& length, unsigned& code_point) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) {
+    length = 1;
+    code_point = c;
+    return true;
+  }
+  std::size_t len = 0;
+  unsigned cp = 0;
+  if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+  else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+  else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+  else return false;
+  if (i + len > s.size()) return false;
+  for (std::size_t k = 1; k < len; ++k) {
+    const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) return false;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;  // overlong, surrogate
+  length = len;
+  code_point = cp;
+  return true;
+}
+
+std::size_t find_invalid_utf8(std::string_view s) {
+  std::size_t i = 0, len = 0;
+  unsigned cp = 0;
   while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      const bool control = c < 0x20 || c == 0x7f;
-      if (control && c != '\t' && !(allow_newline && c == '\n')) return i;
-      ++i;
-      continue;
-    }
-    // Validate one UTF-8 sequence (no overlongs, no surrogates).
-    std::size_t len = 0;
-    unsigned cp = 0;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return i;
-    if (i + len > s.size()) return i;
-    for (std::size_t k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    // C1 controls and the bidi overrides/isolates that can disguise text.
-    if ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069)) {
-      return i;
-    }
+    if (!decode_utf8(s, i, len, cp)) return i;
     i += len;
   }
   return std::string_view::npos;
+}
+
+std::size_t find_unsafe_text(std::string_view s, bool allow_newline) {
+  std::size_t i = 0, len = 0;
+  unsigned cp = 0;
+  while (i < s.size()) {
+    if (!decode_utf8(s, i, len, cp)) return i;
+    const bool c0 = (cp < 0x20 || cp == 0x7f) && cp != '\t' && !(allow_newline && cp == '\n');
+    // C1 controls and the bidi overrides/isolates that can disguise text.
+    const bool c1_or_bidi = (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+    if (c0 || c1_or_bidi) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string utf8_char_at(std::string_view s, std::size_t i) {
+  std::size_t len = 1;
+  unsigned cp = 0;
+  if (i >= s.size()) return "";
+  if (!decode_utf8(s, i, len, cp)) len = 1;
+  return std::string(s.substr(i, len));
 }
 
 }  // namespace gc

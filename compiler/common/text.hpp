@@ -49,4 +49,11 @@ std::string check_safe_name(std::string_view name);
 // the byte offset of the first offending byte, or npos.
 std::size_t find_unsafe_text(std::string_view s, bool allow_newline);
 
+// Decodes the UTF-8 sequence at byte i (rejecting overlongs and surrogates).
+bool decode_utf8(std::string_view s, std::size_t i, std::size_t& length, unsigned& code_point);
+// Byte offset of the first invalid UTF-8 sequence, or npos.
+std::size_t find_invalid_utf8(std::string_view s);
+// The whole UTF-8 character starting at byte i (one byte if invalid).
+std::string utf8_char_at(std::string_view s, std::size_t i);
+
 }  // namespace gc

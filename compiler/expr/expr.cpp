@@ -1,6 +1,7 @@
 #include "expr/expr.hpp"
 
 #include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -36,7 +37,7 @@ class Parser {
     NodePtr root = parse_expr();
     if (!failed_) {
       skip_space();
-      if (pos_ < text_.size()) fail(pos_, "unexpected '" + std::string(1, text_[pos_]) + "'");
+      if (pos_ < text_.size()) fail(pos_, "unexpected '" + utf8_char_at(text_, pos_) + "'");
     }
     if (failed_) {
       if (error) *error = error_;
@@ -137,29 +138,42 @@ class Parser {
       if (!failed_ && !accept(')')) fail(open, "unbalanced '(': no matching ')'");
       return inner;
     }
-    fail(pos_, "unexpected '" + std::string(1, c) + "' where a value was expected");
+    fail(pos_, "unexpected '" + utf8_char_at(text_, pos_) + "' where a value was expected");
     return nullptr;
   }
 
+  // NUMBER := digits ['.' digits] [('e' | 'E') ['+' | '-'] digits], or '.' digits ...
+  // (decimal only: no hexadecimal, inf or nan).
   NodePtr parse_number() {
     const std::size_t start = pos_;
-    const std::string rest(text_.substr(pos_));
-    char* end = nullptr;
-    const double v = std::strtod(rest.c_str(), &end);
-    const std::size_t used = static_cast<std::size_t>(end - rest.c_str());
-    if (used == 0) {
+    auto digits = [&] {
+      const std::size_t from = pos_;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+      return pos_ - from;
+    };
+    std::size_t mantissa = digits();
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      mantissa += digits();
+    }
+    if (mantissa == 0) {
       fail(start, "malformed number");
       return nullptr;
     }
-    pos_ += used;
-    if (pos_ < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) {
-      fail(start, "malformed number '" + std::string(text_.substr(start, pos_ - start + 1)) +
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      const std::size_t save = pos_++;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (digits() == 0) pos_ = save;  // "2e" is 2 followed by a name
+    }
+    if ((pos_ < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))) {
+      const std::size_t shown = std::min(text_.size(), pos_ + 1);
+      fail(start, "malformed number '" + std::string(text_.substr(start, shown - start)) +
                       "' (write '*' between a number and a name)");
       return nullptr;
     }
     auto n = std::make_shared<Node>();
     n->kind = Node::Kind::number;
-    n->value = v;
+    n->value = std::strtod(std::string(text_.substr(start, pos_ - start)).c_str(), nullptr);
     n->offset = start;
     return n;
   }

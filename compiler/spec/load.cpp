@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -25,10 +26,43 @@ enum class FileKind { spec, preset };
 
 // One parsed file, flattened.
 struct Layer {
+  std::map<std::string, std::string> sources;
   std::map<std::string, Setting> settings;
   std::map<std::string, SourceLoc> sections;
   std::set<std::string> invalid_keys;
+  bool base_failed = false;  // a base could not be loaded: its keys are unknown
 };
+
+// Line and column (in characters, as toml++ counts) of a byte offset.
+SourceLoc position_of(const std::string& text, std::size_t offset, const std::string& file) {
+  SourceLoc loc{file, 1, 1};
+  std::size_t i = 0, len = 0;
+  unsigned cp = 0;
+  while (i < offset && i < text.size()) {
+    if (text[i] == '\n') {
+      ++loc.line;
+      loc.col = 1;
+      ++i;
+      continue;
+    }
+    i += decode_utf8(text, i, len, cp) ? len : 1;
+    ++loc.col;
+  }
+  return loc;
+}
+
+// Diagnostics are one line each: control characters in quoted text are escaped.
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) out += "?";
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
 
 std::string describe(const Value& v) {
   if (v.kind == Value::Kind::list) return "array";
@@ -188,32 +222,41 @@ class FileLoader {
     file_ = label;
     kind_ = kind;
     toml::table root;
+    // toml++ reports invalid UTF-8 one character early; find it ourselves.
+    if (const std::size_t bad = find_invalid_utf8(text); bad != std::string::npos) {
+      diags_.error(position_of(text, bad, label), "TOML syntax: Encountered invalid utf-8 sequence");
+      return std::nullopt;
+    }
     try {
       root = toml::parse(text, label);
     } catch (const toml::parse_error& e) {
-      diags_.error(loc_of(e.source(), label), "TOML syntax: " + std::string(e.description()));
+      diags_.error(loc_of(e.source(), label), "TOML syntax: " + escape_controls(std::string(e.description())));
       return std::nullopt;
     }
     Layer layer;
+    layer.sources[label] = text;
     flatten(root, "", layer);
     return layer;
   }
 
  private:
   void flatten(const toml::table& table, const std::string& prefix, Layer& layer) {
-    std::map<std::string, std::string> group_members;  // exclusive group -> first key set in this file
+    // exclusive group -> the keys of it set in this table, with their locations
+    std::map<std::string, std::vector<std::pair<std::string, SourceLoc>>> groups;
     for (const auto& [key, node] : table) {
       const std::string name(key.str());
       const std::string path = prefix.empty() ? name : prefix + "." + name;
       const SourceLoc key_loc = loc_of(key.source(), file_);
       if (const auto* sub = node.as_table()) {
-        if (!is_section(path)) {
+        if (find_key(path)) {
+          diags_.error(key_loc, "'" + path + "' is a value, not a section");
+          layer.invalid_keys.insert(path);
+        } else if (!is_section(path)) {
           report_unknown_section(path, prefix, name, key_loc);
-          continue;
+        } else if (check_section_allowed(path, key_loc)) {
+          if (!layer.sections.count(path)) layer.sections[path] = loc_of(sub->source(), file_);
+          flatten(*sub, path, layer);
         }
-        if (!check_section_allowed(path, key_loc)) continue;
-        if (!layer.sections.count(path)) layer.sections[path] = loc_of(sub->source(), file_);
-        flatten(*sub, path, layer);
         continue;
       }
       const KeySpec* spec = find_key(path);
@@ -236,14 +279,20 @@ class FileLoader {
         layer.invalid_keys.insert(path);
         continue;
       }
-      if (!spec->exclusive_group.empty()) {
-        auto [it, inserted] = group_members.emplace(spec->exclusive_group, path);
-        if (!inserted) {
-          diags_.error(key_loc, "'" + path + "' and '" + it->second + "' are alternatives; set only one");
-          continue;
-        }
-      }
+      if (!spec->exclusive_group.empty()) groups[spec->exclusive_group].push_back({path, key_loc});
       layer.settings[path] = Setting{std::move(*value), key_loc};
+    }
+    // toml++ visits keys by name; report alternatives at the one written later.
+    for (auto& [group, members] : groups) {
+      if (members.size() < 2) continue;
+      std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
+        return std::pair(a.second.line, a.second.col) < std::pair(b.second.line, b.second.col);
+      });
+      for (std::size_t i = 1; i < members.size(); ++i) {
+        diags_.error(members[i].second,
+                     "'" + members[i].first + "' and '" + members[0].first + "' are alternatives; set only one");
+        layer.settings.erase(members[i].first);
+      }
     }
   }
 
@@ -264,39 +313,50 @@ class FileLoader {
 
   void report_unknown_section(const std::string& path, const std::string& prefix, const std::string& name,
                               const SourceLoc& loc) {
-    if (find_key(path)) {
-      diags_.error(loc, "'" + path + "' is a value, not a section");
-      return;
-    }
-    const std::string best = closest_match(name, subsections_of(prefix));
+    const std::string best = closest_match(name, user_sections(prefix));
     std::string hint;
     if (!best.empty()) {
       hint = "; did you mean [" + (prefix.empty() ? best : prefix + "." + best) + "]?";
     } else if (prefix.empty()) {
-      hint = " (sections: " + join(subsections_of(""), ", ") + ")";
+      hint = " (sections: " + join(user_sections(""), ", ") + ")";
     }
     diags_.error(loc, "unknown section [" + path + "]" + hint);
+  }
+
+  // Sections a user may write (the [preset] header belongs to preset files).
+  std::vector<std::string> user_sections(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (auto& s : subsections_of(prefix)) {
+      if (!(prefix.empty() && s == "preset" && kind_ == FileKind::spec)) out.push_back(s);
+    }
+    return out;
+  }
+
+  // "'std' belongs in [init.CLASS] ..." when the key exists in another section.
+  static std::string belongs_in(const std::string& name) {
+    for (const auto& k : schema()) {
+      const auto dot = k.path.rfind('.');
+      if (k.path.substr(dot + 1) != name || k.path.rfind("preset.", 0) == 0) continue;
+      const std::string section = k.path.substr(0, dot);
+      if (section.rfind("init.", 0) == 0) {
+        return "; '" + name + "' belongs in [init.CLASS] (one table per class, e.g. [init.attn_q])";
+      }
+      if (section.rfind("metrics.", 0) == 0 && find_key("metrics.sink_score." + name)) {
+        return "; '" + name + "' belongs in [metrics.NAME] (one table per metric, e.g. [metrics.sink_score])";
+      }
+      return "; '" + name + "' belongs in [" + section + "]";
+    }
+    return "";
   }
 
   void report_unknown_key(const std::string& path, const std::string& prefix, const std::string& name,
                           const SourceLoc& loc) {
     const std::string where = prefix.empty() ? "at the top level" : "in [" + prefix + "]";
     std::vector<std::string> candidates = keys_in_section(prefix);
-    for (const auto& s : subsections_of(prefix)) candidates.push_back(s);
+    for (const auto& s : user_sections(prefix)) candidates.push_back(s);
     std::string hint = did_you_mean(name, candidates);
-    if (hint.empty() && prefix.empty()) {
-      hint = " (sections: " + join(subsections_of(""), ", ") + ")";
-    }
-    if (hint.empty()) {
-      // The key may belong to another section: "norm_eps" under [train].
-      for (const auto& k : schema()) {
-        const auto dot = k.path.rfind('.');
-        if (k.path.substr(dot + 1) == name && k.path.rfind("preset.", 0) != 0) {
-          hint = "; '" + name + "' belongs in [" + k.path.substr(0, dot) + "]";
-          break;
-        }
-      }
-    }
+    if (hint.empty()) hint = belongs_in(name);
+    if (hint.empty() && prefix.empty()) hint = " (sections: " + join(user_sections(""), ", ") + ")";
     diags_.error(loc, "unknown key '" + name + "' " + where + hint);
     (void)path;
   }
@@ -326,6 +386,8 @@ void overlay(Layer& base, const Layer& top) {
   }
   for (const auto& [path, loc] : top.sections) base.sections[path] = loc;
   base.invalid_keys.insert(top.invalid_keys.begin(), top.invalid_keys.end());
+  base.base_failed = base.base_failed || top.base_failed;
+  base.sources.insert(top.sources.begin(), top.sources.end());
 }
 
 std::optional<std::string> read_file(const std::string& path) {
@@ -352,6 +414,11 @@ class ChainLoader {
 
     const Setting extends = ext->second;
     layer->settings.erase(ext);
+    if (extends.value.s.empty()) {
+      diags_.error(extends.value.loc, "'experiment.extends' must not be empty");
+      layer->base_failed = true;
+      return layer;
+    }
     const fs::path base_path = fs::path(base_dir) / extends.value.s;
     const std::string base_label = display_path(base_path);
     std::error_code ec;
@@ -359,6 +426,7 @@ class ChainLoader {
     for (const auto& seen : visiting_) {
       if (seen == canonical.string()) {
         diags_.error(extends.value.loc, "extends cycle: " + join(visiting_labels_, " -> ") + " -> " + base_label);
+        layer->base_failed = true;
         return layer;
       }
     }
@@ -366,6 +434,7 @@ class ChainLoader {
     if (!base_text) {
       diags_.error(extends.value.loc, "cannot read base spec '" + base_label + "' named by extends" +
                                           (fs::exists(base_path, ec) ? " (not a readable file)" : " (no such file)"));
+      layer->base_failed = true;
       return layer;
     }
     visiting_.push_back(canonical.string());
@@ -374,7 +443,10 @@ class ChainLoader {
     auto base = load(*base_text, base_label, base_path.parent_path().string(), chain);
     visiting_.pop_back();
     visiting_labels_.pop_back();
-    if (!base) return layer;
+    if (!base) {
+      layer->base_failed = true;
+      return layer;
+    }
     overlay(*base, *layer);
     return base;
   }
@@ -426,12 +498,62 @@ std::optional<SpecDocument> finish(std::optional<Layer> layer, const std::string
   doc.settings = std::move(layer->settings);
   doc.sections = std::move(layer->sections);
   doc.invalid_keys = std::move(layer->invalid_keys);
+  doc.incomplete = layer->base_failed;
+  doc.sources = std::move(layer->sources);
   doc.root_file = label;
   doc.chain = std::move(chain);
   return doc;
 }
 
 }  // namespace
+
+SourceLoc locate_in_string(const SpecDocument& doc, const SourceLoc& value_loc, std::size_t offset) {
+  auto it = doc.sources.find(value_loc.file);
+  if (it == doc.sources.end() || value_loc.line < 1) return value_loc;
+  const std::string& text = it->second;
+  SourceLoc at = value_loc;
+  // Byte offset of the value's first character (columns count characters).
+  std::size_t i = 0, len = 0;
+  unsigned cp = 0;
+  for (int line = 1; line < value_loc.line && i < text.size(); ++i) line += text[i] == '\n';
+  for (int col = 1; col < value_loc.col && i < text.size(); ++col) i += decode_utf8(text, i, len, cp) ? len : 1;
+  auto advance_char = [&] {
+    if (text[i] == '\n') {
+      ++at.line;
+      at.col = 1;
+      ++i;
+    } else {
+      i += decode_utf8(text, i, len, cp) ? len : 1;
+      ++at.col;
+    }
+  };
+  const bool basic = i < text.size() && text[i] == '"';
+  const bool multiline = text.compare(i, 3, basic ? "\"\"\"" : "'''") == 0;
+  for (int k = 0; k < (multiline ? 3 : 1) && i < text.size(); ++k) advance_char();
+  if (multiline && i < text.size() && text[i] == '\n') advance_char();  // TOML trims it
+  std::size_t decoded = 0;
+  while (decoded < offset && i < text.size()) {
+    if (basic && text[i] == '\\' && i + 1 < text.size()) {
+      const char e = text[i + 1];
+      if (e == 'u' || e == 'U') {
+        const unsigned value = std::stoul(text.substr(i + 2, e == 'u' ? 4 : 8), nullptr, 16);
+        decoded += value < 0x80 ? 1 : value < 0x800 ? 2 : value < 0x10000 ? 3 : 4;
+        for (int k = 0; k < (e == 'u' ? 6 : 10); ++k) advance_char();
+      } else if (multiline && (e == '\n' || e == ' ' || e == '\t' || e == '\r')) {
+        advance_char();  // line-ending backslash: skips all following whitespace
+        while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) advance_char();
+      } else {
+        decoded += 1;
+        advance_char();
+        advance_char();
+      }
+      continue;
+    }
+    decoded += decode_utf8(text, i, len, cp) ? len : 1;
+    advance_char();
+  }
+  return at;
+}
 
 std::optional<SpecDocument> load_document_text(const std::string& text, const std::string& label,
                                                const std::string& base_dir, Diagnostics& diags) {

@@ -24,9 +24,17 @@ struct SpecDocument {
   std::map<std::string, SourceLoc> sections;
   // Keys written with an unusable value (already reported): not "missing".
   std::set<std::string> invalid_keys;
+  // A base named by extends could not be loaded (already reported): keys it
+  // would have set are unknown, so none is reported missing.
+  bool incomplete = false;
   std::string root_file;
   std::vector<std::string> chain;  // root first, then its bases, then the preset
+  std::map<std::string, std::string> sources;  // file label -> text, for precise locations
 };
+
+// Where the character at `offset` of a string value's decoded text was
+// written: follows escapes and the lines of multi-line strings.
+SourceLoc locate_in_string(const SpecDocument& doc, const SourceLoc& value_loc, std::size_t offset);
 
 // Reads `path`; reports every problem to `diags`. Returns the document even
 // when there were errors in keys (so later checks can still run and report

@@ -23,6 +23,8 @@ class Reader {
     return it == doc_.settings.end() ? nullptr : &it->second;
   }
   bool has(const std::string& path) const { return explicit_setting(path) != nullptr; }
+  bool is_invalid(const std::string& path) const { return doc_.invalid_keys.count(path) > 0; }
+  bool incomplete() const { return doc_.incomplete; }
 
   // The explicit value or the schema default; nullptr if neither (reported
   // as missing when `required_here`).
@@ -96,9 +98,7 @@ class Reader {
     expr::Error err;
     auto e = expr::Expr::parse(v->s, formula_variables(k->scope), &err);
     if (!e) {
-      SourceLoc at = v->loc;
-      if (at.line > 0) at.col += 1 + static_cast<int>(err.offset);  // past the opening quote
-      diags_.error(at, "in '" + path + "': " + err.message);
+      diags_.error(locate_in_string(doc_, v->loc, err.offset), "in '" + path + "': " + err.message);
       return std::nullopt;
     }
     f.expr = std::move(*e);
@@ -115,7 +115,7 @@ class Reader {
   }
 
   void report_missing(const std::string& path) {
-    if (doc_.invalid_keys.count(path)) return;  // its bad value was reported already
+    if (doc_.invalid_keys.count(path) || doc_.incomplete) return;  // reported already
     const auto dot = path.rfind('.');
     const std::string section = path.substr(0, dot);
     diags_.error(section_loc(path),
@@ -335,7 +335,8 @@ void build_schedule_and_train(Reader& r, Spec& spec) {
   }
   if (r.has("train.steps")) t.steps = r.integer("train.steps");
   if (r.has("train.tokens")) t.tokens = r.integer("train.tokens");
-  if (!t.steps && !t.tokens) {
+  const bool length_reported = r.is_invalid("train.steps") || r.is_invalid("train.tokens") || r.incomplete();
+  if (!t.steps && !t.tokens && !length_reported) {
     r.diags().error(r.key_loc("train.steps"), "missing training length: set 'steps' or 'tokens' in [train]");
   }
   t.precision = r.choice<Precision>("train.precision", {{"bf16", Precision::bf16}, {"fp32", Precision::fp32}});
@@ -414,12 +415,15 @@ void build_distributed(Reader& r, Spec& spec) {
 
 void warn_ignored_moe_keys(const SpecDocument& doc, const Spec& spec, Diagnostics& diags) {
   if (spec.model.arch == Arch::moe) return;
-  for (const auto& [path, setting] : doc.settings) {
-    if (path.rfind("moe.", 0) == 0) {
-      diags.warning(setting.key_loc, "'" + path + "' has no effect: 'model.arch' is \"dense\"");
-      return;  // one warning is enough
+  const std::pair<const std::string, Setting>* first = nullptr;  // one warning, at the first moe key written
+  for (const auto& entry : doc.settings) {
+    if (entry.first.rfind("moe.", 0) != 0) continue;
+    const SourceLoc& l = entry.second.key_loc;
+    if (!first || std::pair(l.line, l.col) < std::pair(first->second.key_loc.line, first->second.key_loc.col)) {
+      first = &entry;
     }
   }
+  if (first) diags.warning(first->second.key_loc, "'" + first->first + "' has no effect: 'model.arch' is \"dense\"");
 }
 
 std::optional<Spec> build(std::optional<SpecDocument> doc, Diagnostics& diags) {
