@@ -117,6 +117,8 @@ int diff_command(const std::string& spec_a, const std::string& spec_b) {
       const fs::path file = root / label / path;
       fs::create_directories(file.parent_path(), ec);
       std::ofstream(file, std::ios::binary) << text;
+      // A fixed time stamp, so the diff's headers do not change run to run.
+      fs::last_write_time(file, fs::file_time_type{}, ec);
     }
   }
   const std::string cmd = "cd " + shell_quote(root.string()) + " && diff -ruN a b";

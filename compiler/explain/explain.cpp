@@ -111,7 +111,7 @@ void model_section(std::ostringstream& o, const Plan& plan) {
     const auto& e = s.moe;
     o << "  MoE: " << e.n_experts << " routed experts (top-" << e.top_k << ", d_ff " << e.expert_d_ff << "), "
       << e.n_shared_experts << " shared (d_ff " << e.shared_d_ff << "); " << e.n_dense_layers
-      << " dense layer(s) of d_ff " << e.dense_d_ff << "\n";
+      << (e.n_dense_layers == 1 ? " dense layer" : " dense layers") << " of d_ff " << e.dense_d_ff << "\n";
   }
   std::vector<int> dense, moe;
   for (const auto& l : plan.layers) (l.kind == LayerKind::moe ? moe : dense).push_back(l.index);
@@ -176,8 +176,10 @@ void schedule_section(std::ostringstream& o, const Plan& plan) {
                       : plan.spec.schedule.decay == Decay::linear ? "linear"
                                                                   : "constant";
   o << "Training: " << s.total_steps << " steps × " << t.global_batch << " sequences × " << t.seq_len << " tokens = "
-    << format_count(double(s.total_tokens)) << " tokens; micro-batch " << t.micro_batch << " (" << s.grad_accum
-    << " accumulation steps); " << (t.precision == Precision::bf16 ? "bf16" : "fp32") << "\n";
+    << format_count(double(s.total_tokens)) << " tokens; micro-batch " << t.micro_batch << " ("
+    << (s.grad_accum == 1 ? std::string("no gradient accumulation")
+                          : std::to_string(s.grad_accum) + " accumulation steps")
+    << "); " << (t.precision == Precision::bf16 ? "bf16" : "fp32") << "\n";
   o << "  schedule: " << s.warmup_steps << " warm-up steps, then " << decay << " to "
     << format_double(plan.spec.schedule.min_lr_ratio) << " × lr\n";
   const auto& f = plan.flops;

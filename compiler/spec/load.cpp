@@ -399,6 +399,31 @@ std::optional<std::string> read_file(const std::string& path) {
   return ss.str();
 }
 
+// The preset a file names with init.preset, parsed, or nullopt.
+std::optional<Layer> load_named_preset(const Layer& file_layer, std::vector<std::string>& chain, Diagnostics& diags) {
+  auto it = file_layer.settings.find("init.preset");
+  if (it == file_layer.settings.end()) return std::nullopt;
+  const Value& name = it->second.value;
+  const std::string* text = preset_source(name.s);
+  if (!text) {
+    diags.error(name.loc, "unknown init preset \"" + name.s + "\"" + did_you_mean(name.s, preset_names(), "\"") +
+                              " (presets: " + join(preset_names(), ", ") + ")");
+    return std::nullopt;
+  }
+  const std::string label = "specs/presets/" + name.s + ".toml";
+  FileLoader loader(diags);
+  auto preset = loader.parse(*text, label, FileKind::preset);
+  if (!preset) return std::nullopt;
+  auto declared = preset->settings.find("preset.name");
+  if (declared == preset->settings.end() || declared->second.value.s != name.s) {
+    diags.error(declared == preset->settings.end() ? SourceLoc{label, 1, 1} : declared->second.value.loc,
+                "a preset's [preset] name must equal its file name (\"" + name.s + "\")");
+    return std::nullopt;
+  }
+  chain.push_back(label);
+  return preset;
+}
+
 class ChainLoader {
  public:
   explicit ChainLoader(Diagnostics& diags) : diags_(diags) {}
@@ -409,6 +434,16 @@ class ChainLoader {
     FileLoader loader(diags_);
     auto layer = loader.parse(text, label, FileKind::spec);
     if (!layer) return std::nullopt;
+    // A preset sits directly under the file that names it: above that file's
+    // bases (so a base's generic init keys do not undo the preset), below
+    // the file itself (whose keys override the preset).
+    if (auto preset = load_named_preset(*layer, chain, diags_)) {
+      overlay(*preset, *layer);
+      for (const char* k : {"preset.name", "preset.description", "preset.source", "preset.scope"}) {
+        preset->settings.erase(k);
+      }
+      layer = std::move(preset);
+    }
     auto ext = layer->settings.find("experiment.extends");
     if (ext == layer->settings.end()) return layer;
 
@@ -464,36 +499,9 @@ class ChainLoader {
   std::vector<std::string> visiting_labels_;
 };
 
-// Merges the named preset under the merged spec layer.
-void apply_preset(Layer& spec_layer, std::vector<std::string>& chain, Diagnostics& diags) {
-  auto it = spec_layer.settings.find("init.preset");
-  if (it == spec_layer.settings.end()) return;
-  const Value& name = it->second.value;
-  const std::string* text = preset_source(name.s);
-  if (!text) {
-    diags.error(name.loc, "unknown init preset \"" + name.s + "\"" + did_you_mean(name.s, preset_names(), "\"") +
-                              " (presets: " + join(preset_names(), ", ") + ")");
-    return;
-  }
-  const std::string label = "specs/presets/" + name.s + ".toml";
-  FileLoader loader(diags);
-  auto preset = loader.parse(*text, label, FileKind::preset);
-  if (!preset) return;
-  auto declared = preset->settings.find("preset.name");
-  if (declared == preset->settings.end() || declared->second.value.s != name.s) {
-    diags.error(declared == preset->settings.end() ? SourceLoc{label, 1, 1} : declared->second.value.loc,
-                "a preset's [preset] name must equal its file name (\"" + name.s + "\")");
-    return;
-  }
-  chain.push_back(label);
-  overlay(*preset, spec_layer);
-  spec_layer = std::move(*preset);
-}
-
 std::optional<SpecDocument> finish(std::optional<Layer> layer, const std::string& label,
                                    std::vector<std::string> chain, Diagnostics& diags) {
   if (!layer) return std::nullopt;
-  apply_preset(*layer, chain, diags);
   SpecDocument doc;
   doc.settings = std::move(layer->settings);
   doc.sections = std::move(layer->sections);

@@ -402,7 +402,7 @@ void add_data(Builder& b) {
   format.choices = {"llmc", "text", "synthetic"};
   example(format, "\"llmc\"");
   example(derived(b.add("data.train", KeyType::string,
-                        "Training data: a file, directory or glob, relative to the spec file."),
+                        "Training data: a file, directory or glob; a relative path is relative to the spec file that sets it."),
                   "required for llmc and text"),
           "\"data/fineweb_train_*.bin\"");
   example(b.add("data.val", KeyType::string,
@@ -426,7 +426,7 @@ void add_data(Builder& b) {
           "[\".txt\"]");
   // choice_list without choices = any non-empty strings
   example(with_default(b.add("data.cache_dir", KeyType::string,
-                             "Where tokenized text is cached, relative to the spec file."),
+                             "Where tokenized text is cached; relative to the spec file that sets it (or the root spec)."),
                        Value::string(".gcompile-cache")),
           "\"/scratch/gc-cache\"");
   auto& task = with_default(b.add("data.synthetic_task", KeyType::choice, "synthetic: which task to generate."),
