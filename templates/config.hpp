@@ -77,3 +77,12 @@ static_assert(kHeads % kKvHeads == 0, "n_heads must be divisible by n_kv_heads")
 static_assert(kSeqLen <= kMaxSeqLen, "seq_len exceeds max_seq_len");
 
 }  // namespace gcm
+
+namespace gcm {
+// --- data and provenance (resolved by gcompile when it generates the tree)
+inline constexpr const char* kTrainData = gc::knob<const char*>("plan.train_data", "");
+inline constexpr const char* kValData = gc::knob<const char*>("plan.val_data", "");
+inline constexpr const char* kVocabFile = gc::knob<const char*>("plan.vocab_file", "");
+inline constexpr const char* kSpecHash = gc::knob<const char*>("plan.spec_hash", "");
+inline constexpr const char* kGcompileVersion = gc::knob<const char*>("plan.gcompile_version", "");
+}  // namespace gcm

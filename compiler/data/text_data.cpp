@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <glob.h>
+#include <random>
 #include <sstream>
 #include <unistd.h>
 
@@ -20,15 +21,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path spec_dir(const Spec& spec) {
-  const fs::path dir = fs::path(spec.file).parent_path();
-  return dir.empty() ? fs::path(".") : dir;
-}
-
-// A spec path: absolute as written, else relative to the spec's directory.
-fs::path resolve(const Spec& spec, const std::string& path) {
+// A data path: absolute as written, else relative to the directory of the
+// file that set it (a base spec's paths stay relative to the base).
+fs::path resolve(const Spec& spec, const std::string& key, const std::string& path) {
   const fs::path p(path);
-  return fs::absolute(p.is_absolute() ? p : spec_dir(spec) / p).lexically_normal();
+  if (p.is_absolute()) return p.lexically_normal();
+  fs::path dir = fs::path(spec.where(key).file).parent_path();
+  if (dir.empty()) dir = ".";
+  return fs::absolute(dir / p).lexically_normal();
 }
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
@@ -46,7 +46,7 @@ std::vector<fs::path> expand_glob(const std::string& pattern) {
 
 // The text files of a data.train setting, sorted by path.
 std::vector<fs::path> text_files(const Spec& spec, Diagnostics& diags) {
-  const fs::path root = resolve(spec, spec.data.train);
+  const fs::path root = resolve(spec, "data.train", spec.data.train);
   std::vector<fs::path> files;
   std::error_code ec;
   if (has_glob_chars(spec.data.train)) {
@@ -164,12 +164,79 @@ bool write_text_file(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+// Synthetic tasks, one example per sequence-sized chunk: [BOS] x SEP f(x),
+// where x is a random token string and f copies, reverses or sorts it.
+std::vector<std::uint32_t> synthetic_tokens(const Spec& spec, std::uint64_t seed, std::int64_t count) {
+  std::mt19937_64 rng(seed);
+  const std::uint32_t first = 3, span = std::uint32_t(std::max<std::int64_t>(1, spec.model.vocab_size - first));
+  const std::int64_t length = std::max<std::int64_t>(1, std::min<std::int64_t>(32, (spec.train.seq_len - 2) / 2));
+  std::vector<std::uint32_t> out;
+  out.reserve(std::size_t(count));
+  while (std::int64_t(out.size()) < count) {
+    std::vector<std::uint32_t> x(std::size_t(rng() % std::uint64_t(length)) + 1);
+    for (auto& t : x) t = first + std::uint32_t(rng() % span);
+    std::vector<std::uint32_t> y = x;
+    if (spec.data.synthetic_task == "reverse") std::reverse(y.begin(), y.end());
+    if (spec.data.synthetic_task == "sort") std::sort(y.begin(), y.end());
+    out.push_back(1);  // BOS
+    out.insert(out.end(), x.begin(), x.end());
+    out.push_back(2);  // separator
+    out.insert(out.end(), y.begin(), y.end());
+  }
+  out.resize(std::size_t(count));
+  return out;
+}
+
+std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_tokens, Diagnostics& diags) {
+  PreparedData out;
+  const std::string key = sha256_hex("gcompile-synthetic-v1\n" + spec.data.synthetic_task + "\n" +
+                                     std::to_string(spec.model.vocab_size) + "\n" + std::to_string(spec.train.seq_len) +
+                                     "\n" + std::to_string(spec.experiment.seed) + "\n" + std::to_string(train_tokens))
+                              .substr(0, 16);
+  const fs::path cache = resolve(spec, "data.cache_dir", spec.data.cache_dir) / (spec.experiment.name + "-synthetic-" + key);
+  out.train = (cache / "train.bin").string();
+  out.val = (cache / "val.bin").string();
+  std::error_code ec;
+  if (fs::exists(cache / "complete", ec)) {
+    out.reused = true;
+    return out;
+  }
+  const fs::path staging = cache.string() + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  try {
+    rt::write_token_shard((staging / "train.bin").string(), synthetic_tokens(spec, spec.experiment.seed, train_tokens),
+                          spec.model.vocab_size);
+    rt::write_token_shard((staging / "val.bin").string(),
+                          synthetic_tokens(spec, spec.experiment.seed ^ 0x9e3779b97f4a7c15ull, 1 << 16),
+                          spec.model.vocab_size);
+  } catch (const std::exception& e) {
+    diags.error({staging.string(), 0, 0}, e.what());
+    return std::nullopt;
+  }
+  std::ofstream(staging / "complete") << train_tokens << "\n";
+  fs::remove_all(cache, ec);
+  fs::rename(staging, cache, ec);
+  if (ec) {
+    diags.error({cache.string(), 0, 0}, "cannot move synthetic data into place: " + ec.message());
+    return std::nullopt;
+  }
+  out.train_tokens = train_tokens;
+  out.val_tokens = 1 << 16;
+  return out;
+}
+
 std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
   PreparedData out;
-  if (spec.data.format == DataFormat::synthetic) return out;
+  if (spec.data.format == DataFormat::synthetic) {
+    // Enough for the whole run (the reader wraps around), within reason.
+    const std::int64_t needed = std::int64_t(spec.train.global_batch) * (spec.train.seq_len + 1) *
+                                (spec.train.steps ? *spec.train.steps : 1000);
+    return synthetic_data(spec, std::clamp<std::int64_t>(needed, 1 << 16, 1 << 24), diags);
+  }
   if (spec.data.format == DataFormat::llmc) {
-    out.train = resolve(spec, spec.data.train).string();
-    out.val = resolve(spec, spec.data.val).string();
+    out.train = resolve(spec, "data.train", spec.data.train).string();
+    out.val = resolve(spec, "data.val", spec.data.val).string();
     return out;
   }
   const std::vector<fs::path> files = text_files(spec, diags);
@@ -185,15 +252,15 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
   }
   std::string tokenizer;
   if (!spec.data.tokenizer.empty()) {
-    auto model = read_all(resolve(spec, spec.data.tokenizer));
+    auto model = read_all(resolve(spec, "data.tokenizer", spec.data.tokenizer));
     if (!model) {
       diags.error(spec.where("data.tokenizer"), "cannot read tokenizer model '" +
-                                                    resolve(spec, spec.data.tokenizer).string() + "'");
+                                                    resolve(spec, "data.tokenizer", spec.data.tokenizer).string() + "'");
       return std::nullopt;
     }
     tokenizer = std::move(*model);
   }
-  const fs::path cache = resolve(spec, spec.data.cache_dir) /
+  const fs::path cache = resolve(spec, "data.cache_dir", spec.data.cache_dir) /
                          (spec.experiment.name + "-" + cache_key(spec, files, docs, tokenizer));
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();

@@ -36,7 +36,8 @@ std::optional<Tree> tree_of(const std::string& spec_path, Diagnostics& diags) {
   if (!spec) return std::nullopt;
   auto plan = make_plan(*spec, diags);
   if (!plan) return std::nullopt;
-  return generate_tree(*plan, diags);
+  // Diffs compare code, not data: no tokenization here.
+  return generate_tree(*plan, PreparedData{}, diags);
 }
 
 void report(const Diagnostics& diags, const std::string& spec) {
@@ -74,7 +75,17 @@ int generate_command(const GenerateOptions& options) {
   std::optional<Plan> plan;
   if (spec) plan = make_plan(*spec, diags);
   std::optional<Tree> tree;
-  if (plan) tree = generate_tree(*plan, diags);
+  std::optional<PreparedData> data;
+  if (plan) {
+    if (plan->spec.data.format == DataFormat::text) std::cerr << "gcompile: preparing text data...\n";
+    data = prepare_data(plan->spec, diags);
+  }
+  if (data) {
+    if (plan->spec.data.format != DataFormat::llmc) {
+      std::cerr << "gcompile: data " << (data->reused ? "(cached) " : "") << data->train << "\n";
+    }
+    tree = generate_tree(*plan, *data, diags);
+  }
   const std::string dir = options.out_dir.empty() && plan ? "generated/" + plan->spec.experiment.name : options.out_dir;
   if (tree && !write_tree(*tree, dir, diags)) tree.reset();
   report(diags, options.spec);

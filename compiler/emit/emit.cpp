@@ -36,9 +36,11 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::vector<TemplateFile> template_inputs() {
+// The templates, with the default plan.hpp replaced by this plan's: the
+// pruner must evaluate conditions against the real parameter table.
+std::vector<TemplateFile> template_inputs(const std::string& plan_hpp) {
   std::vector<TemplateFile> out;
-  for (const auto& f : embedded_templates()) out.push_back({f.path, f.text});
+  for (const auto& f : embedded_templates()) out.push_back({f.path, f.path == "plan.hpp" ? plan_hpp : f.text});
   return out;
 }
 
@@ -110,15 +112,22 @@ std::string sha256_hex(const std::string& text) {
   return out;
 }
 
-std::optional<Tree> generate_tree(const Plan& plan, Diagnostics& diags) {
+std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Diagnostics& diags) {
   if (plan.spec.model.arch == Arch::moe) {
     diags.error(plan.spec.where("model.arch"),
                 "code generation supports dense models so far; the MoE backend is not written yet "
                 "(use `gcompile explain` to inspect MoE plans)");
     return std::nullopt;
   }
-  std::vector<TemplateFile> inputs = template_inputs();
-  auto specialized = specialize(inputs, "/gcompile/templates", "templates", knob_table(plan), default_toolchain(), diags);
+  const std::string plan_hpp = plan_header(plan, banner(plan, "//", "") + "\n");
+  std::vector<TemplateFile> inputs = template_inputs(plan_hpp);
+  // The runtime is visible to the parser as "runtime/..." (as in the tree).
+  std::map<std::string, std::string> runtime;
+  for (const auto& f : embedded_runtime()) runtime["/gcompile/runtime/" + f.path] = f.text;
+  Toolchain toolchain = default_toolchain();
+  toolchain.include_dirs.push_back("/gcompile");
+  auto specialized = specialize(inputs, "/gcompile/templates", "templates", knob_table(plan, data), toolchain, diags,
+                                runtime);
   if (!specialized || !check_keys_consumed(plan, specialized->used_knobs, diags)) return std::nullopt;
 
   Tree tree;
@@ -126,11 +135,10 @@ std::optional<Tree> generate_tree(const Plan& plan, Diagnostics& diags) {
   for (const auto& f : specialized->files) {
     if (f.path == "gc/knob.hpp") continue;  // knobs are folded; nothing includes it any more
     const std::string path = "src/" + f.path;
-    tree.files[path] = banner(plan, "//", "template templates/" + f.path) + "\n" + f.text;
+    tree.files[path] = f.path == "plan.hpp" ? plan_hpp : banner(plan, "//", "template templates/" + f.path) + "\n" + f.text;
     if (ends_with(path, ".cu")) cuda_sources.push_back(path);
     if (ends_with(path, ".cpp")) sources.push_back(path);
   }
-  tree.files["src/plan.hpp"] = plan_header(plan, banner(plan, "//", "") + "\n");
   for (const auto& f : embedded_runtime()) tree.files["runtime/" + f.path] = f.text;
   for (const auto& f : embedded_third_party()) tree.files["runtime/third_party/" + f.path] = f.text;
   for (const auto& [path, text] : tree.files) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/diagnostics.hpp"
+#include "data/text_data.hpp"
 #include "plan/plan.hpp"
 #include "specialize/specialize.hpp"
 
@@ -20,7 +21,8 @@ struct Tree {
 
 // Builds the tree in memory. Fails (with diagnostics) when a template does not
 // specialize, or when a spec key is consumed by no knob and no emitted table.
-std::optional<Tree> generate_tree(const Plan& plan, Diagnostics& diags);
+// `data` names the token shards the train binary reads (prepare_data).
+std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Diagnostics& diags);
 
 // Writes `tree` to `dir` atomically: into a sibling temporary directory first,
 // then renamed over `dir` (the previous tree stays intact until then). A
@@ -28,7 +30,7 @@ std::optional<Tree> generate_tree(const Plan& plan, Diagnostics& diags);
 bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags);
 
 // The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
-KnobTable knob_table(const Plan& plan);
+KnobTable knob_table(const Plan& plan, const PreparedData& data);
 
 // Spec keys the emitter consumes through its own tables (not through knobs).
 bool consumed_by_tables(const std::string& key);

@@ -1,8 +1,9 @@
+#include "common/version.hpp"
 #include "emit/emit.hpp"
 
 namespace gc {
 
-KnobTable knob_table(const Plan& plan) {
+KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   KnobTable t;
   for (const auto& [key, value] : plan.spec.resolved) {
     if (value.kind != Value::Kind::list) t[key] = value;
@@ -16,6 +17,11 @@ KnobTable knob_table(const Plan& plan) {
   t["plan.warmup_steps"] = Value::integer(plan.schedule.warmup_steps);
   t["plan.total_steps"] = Value::integer(plan.schedule.total_steps);
   t["plan.grad_accum"] = Value::integer(plan.schedule.grad_accum);
+  t["plan.train_data"] = Value::string(data.train);
+  t["plan.val_data"] = Value::string(data.val);
+  t["plan.vocab_file"] = Value::string(data.vocab_file);
+  t["plan.spec_hash"] = Value::string(sha256_hex(resolved_toml(plan.spec)));
+  t["plan.gcompile_version"] = Value::string(kVersion);
   return t;
 }
 

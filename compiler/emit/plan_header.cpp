@@ -1,6 +1,7 @@
 // plan.hpp: what varies per tensor (names, shapes, init rules, optimizer
 // settings) as constexpr tables, in the order of the plan's parameter table.
 #include <sstream>
+#include <vector>
 
 #include "common/text.hpp"
 #include "emit/emit.hpp"
@@ -23,6 +24,57 @@ std::string literal(double v) {
   std::string s = format_double(v);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
+}
+
+// The fields of LayerParams, each with the tensor name (after
+// "model.layers.N.") whose row index it holds; -1 when the layer lacks it.
+const std::vector<std::pair<const char*, const char*>>& layer_fields() {
+  static const std::vector<std::pair<const char*, const char*>> fields = {
+      {"input_norm", "input_layernorm.weight"},
+      {"q", "self_attn.q_proj.weight"},
+      {"k", "self_attn.k_proj.weight"},
+      {"v", "self_attn.v_proj.weight"},
+      {"q_norm", "self_attn.q_norm.weight"},
+      {"k_norm", "self_attn.k_norm.weight"},
+      {"gate", "self_attn.gate_proj.weight"},
+      {"o", "self_attn.o_proj.weight"},
+      {"attn_out_norm", "self_attn.out_norm.weight"},
+      {"post_attn_norm", "post_attention_layernorm.weight"},
+      {"mlp_gate", "mlp.gate_proj.weight"},
+      {"mlp_up", "mlp.up_proj.weight"},
+      {"mlp_down", "mlp.down_proj.weight"},
+      {"mlp_out_norm", "mlp.out_norm.weight"},
+  };
+  return fields;
+}
+
+int index_of(const Plan& plan, const std::string& name) {
+  for (std::size_t i = 0; i < plan.params.size(); ++i) {
+    if (plan.params[i].name == name) return int(i);
+  }
+  return -1;
+}
+
+void layer_index_tables(std::ostringstream& o, const Plan& plan) {
+  o << "// Row indices into kParams (-1: the model has no such tensor).\n";
+  o << "inline constexpr int kParamEmbed = " << index_of(plan, "model.embed_tokens.weight") << ";\n";
+  o << "inline constexpr int kParamEmbedNorm = " << index_of(plan, "model.embed_norm.weight") << ";\n";
+  o << "inline constexpr int kParamFinalNorm = " << index_of(plan, "model.norm.weight") << ";\n";
+  o << "inline constexpr int kParamLmHead = " << index_of(plan, "lm_head.weight") << ";\n\n";
+  o << "struct LayerParams {\n";
+  for (const auto& f : layer_fields()) o << "  int " << f.first << ";\n";
+  o << "};\n\n";
+  o << "inline constexpr int kNumLayers = " << plan.layers.size() << ";\n";
+  o << "inline constexpr LayerParams kLayerParams[kNumLayers] = {\n";
+  for (const auto& layer : plan.layers) {
+    const std::string prefix = "model.layers." + std::to_string(layer.index) + ".";
+    o << "    {";
+    for (std::size_t i = 0; i < layer_fields().size(); ++i) {
+      o << (i ? ", " : "") << index_of(plan, prefix + layer_fields()[i].second);
+    }
+    o << "},\n";
+  }
+  o << "};\n\n";
 }
 
 }  // namespace
@@ -58,7 +110,9 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
     o << "}, " << p.numel() << ", " << dist_enum(p) << ", " << literal(p.std) << ", " << literal(p.cutoff) << ", "
       << literal(p.lr_mult) << ", " << literal(p.weight_decay) << "},\n";
   }
-  o << "};\n\n}  // namespace gcm\n";
+  o << "};\n\n";
+  layer_index_tables(o, plan);
+  o << "}  // namespace gcm\n";
   return o.str();
 }
 

@@ -39,7 +39,7 @@ class KnobVisitor : public clang::RecursiveASTVisitor<KnobVisitor> {
     if (!call) return true;
     const clang::FunctionDecl* callee = call->getDirectCallee();
     if (!callee || callee->getQualifiedNameAsString() != "gc::knob") return true;
-    if (!sm_.isWrittenInMainFile(sm_.getExpansionLoc(call->getBeginLoc()))) return true;
+    if (sm_.getFilename(sm_.getExpansionLoc(call->getBeginLoc())) != ctx_.target) return true;
     const SourceLoc where = to_source_loc(sm_, call->getBeginLoc(), *ctx_.labels);
     if (!var->isConstexpr()) {
       ctx_.diags->error(where, "knob '" + var->getNameAsString() + "' must be declared constexpr");
@@ -144,11 +144,11 @@ class KnobIncludeFinder : public clang::PPCallbacks {
   void InclusionDirective(clang::SourceLocation hash, const clang::Token&, llvm::StringRef file_name, bool,
                           clang::CharSourceRange filename_range, clang::OptionalFileEntryRef, llvm::StringRef,
                           llvm::StringRef, const clang::Module*, bool, clang::SrcMgr::CharacteristicKind) override {
-    if (!sm_.isWrittenInMainFile(hash) || file_name != "gc/knob.hpp") return;
+    if (sm_.getFilename(hash) != ctx_.target || file_name != "gc/knob.hpp") return;
     Edit e;
     e.begin = sm_.getFileOffset(hash);
     e.end = sm_.getFileOffset(filename_range.getEnd());
-    const llvm::StringRef buffer = sm_.getBufferData(sm_.getMainFileID());
+    const llvm::StringRef buffer = sm_.getBufferData(sm_.getFileID(hash));
     if (e.end < buffer.size() && buffer[e.end] == '\n') ++e.end;  // the whole line
     ctx_.edits.push_back(std::move(e));
   }

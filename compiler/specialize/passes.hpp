@@ -17,6 +17,7 @@
 namespace gc {
 
 struct PassContext {
+  std::string target;  // absolute path of the file being specialized (edits apply to it only)
   const KnobTable* knobs = nullptr;
   const std::map<std::string, std::string>* labels = nullptr;  // absolute path -> diagnostic path
   Diagnostics* diags = nullptr;

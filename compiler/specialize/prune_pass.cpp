@@ -21,7 +21,7 @@ class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
 
   bool VisitIfStmt(clang::IfStmt* s) {
     if (!s->isConstexpr() || s->getInit() || s->getConditionVariable()) return true;
-    if (s->getBeginLoc().isMacroID() || !sm_.isWrittenInMainFile(s->getBeginLoc())) return true;
+    if (s->getBeginLoc().isMacroID() || sm_.getFilename(s->getBeginLoc()) != ctx_.target) return true;
     const clang::Expr* cond = s->getCond();
     if (cond->isValueDependent() || cond->isInstantiationDependent()) return true;  // decided per instantiation
     bool taken = false;

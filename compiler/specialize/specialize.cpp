@@ -11,8 +11,17 @@ namespace gc {
 
 namespace {
 
+bool is_header(const std::string& path) {
+  for (const char* ext : {".hpp", ".h", ".cuh"}) {
+    const std::string e(ext);
+    if (path.size() > e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
+
 struct Workspace {
   std::map<std::string, std::string> texts;   // absolute path -> current text
+  std::map<std::string, std::string> extra;   // mapped in, never specialized (the runtime)
   std::map<std::string, std::string> labels;  // absolute path -> diagnostic path
   std::vector<std::string> order;             // absolute paths, in input order
 };
@@ -25,10 +34,19 @@ bool run_pass(Workspace& ws, const std::string& include_root, const KnobTable& k
   bool ok = true;
   for (const auto& path : ws.order) {
     PassContext ctx;
+    ctx.target = path;
     ctx.knobs = &knobs;
     ctx.labels = &ws.labels;
     ctx.diags = &diags;
-    ParseRequest request{path, ws.texts, ws.labels, &toolchain, include_root};
+    std::map<std::string, std::string> files = ws.texts;
+    files.insert(ws.extra.begin(), ws.extra.end());
+    // A header is parsed through a one-line translation unit that includes it.
+    std::string main_path = path;
+    if (is_header(path)) {
+      main_path = path + (path.size() > 4 && path.compare(path.size() - 4, 4, ".cuh") == 0 ? ".gc-main.cu" : ".gc-main.cpp");
+      files[main_path] = "#include \"" + path + "\"\n";
+    }
+    ParseRequest request{main_path, files, ws.labels, &toolchain, include_root};
     const std::size_t errors_before = diags.error_count();
     const bool parsed = run_clang(request, knob_pass ? make_knob_action(ctx) : make_prune_action(ctx), diags);
     if (!parsed || diags.error_count() > errors_before) {
@@ -53,8 +71,10 @@ Toolchain default_toolchain() {
 
 std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& templates, const std::string& include_root,
                                            const std::string& label_root, const KnobTable& knobs,
-                                           const Toolchain& toolchain, Diagnostics& diags) {
+                                           const Toolchain& toolchain, Diagnostics& diags,
+                                           const std::map<std::string, std::string>& extra_files) {
   Workspace ws;
+  ws.extra = extra_files;
   for (const auto& t : templates) {
     const std::string abs = include_root + "/" + t.path;
     ws.texts[abs] = t.text;

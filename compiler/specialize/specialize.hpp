@@ -53,10 +53,12 @@ struct SpecializeResult {
 // Specializes a set of templates together: headers among them are seen by the
 // others in their specialized form. `include_root` is the absolute directory
 // the templates' paths are relative to; diagnostics name files as
-// `label_root/path`. Returns nullopt on any error.
+// `label_root/path`. `extra_files` (absolute path -> text) are visible to the
+// parser but not specialized (the runtime). Returns nullopt on any error.
 std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& templates, const std::string& include_root,
                                            const std::string& label_root, const KnobTable& knobs,
-                                           const Toolchain& toolchain, Diagnostics& diags);
+                                           const Toolchain& toolchain, Diagnostics& diags,
+                                           const std::map<std::string, std::string>& extra_files = {});
 
 // Formats C++/CUDA source with the project's style (clang-format library).
 std::string format_source(const std::string& path, const std::string& text);

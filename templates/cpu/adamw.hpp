@@ -1,0 +1,98 @@
+// AdamW (Loshchilov & Hutter 2019) with decoupled weight decay as in seed 003 eq. 1:
+//
+//   g   = clip · grad
+//   m   = β1 m + (1 − β1) g            m̂ = m / (1 − β1^t)
+//   v   = β2 v + (1 − β2) g²           v̂ = v / (1 − β2^t)
+//   θ  ← θ − η_t · m̂ / (sqrt(v̂) + ε) − η_t · λ · θ       (decay uses the pre-update θ)
+//
+// η_t is passed per call, already multiplied by the schedule and the class lr multiplier; λ is
+// the tensor's decay (0 for no-decay groups); t counts steps from 1. This equals PyTorch's
+// AdamW (θ ← θ(1 − ηλ), then the Adam step). Element updates are independent, so any thread
+// count gives the same bits; arithmetic is in double, moments are stored as T.
+//
+// Gradient clipping: global_grad_norm sums squares in double over fixed-size chunks (per-chunk
+// partials added serially in chunk order), so the norm does not depend on the thread count;
+// clip_scale matches torch.nn.utils.clip_grad_norm_ (max_norm / (norm + 1e-6), at most 1).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace gcm::cpu {
+
+struct AdamWHyper {
+  double lr;  // η_t
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;  // λ
+  std::int64_t step;    // t ≥ 1
+};
+
+template <typename T>
+void adamw_step(T* param, T* m, T* v, const T* grad, std::int64_t n, const AdamWHyper& hp, double grad_scale = 1.0) {
+  const double bias1 = 1.0 - std::pow(hp.beta1, double(hp.step));
+  const double bias2 = 1.0 - std::pow(hp.beta2, double(hp.step));
+#pragma omp parallel for
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double g = grad_scale * double(grad[i]);
+    const double mi = hp.beta1 * double(m[i]) + (1.0 - hp.beta1) * g;
+    const double vi = hp.beta2 * double(v[i]) + (1.0 - hp.beta2) * g * g;
+    m[i] = T(mi);
+    v[i] = T(vi);
+    const double theta = double(param[i]);
+    const double adam = (mi / bias1) / (std::sqrt(vi / bias2) + hp.eps);
+    param[i] = T(theta - hp.lr * adam - hp.lr * hp.weight_decay * theta);
+  }
+}
+
+inline constexpr std::int64_t kNormChunk = std::int64_t(1) << 16;
+
+// Σ x² in double, deterministic. Allocates one double per 65536 elements.
+template <typename T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  const std::int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
+  std::vector<double> partial(std::size_t(chunks > 0 ? chunks : 0), 0.0);
+#pragma omp parallel for
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t end = (c + 1) * kNormChunk < n ? (c + 1) * kNormChunk : n;
+    double s = 0.0;
+    for (std::int64_t i = c * kNormChunk; i < end; ++i) {
+      s += double(x[i]) * double(x[i]);
+    }
+    partial[std::size_t(c)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) {
+    total += s;
+  }
+  return total;
+}
+
+template <typename T>
+struct GradView {
+  const T* data;
+  std::int64_t size;
+};
+
+// sqrt(Σ over all tensors of Σ g²), tensors visited in the given order.
+template <typename T>
+double global_grad_norm(const GradView<T>* grads, int count) {
+  double total = 0.0;
+  for (int i = 0; i < count; ++i) {
+    total += sum_of_squares(grads[i].data, grads[i].size);
+  }
+  return std::sqrt(total);
+}
+
+// Multiplier for the gradients (pass as adamw_step's grad_scale). max_norm ≤ 0 disables.
+inline double clip_scale(double grad_norm, double max_norm) {
+  if (max_norm <= 0.0) {
+    return 1.0;
+  }
+  const double coef = max_norm / (grad_norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
+}  // namespace gcm::cpu

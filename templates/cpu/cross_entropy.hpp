@@ -1,0 +1,78 @@
+// Mean cross-entropy of the next-token targets, with an optional logit multiplier α
+// (μP-style output scaling): z = α · logits.
+//
+//   ℓ_n   = lse(z_n) − z_n[y_n],   lse computed max-subtracted with a double accumulator
+//   L     = (1/N) Σ_n ℓ_n,         p_n(target) = exp(−ℓ_n)
+//   backward  dlogits_n = dL · α · (softmax(z_n) − onehot(y_n)) / N
+//
+// Per-token losses and p(target) are kept for the token-level analyses of seed 000 §2.5
+// (Δp between checkpoints, difficulty deciles). The mean is summed serially over the stored
+// per-token losses, so it does not depend on the thread count.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common.hpp"
+
+namespace gcm::cpu {
+
+namespace detail {
+
+// log Σ_v exp(α · row[v]), accumulated in double.
+template <typename T>
+double scaled_log_sum_exp(const T* row, int V, double alpha) {
+  double max_z = alpha * double(row[0]);
+  for (int v = 1; v < V; ++v) {
+    const double z = alpha * double(row[v]);
+    max_z = z > max_z ? z : max_z;
+  }
+  double sum = 0.0;
+  for (int v = 0; v < V; ++v) {
+    sum += std::exp(alpha * double(row[v]) - max_z);
+  }
+  return max_z + std::log(sum);
+}
+
+}  // namespace detail
+
+// losses[N] receives ℓ_n; p_target[N] (may be nullptr) receives exp(−ℓ_n). Returns L.
+template <typename T>
+double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* logits, const std::int32_t* targets,
+                             std::int64_t N, int V, double logit_scale = 1.0) {
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T* row = logits + n * V;
+    const double loss = detail::scaled_log_sum_exp(row, V, logit_scale) - logit_scale * double(row[targets[n]]);
+    losses[n] = T(loss);
+    if (p_target != nullptr) {
+      p_target[n] = T(std::exp(-loss));
+    }
+  }
+  double total = 0.0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    total += double(losses[n]);
+  }
+  return N > 0 ? total / double(N) : 0.0;
+}
+
+// dlogits is overwritten and may alias logits (each row is reduced before it is written).
+// dloss is the upstream gradient of L (e.g. 1 / grad_accum_steps).
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
+                            double logit_scale = 1.0, double dloss = 1.0) {
+  const double coef = dloss * logit_scale / double(N);
+#pragma omp parallel for
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T* row = logits + n * V;
+    T* drow = dlogits + n * V;
+    const double lse = detail::scaled_log_sum_exp(row, V, logit_scale);
+    const int target = targets[n];
+    for (int v = 0; v < V; ++v) {
+      const double p = std::exp(logit_scale * double(row[v]) - lse);
+      drow[v] = T(coef * (p - (v == target ? 1.0 : 0.0)));
+    }
+  }
+}
+
+}  // namespace gcm::cpu

@@ -1,0 +1,119 @@
+// ./train: trains this experiment. With no flags it runs the spec as compiled.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "config.hpp"
+#include "runtime/atomic_file.hpp"
+#include "runtime/error.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kUsage =
+    "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR]\n"
+    "             [--train-data PATH] [--val-data PATH] [--help]\n\n"
+    "Trains the experiment this tree was generated for.\n"
+    "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
+    "                   are present, else CPU)\n"
+    "  --steps N        stop after N optimizer steps (default: the spec's; the schedule is unchanged)\n"
+    "  --out DIR        run directory for metrics and checkpoints (default: run/ beside this binary)\n"
+    "  --resume DIR     continue the run in DIR from its latest checkpoint, bit-identically\n"
+    "  --train-data P   override the training shards (file, directory or glob)\n"
+    "  --val-data P     override the validation shards\n";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());
+  return 2;
+}
+
+bool parse_steps(const std::string& s, std::int64_t& out) {
+  if (s.empty() || s.size() > 12 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  out = std::stoll(s);
+  return out > 0;
+}
+
+std::string default_run_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("run") : (exe.parent_path() / "run").string();
+}
+
+// A fresh run must not overwrite another run's checkpoints.
+void prepare_fresh_run(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "checkpoints", ec)) {
+    throw gc::rt::RuntimeError(dir, "already holds a run (checkpoints/ exists); continue it with --resume " + dir +
+                                        " or choose another --out");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw gc::rt::RuntimeError(dir, "cannot create the run directory: " + ec.message());
+  // The resolved spec travels with the run.
+  const fs::path spec = fs::read_symlink("/proc/self/exe", ec).parent_path() / "spec.resolved.toml";
+  if (!ec && fs::exists(spec, ec)) gc::rt::write_file_atomic((fs::path(dir) / "spec.resolved.toml").string(),
+                                                             gc::rt::read_file(spec.string()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gcm::TrainOptions options;
+  std::string device = "auto", out, resume;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string& into) {
+      if (i + 1 >= argc) return false;
+      into = argv[++i];
+      return true;
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::string v;
+    if (arg == "--device") {
+      if (!value(device) || (device != "cpu" && device != "cuda" && device != "auto")) {
+        return usage_error("--device needs cpu, cuda or auto");
+      }
+    } else if (arg == "--steps") {
+      if (!value(v) || !parse_steps(v, options.steps)) return usage_error("--steps needs a positive integer");
+      if (options.steps > gcm::kTotalSteps) {
+        return usage_error("--steps " + v + " exceeds the schedule's " + std::to_string(gcm::kTotalSteps) +
+                           " steps (change train.steps in the spec to train longer)");
+      }
+    } else if (arg == "--out") {
+      if (!value(out) || out.empty()) return usage_error("--out needs a directory");
+    } else if (arg == "--resume") {
+      if (!value(resume) || resume.empty()) return usage_error("--resume needs a run directory");
+    } else if (arg == "--train-data") {
+      if (!value(options.train_data)) return usage_error("--train-data needs a path");
+    } else if (arg == "--val-data") {
+      if (!value(options.val_data)) return usage_error("--val-data needs a path");
+    } else {
+      return usage_error("unknown argument '" + arg + "'");
+    }
+  }
+  if (!out.empty() && !resume.empty()) return usage_error("--out and --resume are exclusive (--resume names the run)");
+  if (device == "cuda") {
+    std::fprintf(stderr, "train: error: --device cuda: this tree has no CUDA backend yet; use --device cpu\n");
+    return 1;
+  }
+  options.resume = !resume.empty();
+  options.run_dir = options.resume ? resume : (out.empty() ? default_run_dir() : out);
+  options.progress = ::isatty(STDERR_FILENO) != 0;
+  try {
+    if (!options.resume) prepare_fresh_run(options.run_dir);
+    std::fprintf(stderr, "train: %s, %lld parameters, CPU backend, run directory %s\n", gcm::kExperimentName,
+                 (long long)gcm::kTotalParams, options.run_dir.c_str());
+    gcm::Trainer trainer(options);
+    return trainer.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,91 @@
+#include "cpu/rope.hpp"
+
+#include <gtest/gtest.h>
+
+#include "kernels/kernel_test_util.hpp"
+
+namespace {
+
+using gcm::cpu::rope_backward;
+using gcm::cpu::rope_forward;
+using gcm::cpu::rope_table;
+
+// HF Llama, written independently: q·cos + rotate_half(q)·sin with cos/sin of length hd
+// (the hd/2 frequencies repeated twice) and rotate_half(q) = cat(−q[hd/2:], q[:hd/2]).
+std::vector<double> reference_rope(const std::vector<double>& x, int B, int T, int heads, int hd, double base) {
+  std::vector<double> y(x.size());
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < heads; ++h) {
+        const double* xv = &x[((std::size_t(b) * T + t) * heads + h) * hd];
+        double* yv = &y[((std::size_t(b) * T + t) * heads + h) * hd];
+        for (int i = 0; i < hd; ++i) {
+          const int f = i % (hd / 2);
+          const double angle = t / std::pow(base, 2.0 * f / hd);
+          const double rotated = i < hd / 2 ? -xv[i + hd / 2] : xv[i - hd / 2];
+          yv[i] = xv[i] * std::cos(angle) + rotated * std::sin(angle);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+struct Tables {
+  std::vector<double> cos, sin;
+  Tables(int T, int hd, double base) : cos(std::size_t(T) * hd / 2), sin(cos.size()) {
+    rope_table(cos.data(), sin.data(), T, hd, base);
+  }
+};
+
+TEST(KernelRope, ForwardFloatMatchesHfRotateHalfForQueriesAndKeys) {
+  const int B = 2, T = 7, H = 4, KV = 2, hd = 6;
+  const double base = 10000.0;
+  std::vector<float> cf(T * hd / 2), sf(cf.size());
+  rope_table(cf.data(), sf.data(), T, hd, base);
+  for (int heads : {H, KV}) {
+    const auto x = kt::random_vector(std::size_t(B) * T * heads * hd, 1 + heads);
+    const auto xf = kt::cast<float>(x);
+    std::vector<float> y(x.size());
+    rope_forward(y.data(), xf.data(), cf.data(), sf.data(), B, T, heads, hd);
+    const double err = kt::rel_error(y, reference_rope(x, B, T, heads, hd, base));
+    kt::report(heads == H ? "rope forward fp32 (q, H=4)" : "rope forward fp32 (k, KV=2)", err);
+    EXPECT_LT(err, kt::kForwardTol);
+  }
+}
+
+TEST(KernelRope, PositionZeroIsIdentityAndInPlaceWorks) {
+  const int B = 1, T = 5, heads = 3, hd = 8;
+  Tables tab(T, hd, 500000.0);
+  const auto x = kt::random_vector(std::size_t(B) * T * heads * hd, 7);
+  std::vector<double> y = x;
+  rope_forward(y.data(), y.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
+  EXPECT_LT(kt::rel_error(y, reference_rope(x, B, T, heads, hd, 500000.0)), 1e-14);
+  for (int i = 0; i < heads * hd; ++i) {
+    EXPECT_EQ(y[i], x[i]);
+  }
+}
+
+TEST(KernelRope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  const int B = 2, T = 7, heads = 2, hd = 6;
+  Tables tab(T, hd, 10000.0);
+  auto x = kt::random_vector(std::size_t(B) * T * heads * hd, 8);
+  const auto r = kt::random_vector(x.size(), 9);
+  auto loss = [&] {
+    std::vector<double> y(x.size());
+    rope_forward(y.data(), x.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
+    return kt::dot(r, y);
+  };
+  std::vector<double> dx(x.size());
+  rope_backward(dx.data(), r.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
+  const double err = kt::rel_error(dx, kt::numeric_grad(x, loss));
+  kt::report("rope backward dx vs FD", err);
+  EXPECT_LT(err, kt::kGradTol);
+
+  std::vector<double> y(x.size()), back(x.size());
+  rope_forward(y.data(), x.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
+  rope_backward(back.data(), y.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
+  EXPECT_LT(kt::rel_error(back, x), 1e-14);
+}
+
+}  // namespace
