@@ -119,7 +119,8 @@ std::string train_tokenizer(const Spec& spec, const std::vector<std::string>& do
       {"model_type", spec.data.tokenizer_type},
       {"vocab_size", std::to_string(spec.model.vocab_size)},
       {"character_coverage", "1.0"},
-      {"byte_fallback", "true"},  // every byte stays encodable
+      // Every byte stays encodable, when the vocabulary has room for 256 byte pieces.
+      {"byte_fallback", spec.model.vocab_size >= 512 ? "true" : "false"},
       {"split_digits", "true"},
       {"normalization_rule_name", "identity"},  // keep code and markup exactly
       {"remove_extra_whitespaces", "false"},
@@ -294,6 +295,15 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
     auto& split = (docs.size() >= stride && i % stride == stride / 2) ? val : train;
     split.push_back(std::uint32_t(sp.bos_id()));
     for (int id : ids) split.push_back(std::uint32_t(id));
+  }
+  // Few documents (a single file, say): hold out the tail of the training
+  // stream instead, so validation always has whole sequences to read.
+  const std::size_t min_val = std::max<std::size_t>(
+      4 * std::size_t(spec.train.seq_len + 1), std::size_t(double(train.size() + val.size()) * spec.data.val_fraction));
+  if (val.size() < min_val && train.size() > 2 * min_val) {
+    const std::size_t n = min_val - val.size();
+    val.insert(val.end(), train.end() - std::ptrdiff_t(n), train.end());
+    train.resize(train.size() - n);
   }
   std::string vocab;
   for (int id = 0; id < sp.GetPieceSize(); ++id) vocab += std::to_string(id) + "\t" + sp.IdToPiece(id) + "\n";

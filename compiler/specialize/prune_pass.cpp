@@ -9,6 +9,7 @@
 #include <clang/Frontend/CompilerInstance.h>
 #include <clang/Lex/Lexer.h>
 
+#include "specialize/clang_tool.hpp"
 #include "specialize/passes.hpp"
 
 namespace gc {
@@ -26,6 +27,15 @@ class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
     if (cond->isValueDependent() || cond->isInstantiationDependent()) return true;  // decided per instantiation
     bool taken = false;
     if (!cond->EvaluateAsBooleanCondition(taken, ast_)) return true;
+    // Braced branches keep pruning exact (an unbraced one leaves its ';').
+    for (const clang::Stmt* b : {s->getThen(), s->getElse()}) {
+      if (b && !llvm::isa<clang::CompoundStmt>(b) && !llvm::isa<clang::IfStmt>(b)) {
+        ctx_.diags->error(to_source_loc(sm_, b->getBeginLoc(), *ctx_.labels),
+                          "brace this branch of `if constexpr`: templates brace every branch so the specializer can "
+                          "remove it cleanly");
+        return true;
+      }
+    }
 
     Edit e;
     e.begin = offset(s->getBeginLoc());

@@ -180,7 +180,9 @@ void Model<T>::backward_layer(int l, T* dh) {
     dp = dd_.data();
   }
   const T* attn_out = L.o.data();
-  if constexpr (detail::kGated) attn_out = L.og.data();
+  if constexpr (detail::kGated) {
+    attn_out = L.og.data();
+  }
   cpu::linear_backward(do_.data(), grad(P.o), (T*)nullptr, dp, attn_out, param(P.o), N, kQDim, D);
   if constexpr (detail::kGated) {
     cpu::gate_backward<detail::kGateKernel>(do_.data(), dz_.data(), do_.data(), L.o.data(), L.z.data(), N, kHeads,

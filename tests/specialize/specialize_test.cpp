@@ -254,3 +254,18 @@ __global__ void scale(float* x, int n) {
 
 }  // namespace
 }  // namespace gc
+
+namespace gc {
+namespace {
+
+TEST(Specialize, UnbracedIfConstexprBranchIsAnError) {
+  const Outcome o = run({{"config.hpp", kConfig},
+                         {"k.cpp", "#include \"config.hpp\"\nint f(int x) {\n  if constexpr (gcx::kQkNorm) x += 1;\n  return x;\n}\n"}});
+  EXPECT_FALSE(o.result);
+  EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/k.cpp:3:31: error: brace this branch of `if constexpr`: "
+                                                  "templates brace every branch so the specializer can remove it "
+                                                  "cleanly"}));
+}
+
+}  // namespace
+}  // namespace gc
