@@ -28,7 +28,18 @@ std::string Diagnostic::format() const {
   return out;
 }
 
+namespace {
+bool same(const Diagnostic& d, Severity s, const SourceLoc& loc, const std::string& message) {
+  return d.severity == s && d.loc.file == loc.file && d.loc.line == loc.line && d.loc.col == loc.col &&
+         d.message == message;
+}
+}  // namespace
+
 void Diagnostics::error(SourceLoc loc, std::string message) {
+  // A header shared by several templates reports its error once.
+  for (const auto& d : items_) {
+    if (same(d, Severity::error, loc, message)) return;
+  }
   items_.push_back({Severity::error, std::move(loc), std::move(message)});
   ++error_count_;
 }

@@ -36,11 +36,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The templates, with the default plan.hpp replaced by this plan's: the
-// pruner must evaluate conditions against the real parameter table.
-std::vector<TemplateFile> template_inputs(const std::string& plan_hpp) {
+std::vector<TemplateFile> template_inputs() {
   std::vector<TemplateFile> out;
-  for (const auto& f : embedded_templates()) out.push_back({f.path, f.path == "plan.hpp" ? plan_hpp : f.text});
+  for (const auto& f : embedded_templates()) out.push_back({f.path, f.text});
   return out;
 }
 
@@ -120,14 +118,16 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
     return std::nullopt;
   }
   const std::string plan_hpp = plan_header(plan, banner(plan, "//", "") + "\n");
-  std::vector<TemplateFile> inputs = template_inputs(plan_hpp);
+  std::vector<TemplateFile> inputs = template_inputs();
   // The runtime is visible to the parser as "runtime/..." (as in the tree).
   std::map<std::string, std::string> runtime;
   for (const auto& f : embedded_runtime()) runtime["/gcompile/runtime/" + f.path] = f.text;
   Toolchain toolchain = default_toolchain();
   toolchain.include_dirs.push_back("/gcompile");
+  // Knobs fold against the templates' default plan.hpp (it matches the
+  // default knobs); pruning then sees this plan's table.
   auto specialized = specialize(inputs, "/gcompile/templates", "templates", knob_table(plan, data), toolchain, diags,
-                                runtime);
+                                runtime, {{"plan.hpp", plan_hpp}});
   if (!specialized || !check_keys_consumed(plan, specialized->used_knobs, diags)) return std::nullopt;
 
   Tree tree;

@@ -72,7 +72,8 @@ Toolchain default_toolchain() {
 std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& templates, const std::string& include_root,
                                            const std::string& label_root, const KnobTable& knobs,
                                            const Toolchain& toolchain, Diagnostics& diags,
-                                           const std::map<std::string, std::string>& extra_files) {
+                                           const std::map<std::string, std::string>& extra_files,
+                                           const std::map<std::string, std::string>& after_knobs) {
   Workspace ws;
   ws.extra = extra_files;
   for (const auto& t : templates) {
@@ -83,6 +84,7 @@ std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& temp
   }
   SpecializeResult result;
   if (!run_pass(ws, include_root, knobs, toolchain, true, result.used_knobs, diags)) return std::nullopt;
+  for (const auto& [path, text] : after_knobs) ws.texts[include_root + "/" + path] = text;
   std::set<std::string> unused;
   if (!run_pass(ws, include_root, knobs, toolchain, false, unused, diags)) return std::nullopt;
   for (const auto& t : templates) {

@@ -54,11 +54,14 @@ struct SpecializeResult {
 // others in their specialized form. `include_root` is the absolute directory
 // the templates' paths are relative to; diagnostics name files as
 // `label_root/path`. `extra_files` (absolute path -> text) are visible to the
-// parser but not specialized (the runtime). Returns nullopt on any error.
+// parser but not specialized (the runtime). `after_knobs` (template path ->
+// text) replaces templates once knobs are folded: generated tables that only
+// agree with the folded knobs (plan.hpp). Returns nullopt on any error.
 std::optional<SpecializeResult> specialize(const std::vector<TemplateFile>& templates, const std::string& include_root,
                                            const std::string& label_root, const KnobTable& knobs,
                                            const Toolchain& toolchain, Diagnostics& diags,
-                                           const std::map<std::string, std::string>& extra_files = {});
+                                           const std::map<std::string, std::string>& extra_files = {},
+                                           const std::map<std::string, std::string>& after_knobs = {});
 
 // Formats C++/CUDA source with the project's style (clang-format library).
 std::string format_source(const std::string& path, const std::string& text);

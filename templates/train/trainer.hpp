@@ -19,6 +19,7 @@
 #include "runtime/error.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
+#include "train/sample.hpp"
 #include "train/schedule.hpp"
 
 namespace gcm {
@@ -42,6 +43,7 @@ class Trainer {
   double evaluate();
   void save(std::int64_t step);
   std::vector<gc::rt::ParamBuffers> buffers();
+  void print_sample();
   void report(std::int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double elapsed);
 
   TrainOptions opt_;

@@ -133,7 +133,20 @@ inline int Trainer::run() {
     if ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last) save(step + 1);
   }
   if (opt_.progress) std::fprintf(stderr, "\n");
+  print_sample();
   return 0;
+}
+
+inline void Trainer::print_sample() {
+  if (std::string(kVocabFile).empty() || val_batches_.empty()) return;
+  const std::vector<std::string> pieces = load_vocab(kVocabFile);
+  const gc::rt::Batch& batch = val_batches_.front();
+  const int prompt_len = std::min(16, kSeqLen / 2);
+  std::vector<std::int32_t> prompt(batch.row(0), batch.row(0) + prompt_len);
+  const std::vector<std::int32_t> out = greedy_continue(model_.params, prompt, 48);
+  const std::vector<std::int32_t> continuation(out.begin() + prompt_len, out.end());
+  std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n", decode(pieces, prompt).c_str(),
+               decode(pieces, continuation).c_str());
 }
 
 }  // namespace gcm
