@@ -23,10 +23,11 @@ struct Result {
   std::string out, err;
 };
 
-// Runs gcompile with `args` (already shell-quoted), capturing both streams.
-Result gcompile(const std::string& args) {
+// Runs gcompile with `args` (already shell-quoted) in `cwd` (default: the
+// source directory), capturing both streams.
+Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURCE_DIR) {
   const fs::path err_file = fs::temp_directory_path() / ("gcompile_cli_err_" + std::to_string(::getpid()));
-  const std::string cmd = "cd " GCOMPILE_SOURCE_DIR " && " GCOMPILE_BINARY " " + args + " 2>" + err_file.string();
+  const std::string cmd = "cd " + cwd + " && " GCOMPILE_BINARY " " + args + " 2>" + err_file.string();
   Result r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -150,6 +151,40 @@ TEST(Docs, SpecReferenceMatchesTheSchema) {
   ASSERT_NE(e, std::string::npos);
   EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), schema_markdown())
       << "docs/spec.md is stale: run scripts/update_docs";
+}
+
+}  // namespace
+}  // namespace gc
+
+namespace gc {
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Everything after the provenance banner (which names the spec file).
+std::string without_banner(const std::string& text) {
+  const auto end = text.find("\n\n");
+  return end == std::string::npos ? text : text.substr(end);
+}
+
+TEST(Templates, DefaultPlanHeaderIsTheEmittersOutputForTheDefaultsSpec) {
+  // templates/plan.hpp must agree with the knob defaults of templates/config.hpp
+  // (the templates compile and are tested with it): regenerate and compare.
+  const fs::path dir = fs::temp_directory_path() / ("gcompile_plan_hpp_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(GCOMPILE_SOURCE_DIR) / "specs/template_defaults.toml", dir / "spec.toml",
+                fs::copy_options::overwrite_existing);
+  auto r = gcompile("spec.toml --no-build -o tree", dir.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(without_banner(read_text(dir / "tree/src/plan.hpp")),
+            without_banner(read_text(fs::path(GCOMPILE_SOURCE_DIR) / "templates/plan.hpp")))
+      << "templates/plan.hpp is stale: regenerate it from specs/template_defaults.toml";
+  fs::remove_all(dir);
 }
 
 }  // namespace

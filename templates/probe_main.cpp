@@ -1,0 +1,144 @@
+// ./probe OUT.safetensors [--threads N]: one forward and backward pass of this
+// experiment's model, written out for outside checks (the PyTorch reference in
+// gcompile's tests/reference, init statistics). The parameters are initialized
+// exactly as ./train does; the batch (B = 2, T = min(seq_len, 16)) is fixed
+// pseudo-random tokens and targets from Philox. The file holds, all F32 unless
+// noted: every parameter under its HF name, "grad." + name for each gradient,
+// "logits" [B·T, V] (after the logit scale: the input of the softmax),
+// "loss" [1], "tokens" and "targets" (I32, [B, T]); metadata "format" = "pt"
+// and the exact forward scales, ε, seed, loss and batch shape as strings.
+// --threads N runs with OMP_NUM_THREADS=N (the same as setting it yourself).
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <map>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "config.hpp"
+#include "cpu/philox.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+#include "runtime/safetensors.hpp"
+
+namespace {
+
+constexpr int kBatch = 2;
+constexpr int kLen = gcm::kSeqLen < 16 ? gcm::kSeqLen : 16;
+constexpr std::uint64_t kBatchKey = 0x70726f6265;  // "probe"
+
+std::string exact(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
+  const double u = gcm::philox_uniform(kBatchKey, stream, i);
+  const std::int64_t v = std::int64_t(u * double(gcm::kVocab));
+  return std::int32_t(v < gcm::kVocab ? v : gcm::kVocab - 1);
+}
+
+int usage(const char* message) {
+  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N]\n", message);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out, threads;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::puts("usage: probe OUT.safetensors [--threads N]\n"
+                "Writes the initial parameters, one batch's logits, loss and gradients.\n"
+                "  --threads N   OpenMP threads (the same as OMP_NUM_THREADS=N)");
+      return 0;
+    }
+    if (arg == "--threads") {
+      if (i + 1 >= argc) {
+        return usage("--threads needs a value");
+      }
+      threads = argv[++i];
+      if (threads.empty() || threads.find_first_not_of("0123456789") != std::string::npos || threads.size() > 4 ||
+          std::atoi(threads.c_str()) < 1) {
+        return usage("--threads needs a positive integer");
+      }
+    } else if (out.empty() && !arg.empty() && arg[0] != '-') {
+      out = arg;
+    } else {
+      return usage(("unexpected argument '" + arg + "'").c_str());
+    }
+  }
+  if (out.empty()) {
+    return usage("no output file");
+  }
+  if (!threads.empty()) {
+    // The OpenMP runtime reads OMP_NUM_THREADS when it starts: run again with it set.
+    setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+    char* args[] = {argv[0], const_cast<char*>(out.c_str()), nullptr};
+    execv("/proc/self/exe", args);
+    std::perror("probe: exec");
+    return 1;
+  }
+  try {
+    gcm::Model<float> model(kBatch, kLen);
+    gcm::init_parameters(model.params.data(), gcm::kSeed);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(kBatch * kLen));
+    std::vector<std::int32_t> targets(tokens.size());
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      tokens[j] = pick(1, j);
+      targets[j] = pick(2, j);
+    }
+    model.zero_grads();
+    const double loss = model.forward(tokens.data(), targets.data());
+    model.backward();
+
+    const std::int64_t rows = model.rows();
+    std::vector<float> logits(static_cast<std::size_t>(rows * gcm::kVocab));
+    for (std::size_t j = 0; j < logits.size(); ++j) {
+      logits[j] = model.logits()[j] * gcm::kLogitScale;
+    }
+    const float loss_f = float(loss);
+
+    std::vector<std::string> grad_names(static_cast<std::size_t>(gcm::kNumParams));
+    std::vector<gc::rt::TensorView> views;
+    for (int i = 0; i < gcm::kNumParams; ++i) {
+      const gcm::ParamInfo& p = gcm::kParams[i];
+      const std::vector<std::int64_t> shape(p.shape, p.shape + p.rank);
+      views.push_back({p.name, gc::rt::Dtype::F32, shape, model.param(i)});
+      grad_names[std::size_t(i)] = std::string("grad.") + p.name;
+    }
+    for (int i = 0; i < gcm::kNumParams; ++i) {
+      const gcm::ParamInfo& p = gcm::kParams[i];
+      views.push_back({grad_names[std::size_t(i)], gc::rt::Dtype::F32,
+                       std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.grad(i)});
+    }
+    views.push_back({"logits", gc::rt::Dtype::F32, {rows, gcm::kVocab}, logits.data()});
+    views.push_back({"loss", gc::rt::Dtype::F32, {1}, &loss_f});
+    views.push_back({"tokens", gc::rt::Dtype::I32, {kBatch, kLen}, tokens.data()});
+    views.push_back({"targets", gc::rt::Dtype::I32, {kBatch, kLen}, targets.data()});
+
+    const std::map<std::string, std::string> metadata = {
+        {"format", "pt"},
+        {"experiment", gcm::kExperimentName},
+        {"seed", std::to_string(gcm::kSeed)},
+        {"batch", std::to_string(kBatch)},
+        {"seq_len", std::to_string(kLen)},
+        {"loss", exact(loss)},
+        {"norm_eps", exact(double(gcm::kNormEps))},
+        {"embedding_scale", exact(double(gcm::kEmbeddingScale))},
+        {"attn_scale", exact(double(gcm::kAttnScale))},
+        {"logit_scale", exact(double(gcm::kLogitScale))},
+    };
+    gc::rt::write_safetensors(out, views, metadata);
+    std::printf("probe: loss %.6f, %d tensors, batch %dx%d -> %s\n", loss, gcm::kNumParams, kBatch, kLen,
+                out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "probe: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
