@@ -10,6 +10,7 @@
 #include <sstream>
 #include <sys/wait.h>
 
+#include "common/text.hpp"
 #include "spec/schema.hpp"
 #include "test_util.hpp"
 
@@ -184,6 +185,38 @@ TEST(Templates, DefaultPlanHeaderIsTheEmittersOutputForTheDefaultsSpec) {
   EXPECT_EQ(without_banner(read_text(dir / "tree/src/plan.hpp")),
             without_banner(read_text(fs::path(GCOMPILE_SOURCE_DIR) / "templates/plan.hpp")))
       << "templates/plan.hpp is stale: regenerate it from specs/template_defaults.toml";
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gc
+
+namespace gc {
+namespace {
+
+TEST(Templates, HostileStringsLandInGeneratedCodeAsInertLiterals) {
+  // A data path full of C++ syntax must reach the program byte for byte, as
+  // data: compile the generated config.hpp and print the literal back.
+  const fs::path dir = fs::temp_directory_path() / ("gcompile_hostile_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string hostile = R"(x"; system("rm -rf /"); /* ??= */ // \ )";
+  std::string spec = test::minimal_spec_sections();
+  spec.replace(spec.find("format = \"synthetic\""), 20,
+               "format = \"llmc\"\ntrain = " + toml_string_literal(hostile) + "\nval = \"v.bin\"");
+  std::ofstream(dir / "spec.toml") << spec;
+  auto r = gcompile("spec.toml --no-build -o tree", dir.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ofstream(dir / "print.cpp") << "#include <cstdio>\n#include \"config.hpp\"\n"
+                                      "int main() { std::fputs(gcm::kTrainData, stdout); }\n";
+  const std::string build = "cd " + dir.string() + " && c++ -std=c++17 -Itree/src print.cpp -o print 2>&1";
+  ASSERT_EQ(std::system(build.c_str()), 0);
+  FILE* p = ::popen((dir / "print").c_str(), "r");
+  std::string printed;
+  char buf[512];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) printed.append(buf, n);
+  ::pclose(p);
+  EXPECT_EQ(printed, (fs::weakly_canonical(dir) / hostile).lexically_normal().string());
   fs::remove_all(dir);
 }
 
