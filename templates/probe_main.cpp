@@ -8,6 +8,8 @@
 // "loss" [1], "tokens" and "targets" (I32, [B, T]); metadata "format" = "pt"
 // and the exact forward scales, ε, seed, loss and batch shape as strings.
 // --threads N runs with OMP_NUM_THREADS=N (the same as setting it yourself).
+// --perturb-norms moves every norm gain off 1 by up to ±0.15 after the init
+// (as ./gradcheck does), so a comparison also sees how the gains are applied.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -41,7 +43,7 @@ std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
 }
 
 int usage(const char* message) {
-  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N]\n", message);
+  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N] [--perturb-norms]\n", message);
   return 2;
 }
 
@@ -49,15 +51,19 @@ int usage(const char* message) {
 
 int main(int argc, char** argv) {
   std::string out, threads;
+  bool perturb = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::puts("usage: probe OUT.safetensors [--threads N]\n"
+      std::puts("usage: probe OUT.safetensors [--threads N] [--perturb-norms]\n"
                 "Writes the initial parameters, one batch's logits, loss and gradients.\n"
-                "  --threads N   OpenMP threads (the same as OMP_NUM_THREADS=N)");
+                "  --threads N       OpenMP threads (the same as OMP_NUM_THREADS=N)\n"
+                "  --perturb-norms   move the norm gains off 1 (by up to +-0.15) before the pass");
       return 0;
     }
-    if (arg == "--threads") {
+    if (arg == "--perturb-norms") {
+      perturb = true;
+    } else if (arg == "--threads") {
       if (i + 1 >= argc) {
         return usage("--threads needs a value");
       }
@@ -78,7 +84,8 @@ int main(int argc, char** argv) {
   if (!threads.empty()) {
     // The OpenMP runtime reads OMP_NUM_THREADS when it starts: run again with it set.
     setenv("OMP_NUM_THREADS", threads.c_str(), 1);
-    char* args[] = {argv[0], const_cast<char*>(out.c_str()), nullptr};
+    char perturb_flag[] = "--perturb-norms";
+    char* args[] = {argv[0], const_cast<char*>(out.c_str()), perturb ? perturb_flag : nullptr, nullptr};
     execv("/proc/self/exe", args);
     std::perror("probe: exec");
     return 1;
@@ -86,6 +93,16 @@ int main(int argc, char** argv) {
   try {
     gcm::Model<float> model(kBatch, kLen);
     gcm::init_parameters(model.params.data(), gcm::kSeed);
+    if (perturb) {
+      for (int i = 0; i < gcm::kNumParams; ++i) {
+        if (gcm::kParams[i].init != gcm::InitKind::ones) {
+          continue;
+        }
+        for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) {
+          model.param(i)[j] += float(0.3 * (gcm::philox_uniform(kBatchKey, 100 + i, std::uint64_t(j)) - 0.5));
+        }
+      }
+    }
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(kBatch * kLen));
     std::vector<std::int32_t> targets(tokens.size());
     for (std::size_t j = 0; j < tokens.size(); ++j) {
@@ -132,6 +149,7 @@ int main(int argc, char** argv) {
         {"embedding_scale", exact(double(gcm::kEmbeddingScale))},
         {"attn_scale", exact(double(gcm::kAttnScale))},
         {"logit_scale", exact(double(gcm::kLogitScale))},
+        {"perturbed_norms", perturb ? "true" : "false"},
     };
     gc::rt::write_safetensors(out, views, metadata);
     std::printf("probe: loss %.6f, %d tensors, batch %dx%d -> %s\n", loss, gcm::kNumParams, kBatch, kLen,

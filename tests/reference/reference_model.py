@@ -298,7 +298,7 @@ def main():
     print(f"  embedding_scale={cfg.embedding_scale:.9g} attn_scale={cfg.attn_scale:.9g} "
           f"logit_scale={cfg.logit_scale:.9g}; batch {B}x{T}; loss ours {our_loss:.9f} "
           f"fp64 ref {float(ref[torch.float64][1]):.9f}")
-    print(f"  {'tensor':<50} {'shape':<12} {'|ref|':>10} {'rel fp32':>10} {'rel fp64':>10}")
+    print(f"  {'tensor':<52} {'shape':<12} {'|ref|':>10} {'rel fp32':>10} {'rel fp64':>10}")
     worst32 = worst64 = 0.0
     failed = []
     for name, shape, ours, get in rows:
@@ -310,7 +310,7 @@ def main():
         if bad:
             failed.append(name)
         shape_text = "x".join(str(s) for s in shape)
-        print(f"  {name:<50} {shape_text:<12} {np.linalg.norm(r64):10.3e} {e32:10.2e} {e64:10.2e}"
+        print(f"  {name:<52} {shape_text:<12} {np.linalg.norm(r64):10.3e} {e32:10.2e} {e64:10.2e}"
               f"{'  FAIL' if bad else ''}")
     status = "ok" if not failed else f"FAILED ({len(failed)} tensors)"
     print(f"reference: worst relative error fp32 {worst32:.2e}, fp64 {worst64:.2e} (tolerance {args.tol:g} "

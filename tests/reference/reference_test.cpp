@@ -74,27 +74,31 @@ class Reference : public ::testing::Test {
     std::ofstream(spec_path()) << spec_text;
     return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() + " -j 2");
   }
-  // Runs ./probe with an optional environment prefix ("OMP_NUM_THREADS=1").
-  Outcome probe(const fs::path& out, const std::string& env = "") {
-    return sh((env.empty() ? "" : env + " ") + (tree() / "probe").string() + " " + out.string());
+  // Runs ./probe ARGS with an optional environment prefix ("OMP_NUM_THREADS=1").
+  Outcome probe(const std::string& args, const std::string& env = "") {
+    return sh((env.empty() ? "" : env + " ") + (tree() / "probe").string() + " " + args);
   }
   Outcome reference(const fs::path& out) {
     return sh(std::string(kPython) + " " + GCOMPILE_SOURCE_DIR + "/tests/reference/reference_model.py " +
               tree().string() + " " + out.string());
   }
 
-  // gcompile, probe, the PyTorch reference: all must succeed.
+  // gcompile, probe, the PyTorch reference: all must succeed, with the norm
+  // gains as initialized (all 1) and moved off 1 (so their use is compared too).
   void compare_with_pytorch(const std::string& spec_text) {
     if (!torch_available()) GTEST_SKIP() << kPython << " cannot import torch (apt install python3-torch)";
     const Outcome gen = generate(spec_text);
     ASSERT_EQ(gen.status, 0) << gen.output;
-    const fs::path out = dir_ / "probe.safetensors";
-    const Outcome p = probe(out);
-    ASSERT_EQ(p.status, 0) << p.output;
-    const Outcome ref = reference(out);
-    std::printf("%s", ref.output.c_str());
-    EXPECT_EQ(ref.status, 0) << ref.output;
-    EXPECT_NE(ref.output.find(": ok"), std::string::npos) << ref.output;
+    for (const std::string flags : {"", " --perturb-norms"}) {
+      SCOPED_TRACE("probe" + flags);
+      const fs::path out = dir_ / (flags.empty() ? "probe.safetensors" : "probe_perturbed.safetensors");
+      const Outcome p = probe(out.string() + flags);
+      ASSERT_EQ(p.status, 0) << p.output;
+      const Outcome ref = reference(out);
+      std::printf("probe%s:\n%s", flags.c_str(), ref.output.c_str());
+      EXPECT_EQ(ref.status, 0) << ref.output;
+      EXPECT_NE(ref.output.find(": ok"), std::string::npos) << ref.output;
+    }
   }
 
   fs::path dir_;
@@ -245,9 +249,9 @@ TEST_F(Reference, InitialWeightsHaveThePlannedStatistics) {
   ASSERT_TRUE(plan);
 
   const fs::path one = dir_ / "threads1.safetensors", two = dir_ / "threads2.safetensors";
-  const Outcome p1 = probe(one, "OMP_NUM_THREADS=1");
+  const Outcome p1 = probe(one.string(), "OMP_NUM_THREADS=1");
   ASSERT_EQ(p1.status, 0) << p1.output;
-  const Outcome p2 = probe(two, "OMP_NUM_THREADS=2");
+  const Outcome p2 = probe(two.string(), "OMP_NUM_THREADS=2");
   ASSERT_EQ(p2.status, 0) << p2.output;
   const gc::rt::SafetensorsFile f1 = gc::rt::read_safetensors(one.string());
   const gc::rt::SafetensorsFile f2 = gc::rt::read_safetensors(two.string());
