@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
     if (!options.resume) prepare_fresh_run(options.run_dir);
     std::fprintf(stderr, "train: %s, %lld parameters, CPU backend, run directory %s\n", gcm::kExperimentName,
                  (long long)gcm::kTotalParams, options.run_dir.c_str());
+    if constexpr (gcm::kPrecision == gcm::Precision::bf16) {
+      std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
+                           "computes in fp32\n");
+    }
     gcm::Trainer trainer(options);
     return trainer.run();
   } catch (const std::exception& e) {

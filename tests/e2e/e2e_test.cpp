@@ -15,49 +15,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tree_test_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using gc::test::Outcome;
+using gc::test::sh;
 
-Outcome sh(const std::string& command) {
-  Outcome r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-class Tree : public ::testing::Test {
+class Tree : public gc::test::TreeTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("gcompile_e2e_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  // Writes the spec and runs gcompile on it; the tree is dir_/tree.
-  Outcome generate(const std::string& spec_text, bool build = true) {
-    std::ofstream(dir_ / "spec.toml") << spec_text;
-    return sh(std::string(GCOMPILE_BINARY) + " " + (dir_ / "spec.toml").string() + " -o " + tree().string() +
-              (build ? " -j 2" : " --no-build"));
-  }
-  fs::path tree() const { return dir_ / "tree"; }
   Outcome train(const std::string& args) { return sh((tree() / "train").string() + " " + args); }
-
-  fs::path dir_;
 };
 
 std::vector<nlohmann::json> read_jsonl(const fs::path& path) {

@@ -25,27 +25,14 @@
 #include "plan/plan.hpp"
 #include "runtime/safetensors.hpp"
 #include "spec/spec.hpp"
+#include "tree_test_util.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Outcome {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
-
-Outcome sh(const std::string& command) {
-  Outcome r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+using gc::test::Outcome;
+using gc::test::sh;
 
 const char* const kPython = "/usr/bin/python3";
 
@@ -54,26 +41,8 @@ bool torch_available() {
   return ok;
 }
 
-class Reference : public ::testing::Test {
+class Reference : public gc::test::TreeTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("gcompile_ref_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  fs::path spec_path() const { return dir_ / "spec.toml"; }
-  fs::path tree() const { return dir_ / "tree"; }
-
-  // Writes the spec and runs gcompile on it (generate and build); the tree is dir_/tree.
-  Outcome generate(const std::string& spec_text) {
-    std::ofstream(spec_path()) << spec_text;
-    return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() + " -j 2");
-  }
   // Runs ./probe ARGS with an optional environment prefix ("OMP_NUM_THREADS=1").
   Outcome probe(const std::string& args, const std::string& env = "") {
     return sh((env.empty() ? "" : env + " ") + (tree() / "probe").string() + " " + args);
@@ -100,8 +69,6 @@ class Reference : public ::testing::Test {
       EXPECT_NE(ref.output.find(": ok"), std::string::npos) << ref.output;
     }
   }
-
-  fs::path dir_;
 };
 
 // Every feature that adds tensors or code paths: GQA, QK-norm, embedding norm,

@@ -1,0 +1,61 @@
+// Shared by the tests that generate and build a tree: a shell runner and a
+// fixture that owns a temporary directory (kept when the test fails, for
+// inspection) and runs gcompile on a spec written into it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace gc::test {
+
+struct Outcome {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline Outcome sh(const std::string& command) {
+  Outcome r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+class TreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gcompile_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path spec_path() const { return dir_ / "spec.toml"; }
+  std::filesystem::path tree() const { return dir_ / "tree"; }
+
+  // Writes the spec and runs gcompile on it; the tree is dir_/tree.
+  Outcome generate(const std::string& spec_text, bool build = true) {
+    std::ofstream(spec_path()) << spec_text;
+    return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() +
+              (build ? " -j 2" : " --no-build"));
+  }
+
+  std::filesystem::path dir_;
+};
+
+}  // namespace gc::test
