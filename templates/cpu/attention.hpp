@@ -38,6 +38,15 @@ struct AttentionDims {
     return ((std::int64_t(b) * seq_len + t) * kv_heads + g) * head_dim;
   }
   std::int64_t lse_index(int b, int h, int t) const { return (std::int64_t(b) * heads + h) * seq_len + t; }
+
+  // Query row r of the [batch, heads, seq_len] order: batch, head, position, and the kv head it reads.
+  struct QueryRow {
+    int b, h, i, g;
+  };
+  QueryRow query_row(std::int64_t r) const {
+    const int h = int((r / seq_len) % heads);
+    return {int(r / (std::int64_t(seq_len) * heads)), h, int(r % seq_len), h / group()};
+  }
 };
 
 inline double default_attention_scale(int head_dim) { return 1.0 / std::sqrt(double(head_dim)); }
@@ -65,10 +74,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
     std::vector<double> acc(hd);
 #pragma omp for schedule(dynamic, 8)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const int i = int(r % d.seq_len);
-      const int h = int((r / d.seq_len) % d.heads);
-      const int b = int(r / (std::int64_t(d.seq_len) * d.heads));
-      const int g = h / d.group();
+      const auto [b, h, i, g] = d.query_row(r);
       const T* qi = q + d.q_offset(b, i, h);
       double max_s = -std::numeric_limits<double>::infinity();
       for (int j = 0; j <= i; ++j) {
@@ -109,10 +115,7 @@ void attention_backward_dq(T* dq, const T* dout, const T* out, const T* lse, con
     std::vector<double> acc(hd);
 #pragma omp for schedule(dynamic, 8)
     for (std::int64_t r = 0; r < rows; ++r) {
-      const int i = int(r % d.seq_len);
-      const int h = int((r / d.seq_len) % d.heads);
-      const int b = int(r / (std::int64_t(d.seq_len) * d.heads));
-      const int g = h / d.group();
+      const auto [b, h, i, g] = d.query_row(r);
       const T* qi = q + d.q_offset(b, i, h);
       const T* doi = dout + d.q_offset(b, i, h);
       const double lse_i = double(lse[d.lse_index(b, h, i)]);
