@@ -67,6 +67,36 @@ inline constexpr int kEvalBatches = gc::knob<int>("train.eval_batches", 2);
 inline constexpr int kCheckpointEvery = gc::knob<int>("train.checkpoint_every", 10);
 inline constexpr int kLogEvery = gc::knob<int>("train.log_every", 1);
 
+// --- metrics ([metrics.NAME]; docs/metrics.md): on/off and the interval in
+// steps. A metric that is off is pruned from the generated code; its layers
+// and classes are tables in plan.hpp.
+inline constexpr bool kSinkScoreOn = gc::knob<bool>("metrics.sink_score.enabled", true);
+inline constexpr std::int64_t kSinkScoreEvery = gc::knob<std::int64_t>("metrics.sink_score.interval", 100);
+inline constexpr bool kResidualFlowOn = gc::knob<bool>("metrics.residual_flow.enabled", true);
+inline constexpr std::int64_t kResidualFlowEvery = gc::knob<std::int64_t>("metrics.residual_flow.interval", 100);
+inline constexpr bool kRmsnormFactorOn = gc::knob<bool>("metrics.rmsnorm_factor.enabled", true);
+inline constexpr std::int64_t kRmsnormFactorEvery = gc::knob<std::int64_t>("metrics.rmsnorm_factor.interval", 100);
+inline constexpr bool kCosineSimilarityOn = gc::knob<bool>("metrics.cosine_similarity.enabled", true);
+inline constexpr std::int64_t kCosineSimilarityEvery = gc::knob<std::int64_t>("metrics.cosine_similarity.interval", 500);
+inline constexpr bool kStableRankOn = gc::knob<bool>("metrics.stable_rank.enabled", true);
+inline constexpr std::int64_t kStableRankEvery = gc::knob<std::int64_t>("metrics.stable_rank.interval", 500);
+inline constexpr bool kEmbeddingCosineOn = gc::knob<bool>("metrics.embedding_cosine.enabled", true);
+inline constexpr std::int64_t kEmbeddingCosineEvery = gc::knob<std::int64_t>("metrics.embedding_cosine.interval", 500);
+inline constexpr bool kParamNormOn = gc::knob<bool>("metrics.param_norm.enabled", true);
+inline constexpr std::int64_t kParamNormEvery = gc::knob<std::int64_t>("metrics.param_norm.interval", 10);
+inline constexpr bool kGradNormOn = gc::knob<bool>("metrics.grad_norm.enabled", true);
+inline constexpr std::int64_t kGradNormEvery = gc::knob<std::int64_t>("metrics.grad_norm.interval", 10);
+inline constexpr bool kUpdateRatioOn = gc::knob<bool>("metrics.update_ratio.enabled", true);
+inline constexpr std::int64_t kUpdateRatioEvery = gc::knob<std::int64_t>("metrics.update_ratio.interval", 10);
+inline constexpr bool kActivationRmsOn = gc::knob<bool>("metrics.activation_rms.enabled", true);
+inline constexpr std::int64_t kActivationRmsEvery = gc::knob<std::int64_t>("metrics.activation_rms.interval", 100);
+inline constexpr bool kAttentionEntropyOn = gc::knob<bool>("metrics.attention_entropy.enabled", true);
+inline constexpr std::int64_t kAttentionEntropyEvery = gc::knob<std::int64_t>("metrics.attention_entropy.interval", 100);
+inline constexpr bool kLogitStdOn = gc::knob<bool>("metrics.logit_std.enabled", true);
+inline constexpr std::int64_t kLogitStdEvery = gc::knob<std::int64_t>("metrics.logit_std.interval", 100);
+inline constexpr bool kInitialLossOn = gc::knob<bool>("metrics.initial_loss.enabled", true);
+inline constexpr int kEmbeddingTopTokens = gc::knob<int>("metrics.embedding_cosine.top_tokens", 350);
+
 // Derived shapes.
 inline constexpr int kQDim = kHeads * kHeadDim;
 inline constexpr int kKvDim = kKvHeads * kHeadDim;

@@ -1,10 +1,13 @@
 // plan.hpp: what varies per tensor (names, shapes, init rules, optimizer
 // settings) as constexpr tables, in the order of the plan's parameter table.
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <vector>
 
 #include "common/text.hpp"
 #include "emit/emit.hpp"
+#include "spec/schema.hpp"
 
 namespace gc {
 
@@ -77,6 +80,61 @@ void layer_index_tables(std::ostringstream& o, const Plan& plan) {
   o << "};\n\n";
 }
 
+// "sink_score" -> "SinkScore"
+std::string camel(const std::string& name) {
+  std::string out;
+  bool upper = true;
+  for (char c : name) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? char(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
+
+std::string bool_list(const std::vector<bool>& v) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < v.size(); ++i) out += std::string(i ? ", " : "") + (v[i] ? "true" : "false");
+  return out + "}";
+}
+
+// The [metrics] selections: for each metric with `layers`, a mask over layers;
+// for each with `classes`, a mask over kParams rows (class chosen, and layer
+// chosen when the metric has layers too). Emitted for disabled metrics too, so
+// the templates compile the same way whatever is on.
+void metric_tables(std::ostringstream& o, const Plan& plan) {
+  o << "// What each metric measures ([metrics.NAME] layers and classes in the spec).\n";
+  const auto& spec = plan.spec.metrics;
+  for (const auto& name : metric_names()) {
+    const MetricSpec& m = spec.metrics.at(name);
+    const bool has_layers = find_key("metrics." + name + ".layers") != nullptr;
+    const bool has_classes = find_key("metrics." + name + ".classes") != nullptr;
+    std::vector<bool> layers(plan.layers.size(), m.layers.empty());
+    for (std::int64_t l : m.layers) {
+      if (l >= 0 && std::size_t(l) < layers.size()) layers[std::size_t(l)] = true;
+    }
+    if (has_layers) {
+      o << "inline constexpr bool k" << camel(name) << "Layers[kNumLayers] = " << bool_list(layers) << ";\n";
+    }
+    if (has_classes) {
+      std::vector<bool> tensors;
+      for (const auto& p : plan.params) {
+        bool chosen = std::find(m.classes.begin(), m.classes.end(), p.cls) != m.classes.end();
+        if (has_layers && p.layer >= 0) chosen = chosen && layers[std::size_t(p.layer)];
+        tensors.push_back(chosen);
+      }
+      o << "inline constexpr bool k" << camel(name) << "Tensors[kNumParams] = " << bool_list(tensors) << ";\n";
+    }
+  }
+  o << "// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps).\n";
+  o << "inline constexpr std::array<std::int64_t, " << spec.cosine_image_steps.size() << "> kCosineImageSteps = {";
+  for (std::size_t i = 0; i < spec.cosine_image_steps.size(); ++i) o << (i ? ", " : "") << spec.cosine_image_steps[i];
+  o << "};\n\n";
+}
+
 }  // namespace
 
 std::string plan_header(const Plan& plan, const std::string& banner) {
@@ -85,7 +143,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   o << "// The parameter table: every trainable tensor with its init rule (seed 000\n"
        "// §4.2: σ = fan^-γ unless the spec gives a std expression) and optimizer\n"
        "// settings. Row order is the order of the checkpoint and of the optimizer.\n"
-       "#pragma once\n\n#include <cstdint>\n\nnamespace gcm {\n\n";
+       "#pragma once\n\n#include <array>\n#include <cstdint>\n\nnamespace gcm {\n\n";
   o << "enum class InitKind { normal, trunc_normal, uniform, ones };\n\n";
   o << "struct ParamInfo {\n"
        "  const char* name;      // HF Llama-style name\n"
@@ -112,6 +170,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   }
   o << "};\n\n";
   layer_index_tables(o, plan);
+  metric_tables(o, plan);
   o << "}  // namespace gcm\n";
   return o.str();
 }

@@ -91,7 +91,9 @@ class Model {
         rstd_b, u, w, s, m, mn, rstd_m;
   };
   const Layer& layer(int l) const { return layers_[l]; }
+  const std::vector<T>& embedding_input() const { return e_; }  // scaled embedding, before the embedding norm
   const std::vector<T>& embedding_output() const { return e_norm_; }
+  const cpu::AttentionDims& attention_dims() const { return dims_; }
   const std::vector<T>& final_hidden() const { return h_final_; }
 
  private:

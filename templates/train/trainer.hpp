@@ -13,6 +13,7 @@
 
 #include "config.hpp"
 #include "cpu/adamw.hpp"
+#include "metrics/collector.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/checkpoint.hpp"
@@ -40,7 +41,11 @@ class Trainer {
 
  private:
   double train_step(std::int64_t step);
-  double evaluate();
+  // Mean validation loss; with `metrics`, also feeds it every batch's activations.
+  double evaluate(ActivationMetrics* metrics = nullptr);
+  // Evaluation and metrics after `s` completed steps (s = 0: at initialization).
+  void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
+  void per_class_records(std::int64_t s);
   void save(std::int64_t step);
   std::vector<gc::rt::ParamBuffers> buffers();
   void print_sample();
@@ -53,7 +58,15 @@ class Trainer {
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
   double last_grad_norm_ = 0.0;
+  std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens
+  std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
+  std::vector<float> before_update_;  // update_ratio scratch: one tensor before AdamW
+  double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
 };
+
+// Which metrics are due after s completed steps: every metric at s = 0, then
+// each at multiples of its interval; cosine matrices also at the image steps.
+MetricsDue metrics_due_at(std::int64_t s);
 
 }  // namespace gcm
 

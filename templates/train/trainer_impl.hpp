@@ -27,6 +27,45 @@ inline Trainer::Trainer(const TrainOptions& options)
   } else {
     init_parameters(model_.params.data(), kSeed);
   }
+  if constexpr (kEmbeddingCosineOn) {
+    top_tokens_ = most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
+  }
+}
+
+inline MetricsDue metrics_due_at(std::int64_t s) {
+  MetricsDue d;
+  if constexpr (kSinkScoreOn) {
+    d.sink_score = s % kSinkScoreEvery == 0;
+  }
+  if constexpr (kAttentionEntropyOn) {
+    d.attention_entropy = s % kAttentionEntropyEvery == 0;
+  }
+  if constexpr (kActivationRmsOn) {
+    d.activation_rms = s % kActivationRmsEvery == 0;
+  }
+  if constexpr (kRmsnormFactorOn) {
+    d.rmsnorm_factor = s % kRmsnormFactorEvery == 0;
+  }
+  if constexpr (kResidualFlowOn) {
+    d.residual_flow = s % kResidualFlowEvery == 0;
+  }
+  if constexpr (kLogitStdOn) {
+    d.logit_std = s % kLogitStdEvery == 0;
+  }
+  if constexpr (kStableRankOn) {
+    d.stable_rank = s % kStableRankEvery == 0;
+  }
+  if constexpr (kCosineSimilarityOn) {
+    d.cosine_images = std::find(kCosineImageSteps.begin(), kCosineImageSteps.end(), s) != kCosineImageSteps.end();
+    d.cosine_similarity = s % kCosineSimilarityEvery == 0 || d.cosine_images;
+  }
+  if constexpr (kEmbeddingCosineOn) {
+    d.embedding_cosine = s % kEmbeddingCosineEvery == 0;
+  }
+  if constexpr (kParamNormOn) {
+    d.param_norm = s % kParamNormEvery == 0;
+  }
+  return d;
 }
 
 inline std::vector<gc::rt::ParamBuffers> Trainer::buffers() {
@@ -53,25 +92,88 @@ inline double Trainer::train_step(std::int64_t step) {
   for (int i = 0; i < kNumParams; ++i) views.push_back({model_.grad(i), kParams[i].numel});
   last_grad_norm_ = cpu::global_grad_norm(views.data(), kNumParams);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
+  const std::int64_t s = step + 1;  // steps completed after this one
+  step_records_.clear();
+  if constexpr (kGradNormOn) {
+    if (s % kGradNormEvery == 0 || s == 1) {
+      // Per class, before clipping.
+      const Json values = per_class_norm(kGradNormTensors, [&](int i) {
+        return metrics::frobenius_squared(model_.grad(i), kParams[i].numel);
+      });
+      step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
+    }
+  }
+  bool update_ratio_due = false;
+  if constexpr (kUpdateRatioOn) {
+    update_ratio_due = s % kUpdateRatioEvery == 0 || s == 1;
+  }
+  std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
   const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
   const double lr = learning_rate(step);
   for (int i = 0; i < kNumParams; ++i) {
     const ParamInfo& p = kParams[i];
+    const bool track = update_ratio_due && kUpdateRatioTensors[i];
+    if (track) before_update_.assign(model_.param(i), model_.param(i) + p.numel);
     const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, step + 1};
     cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i), p.numel,
                     hp, clip);
+    if (track) {
+      auto& [delta, base] = update[p.cls];
+      for (std::int64_t j = 0; j < p.numel; ++j) {
+        const double before = before_update_[std::size_t(j)];
+        const double d = double(model_.param(i)[j]) - before;
+        delta += d * d;
+        base += before * before;
+      }
+    }
+  }
+  if (update_ratio_due) {
+    // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
+    Json values = Json::object();
+    for (const auto& [cls, sums] : update) values[cls] = sums.second > 0.0 ? std::sqrt(sums.first / sums.second) : 0.0;
+    step_records_.push_back({{"step", s}, {"metric", "update_ratio"}, {"values", values}});
   }
   return loss;
 }
 
-inline double Trainer::evaluate() {
+inline double Trainer::evaluate(ActivationMetrics* metrics) {
   double total = 0.0;
   for (const auto& batch : val_batches_) {
     const auto inputs = batch.inputs();
     const auto targets = batch.targets();
     total += model_.forward(inputs.data(), targets.data());
+    if (metrics) metrics->add_batch(model_);
   }
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
+}
+
+inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
+  using Clock = std::chrono::steady_clock;
+  const MetricsDue due = metrics_due_at(s);
+  bool initial_loss = false;
+  if constexpr (kInitialLossOn) {
+    initial_loss = s == 0;
+  }
+  if (!eval_due && !initial_loss && !due.any_activation() && !due.any_weight()) return;
+  const auto t0 = Clock::now();
+  ActivationMetrics activations(due);
+  if (eval_due || initial_loss || due.any_activation()) {
+    const double val = evaluate(due.any_activation() ? &activations : nullptr);
+    if (eval_due) {
+      log.write({{"step", s}, {"val_loss", val}});
+      if (opt_.progress) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "step %lld: val_loss %.4f\n", (long long)s, val);
+    }
+    if (initial_loss) {
+      // Seed 001: at initialization the loss should be close to ln V (uniform predictions).
+      const double log_vocab = std::log(double(kVocab));
+      log.write({{"step", s}, {"metric", "initial_loss"}, {"value", val}, {"log_vocab", log_vocab},
+                 {"ratio", val / log_vocab}});
+    }
+    for (const Json& r : activations.records(s)) log.write(r);
+  }
+  for (const Json& r : weight_records(s, model_, due, top_tokens_, opt_.run_dir)) log.write(r);
+  metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 inline void Trainer::save(std::int64_t step) {
@@ -103,6 +205,7 @@ inline int Trainer::run() {
                             opt_.resume ? gc::rt::MetricsWriter::Mode::Append : gc::rt::MetricsWriter::Mode::Truncate);
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
+  if (start_step_ == 0) measure(0, false, log);
   for (std::int64_t step = start_step_; step < opt_.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step);
@@ -121,15 +224,11 @@ inline int Trainer::run() {
     const bool last = step + 1 == opt_.steps;
     if ((step + 1) % kLogEvery == 0 || step == 0 || last) {
       log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
-                 {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed}});
+                 {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed}, {"metrics_s", metrics_seconds_}});
     }
+    for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
-    if ((kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last) {
-      const double val = evaluate();
-      log.write({{"step", step + 1}, {"val_loss", val}});
-      if (opt_.progress) std::fprintf(stderr, "\n");
-      std::fprintf(stderr, "step %lld: val_loss %.4f\n", (long long)(step + 1), val);
-    }
+    measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
     if ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last) save(step + 1);
   }
   if (opt_.progress) std::fprintf(stderr, "\n");
