@@ -22,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using gc::test::Outcome;
+using gc::test::read_jsonl;
 using gc::test::sh;
 
 class Tree : public gc::test::TreeTest {
@@ -29,13 +30,6 @@ class Tree : public gc::test::TreeTest {
   Outcome train(const std::string& args) { return sh((tree() / "train").string() + " " + args); }
 };
 
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 // Every feature that adds tensors or code paths, in one small model.
 const char* const kAllFeatures = R"toml([experiment]

@@ -17,6 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using gc::test::Outcome;
+using gc::test::read_jsonl;
 using gc::test::sh;
 using nlohmann::json;
 
@@ -72,13 +73,6 @@ enabled = false
 interval = 4
 )toml";
 
-std::vector<json> read_jsonl(const fs::path& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(json::parse(line));
-  return out;
-}
 
 // metric name -> step -> record
 std::map<std::string, std::map<std::int64_t, json>> by_metric(const std::vector<json>& records) {
