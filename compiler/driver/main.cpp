@@ -1,7 +1,8 @@
-// gcompile command line: check, explain, resolve and schema today; code
-// generation and builds come with the emitter.
+// gcompile command line: check, explain, resolve, schema, presets, diff,
+// report, and `gcompile SPEC` (generate and build).
 //
-// Exit status: 0 success, 1 the spec has errors, 2 usage error.
+// Exit status: 0 success, 1 the spec has errors (report: a run or file
+// cannot be read), 2 usage error.
 #include <iostream>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "driver/build.hpp"
 #include "explain/explain.hpp"
 #include "plan/plan.hpp"
+#include "report/page.hpp"
 #include "spec/schema.hpp"
 #include "spec/spec.hpp"
 
@@ -36,6 +38,12 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
 
 commands:
   diff A.toml B.toml      unified diff of the two generated trees
+  report RUN_DIR... [-o FILE] [--compare FILE.json]...
+                          write one self-contained HTML page (default
+                          report.html) plotting the runs' metrics.jsonl: loss,
+                          attention sinks, stable rank, row cosine, norms,
+                          spec differences, and token-level comparisons
+                          (--compare files and RUN_DIR/*.compare.json)
   check SPEC              validate SPEC; print every error and warning
   explain SPEC [--json]   validate SPEC and print the resolved plan: layer layout,
                           every parameter tensor with its init std, optimizer
@@ -49,7 +57,8 @@ options:
   -h, --help              show this help
   --version               print the version
 
-exit status: 0 success, 1 the spec has errors, 2 usage error
+exit status: 0 success, 1 the spec has errors (report: a run or file cannot
+be read), 2 usage error
 Spec language reference: docs/spec.md
 )";
 
@@ -64,8 +73,9 @@ struct Args {
   bool json = false;
   bool markdown = false;
   bool no_build = false;
-  std::string out_dir;
+  std::string out_dir;  // -o: the tree's directory, or report's output file
   int jobs = 0;
+  std::vector<std::string> compare_files;  // report --compare
 };
 
 bool parse_int(const std::string& s, int& out) {
@@ -91,7 +101,7 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       status = kOk;
       return std::nullopt;
     }
-    if (arg == "-o" || arg == "-j") {
+    if (arg == "-o" || arg == "-j" || arg == "--compare") {
       if (i + 1 >= argc) {
         status = usage_error("option '" + arg + "' needs a value");
         return std::nullopt;
@@ -99,6 +109,8 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       const std::string value = argv[++i];
       if (arg == "-o") {
         a.out_dir = value;
+      } else if (arg == "--compare") {
+        a.compare_files.push_back(value);
       } else if (!parse_int(value, a.jobs)) {
         status = usage_error("option '-j' needs a positive integer, not '" + value + "'");
         return std::nullopt;
@@ -159,8 +171,22 @@ bool looks_like_spec(const std::string& arg) {
   return arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".toml") == 0;
 }
 
+int report(const Args& a) {
+  int status = kOk;
+  if (a.no_build || a.jobs) return usage_error("options --no-build and -j do not apply to 'report'");
+  if (!flags_allowed(a, false, false, status)) return status;
+  if (a.positional.empty()) return usage_error("'report' takes one or more RUN_DIRs (got 0 arguments)");
+  gc::report::ReportOptions options;
+  options.run_dirs = a.positional;
+  options.compare_files = a.compare_files;
+  if (!a.out_dir.empty()) options.output = a.out_dir;
+  return gc::report::report_command(options, std::cout, std::cerr);
+}
+
 int run(const Args& a) {
   int status = kOk;
+  if (a.command == "report") return report(a);
+  if (!a.compare_files.empty()) return usage_error("option '--compare' applies only to 'gcompile report'");
   const bool generate = looks_like_spec(a.command);
   if ((a.no_build || !a.out_dir.empty() || a.jobs) && !generate) {
     return usage_error("options --no-build, -o and -j apply only to 'gcompile SPEC'");
@@ -221,7 +247,7 @@ int run(const Args& a) {
     }
     return kOk;
   }
-  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, schema, presets; or a SPEC.toml to generate and build)");
+  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, report, schema, presets; or a SPEC.toml to generate and build)");
 }
 
 }  // namespace
