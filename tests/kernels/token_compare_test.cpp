@@ -53,7 +53,9 @@ TEST(TokenCompare, MatchesTheDefinitionsOnRandomProbabilities) {
     for (double x : bin) mean += x / bin.size();
     EXPECT_NEAR(d.mean, mean, 1e-13);
     EXPECT_DOUBLE_EQ(d.median, naive_median(bin));
-    if (k > 0) EXPECT_GE(d.difficulty_min, c.deciles[k - 1].difficulty_max);
+    if (k > 0) {
+      EXPECT_GE(d.difficulty_min, c.deciles[k - 1].difficulty_max);
+    }
     total += d.count;
   }
   EXPECT_EQ(total, std::int64_t(n));
