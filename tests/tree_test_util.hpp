@@ -1,4 +1,5 @@
-// Shared by the tests that generate and build a tree: a shell runner and a
+// Shared by the tests that run programs: a shell runner, gcompile with its
+// streams kept apart, and, for the tests that generate and build a tree, a
 // fixture that owns a temporary directory (kept when the test fails, for
 // inspection) and runs gcompile on a spec written into it.
 #pragma once
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 #include <sys/wait.h>
@@ -42,6 +44,41 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
   std::string line;
   while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+// A shell word: PATH in single quotes.
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+struct Streams {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the gcompile under test with `args` (already shell-quoted) in `cwd`,
+// keeping stdout and stderr apart.
+inline Streams run_gcompile(const std::string& args, const std::string& cwd) {
+  static int calls = 0;
+  const std::filesystem::path err_file =
+      std::filesystem::temp_directory_path() /
+      ("gcompile_test_err_" + std::to_string(::getpid()) + "_" + std::to_string(calls++));
+  const std::string cmd = "cd " + shell_quote(cwd) + " && " + GCOMPILE_BINARY + " " + args + " 2>" +
+                          shell_quote(err_file.string());
+  Streams r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int raw = ::pclose(pipe);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  std::ifstream in(err_file, std::ios::binary);
+  r.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_file);
+  return r;
 }
 
 class TreeTest : public ::testing::Test {

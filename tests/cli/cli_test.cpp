@@ -13,36 +13,19 @@
 #include "common/text.hpp"
 #include "spec/schema.hpp"
 #include "test_util.hpp"
+#include "tree_test_util.hpp"
 
 namespace gc {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = test::Streams;
 
 // Runs gcompile with `args` (already shell-quoted) in `cwd` (default: the
 // source directory), capturing both streams.
 Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURCE_DIR) {
-  const fs::path err_file = fs::temp_directory_path() / ("gcompile_cli_err_" + std::to_string(::getpid()));
-  const std::string cmd = "cd " + cwd + " && " GCOMPILE_BINARY " " + args + " 2>" + err_file.string();
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  std::ifstream in(err_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
+  return test::run_gcompile(args, cwd);
 }
 
 TEST(Cli, HelpAndVersion) {

@@ -11,39 +11,16 @@
 
 #include "report/page.hpp"
 #include "report_test_util.hpp"
+#include "tree_test_util.hpp"
 
 namespace gc::report {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = gc::test::Streams;
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Runs gcompile with `args` (already quoted) in `cwd`, capturing both streams.
-Result gcompile(const std::string& args, const std::string& cwd) {
-  const std::string err_file = cwd + "/.stderr";
-  const std::string cmd = "cd " + quote(cwd) + " && " GCOMPILE_BINARY " " + args + " 2>" + quote(err_file);
-  Result r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int raw = ::pclose(pipe);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.err = rt::test::read_bytes(err_file);
-  fs::remove(err_file);
-  return r;
-}
+Result gcompile(const std::string& args, const std::string& cwd) { return gc::test::run_gcompile(args, cwd); }
 
 std::vector<std::string> plot_names(const std::string& html) {
   std::vector<std::string> out;
