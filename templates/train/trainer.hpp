@@ -66,7 +66,7 @@ class Trainer {
 
 // Which metrics are due after s completed steps: every metric at s = 0, then
 // each at multiples of its interval; cosine matrices also at the image steps.
-MetricsDue metrics_due_at(std::int64_t s);
+inline MetricsDue metrics_due_at(std::int64_t s);
 
 }  // namespace gcm
 
