@@ -199,7 +199,7 @@ int run_metrics(const Args& a) {
   });
   records.push_back({{"step", step}, {"metric", "grad_norm"}, {"values", grads}, {"data", "validation"}});
   if (due.cosine_images) fs::create_directories(a.images);
-  for (auto& r : gcm::weight_records(step, model, due, top_tokens, a.images)) records.push_back(r);
+  for (auto& r : gcm::weight_records(step, model.params.data(), due, top_tokens, a.images)) records.push_back(r);
   std::string text;
   for (const auto& r : records) text += gc::rt::metrics_line(r) + "\n";
   emit(a.out, text);

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR]\n"
-    "             [--train-data PATH] [--val-data PATH] [--help]\n\n"
+    "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -25,7 +25,9 @@ const char* const kUsage =
     "  --out DIR        run directory for metrics and checkpoints (default: run/ beside this binary)\n"
     "  --resume DIR     continue the run in DIR from its latest checkpoint, bit-identically\n"
     "  --train-data P   override the training shards (file, directory or glob)\n"
-    "  --val-data P     override the validation shards\n";
+    "  --val-data P     override the validation shards\n"
+    "  --log-every N    write a training record every N steps (default: the spec's train.log_every)\n"
+    "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());
@@ -94,27 +96,30 @@ int main(int argc, char** argv) {
       if (!value(options.train_data)) return usage_error("--train-data needs a path");
     } else if (arg == "--val-data") {
       if (!value(options.val_data)) return usage_error("--val-data needs a path");
+    } else if (arg == "--log-every") {
+      if (!value(v) || !parse_steps(v, options.log_every)) return usage_error("--log-every needs a positive integer");
+    } else if (arg == "--no-metrics") {
+      options.metrics = false;
     } else {
       return usage_error("unknown argument '" + arg + "'");
     }
   }
   if (!out.empty() && !resume.empty()) return usage_error("--out and --resume are exclusive (--resume names the run)");
-  if (device == "cuda") {
-    std::fprintf(stderr, "train: error: --device cuda: this tree has no CUDA backend yet; use --device cpu\n");
-    return 1;
-  }
+  options.device = device;
   options.resume = !resume.empty();
   options.run_dir = options.resume ? resume : (out.empty() ? default_run_dir() : out);
   options.progress = ::isatty(STDERR_FILENO) != 0;
   try {
     if (!options.resume) prepare_fresh_run(options.run_dir);
-    std::fprintf(stderr, "train: %s, %lld parameters, CPU backend, run directory %s\n", gcm::kExperimentName,
-                 (long long)gcm::kTotalParams, options.run_dir.c_str());
-    if constexpr (gcm::kPrecision == gcm::Precision::bf16) {
-      std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
-                           "computes in fp32\n");
-    }
     gcm::Trainer trainer(options);
+    std::fprintf(stderr, "train: %s, %lld parameters, %s, run directory %s\n", gcm::kExperimentName,
+                 (long long)gcm::kTotalParams, trainer.describe().c_str(), options.run_dir.c_str());
+    if constexpr (gcm::kPrecision == gcm::Precision::bf16) {
+      if (!trainer.on_device()) {
+        std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
+                             "computes in fp32\n");
+      }
+    }
     return trainer.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());

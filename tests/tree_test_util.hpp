@@ -101,7 +101,7 @@ class TreeTest : public ::testing::Test {
   Outcome generate(const std::string& spec_text, bool build = true) {
     std::ofstream(spec_path()) << spec_text;
     return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() +
-              (build ? " -j 2" : " --no-build"));
+              (build ? " -j 2 --cpu-only" : " --no-build"));
   }
 
   std::filesystem::path dir_;

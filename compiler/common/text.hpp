@@ -56,4 +56,8 @@ std::size_t find_invalid_utf8(std::string_view s);
 // The whole UTF-8 character starting at byte i (one byte if invalid).
 std::string utf8_char_at(std::string_view s, std::size_t i);
 
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace gc

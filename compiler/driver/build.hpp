@@ -11,6 +11,7 @@ struct GenerateOptions {
   std::string out_dir;  // "" = generated/<experiment name>
   bool build = true;
   int jobs = 0;  // 0 = all cores
+  bool cuda = true;  // false: configure the tree with -DGC_CUDA=OFF (CPU backend only)
 };
 
 // Returns the process exit status (0 ok, 1 spec or build error).

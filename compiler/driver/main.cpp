@@ -24,7 +24,7 @@ constexpr int kOk = 0;
 constexpr int kSpecError = 1;
 constexpr int kUsageError = 2;
 
-const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [-o DIR] [-j N]
+const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [-o DIR] [-j N]
        gcompile <command> [options]
 
 gcompile turns a TOML experiment spec into a specialized LLM training binary.
@@ -33,6 +33,8 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
                           generated/<experiment name>/), and build it; the
                           binaries land in the tree (./generated/NAME/train)
     --no-build            generate only
+    --cpu-only            build without the CUDA backend even where nvcc is
+                          found (a faster build for CPU-only machines)
     -o DIR                write the tree to DIR
     -j N                  build with N parallel jobs
 
@@ -73,6 +75,7 @@ struct Args {
   bool json = false;
   bool markdown = false;
   bool no_build = false;
+  bool cpu_only = false;
   std::string out_dir;  // -o: the tree's directory, or report's output file
   int jobs = 0;
   std::vector<std::string> compare_files;  // report --compare
@@ -117,6 +120,8 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       }
     } else if (arg == "--no-build") {
       a.no_build = true;
+    } else if (arg == "--cpu-only") {
+      a.cpu_only = true;
     } else if (arg == "--json") {
       a.json = true;
     } else if (arg == "--markdown") {
@@ -173,7 +178,7 @@ bool looks_like_spec(const std::string& arg) {
 
 int report(const Args& a) {
   int status = kOk;
-  if (a.no_build || a.jobs) return usage_error("options --no-build and -j do not apply to 'report'");
+  if (a.no_build || a.jobs || a.cpu_only) return usage_error("options --no-build, --cpu-only and -j do not apply to 'report'");
   if (!flags_allowed(a, false, false, status)) return status;
   if (a.positional.empty()) return usage_error("'report' takes one or more RUN_DIRs (got 0 arguments)");
   gc::report::ReportOptions options;
@@ -188,14 +193,14 @@ int run(const Args& a) {
   if (a.command == "report") return report(a);
   if (!a.compare_files.empty()) return usage_error("option '--compare' applies only to 'gcompile report'");
   const bool generate = looks_like_spec(a.command);
-  if ((a.no_build || !a.out_dir.empty() || a.jobs) && !generate) {
-    return usage_error("options --no-build, -o and -j apply only to 'gcompile SPEC'");
+  if ((a.no_build || a.cpu_only || !a.out_dir.empty() || a.jobs) && !generate) {
+    return usage_error("options --no-build, --cpu-only, -o and -j apply only to 'gcompile SPEC'");
   }
   if (generate) {
     if (!a.positional.empty()) return usage_error("'gcompile SPEC' takes one spec (got " +
                                                   std::to_string(a.positional.size() + 1) + ")");
     if (!flags_allowed(a, false, false, status)) return status;
-    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs});
+    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only});
   }
   if (a.command == "diff") {
     if (!expect_args(a, 2, "two SPECs", status) || !flags_allowed(a, false, false, status)) return status;

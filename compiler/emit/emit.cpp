@@ -32,10 +32,6 @@ std::string banner(const Plan& plan, const std::string& comment, const std::stri
          " Do not edit: change the spec and run gcompile again.\n";
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<TemplateFile> template_inputs() {
   std::vector<TemplateFile> out;
   for (const auto& f : embedded_templates()) out.push_back({f.path, f.text});

@@ -1,22 +1,22 @@
 // CMakeLists.txt of a generated tree: the CPU backend always (OpenBLAS,
-// OpenMP), the CUDA backend when nvcc is found. Binaries land in the tree's
-// root, so `./generated/NAME/train` runs the experiment.
+// OpenMP), the CUDA backend when nvcc is found and GC_CUDA is ON (the
+// default). Binaries land in the tree's root, so `./generated/NAME/train`
+// runs the experiment; with CUDA, train also links the GPU engine and the
+// tree gains `parity` (CUDA vs CPU on the whole model).
 #include <sstream>
 
+#include "common/text.hpp"
 #include "emit/emit.hpp"
 
 namespace gc {
 
 namespace {
 
-bool is_main(const std::string& path) {
-  return path.size() > 9 && path.compare(path.size() - 9, 9, "_main.cpp") == 0;
-}
+bool is_main(const std::string& path) { return ends_with(path, "_main.cpp") || ends_with(path, "_main.cu"); }
 
 std::string program_name(const std::string& path) {
-  const auto slash = path.rfind('/');
-  const std::string file = path.substr(slash + 1);
-  return file.substr(0, file.size() - 9);  // "train_main.cpp" -> "train"
+  const std::string file = path.substr(path.rfind('/') + 1);
+  return file.substr(0, file.rfind("_main."));  // "train_main.cpp" -> "train"
 }
 
 }  // namespace
@@ -39,22 +39,37 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
     << "  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/third_party ${GC_CBLAS_INCLUDE})\n"
     << "target_link_libraries(gc_common PUBLIC OpenMP::OpenMP_CXX BLAS::BLAS)\n\n";
   for (const auto& s : sources) {
-    if (!is_main(s)) continue;
+    if (!is_main(s)) continue;  // .cpp mains; the .cu mains are CUDA programs below
     const std::string name = program_name(s);
     o << "add_executable(" << name << " " << s << ")\n"
       << "target_link_libraries(" << name << " PRIVATE gc_common)\n"
       << "set_target_properties(" << name << " PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})\n\n";
   }
-  o << "# The CUDA backend builds when the toolkit is present (Hopper: sm_90a for wgmma).\n"
-    << "include(CheckLanguage)\ncheck_language(CUDA)\n"
-    << "if(CMAKE_CUDA_COMPILER)\n  enable_language(CUDA)\n  find_package(CUDAToolkit REQUIRED)\n";
+  o << "# The CUDA backend (Hopper: sm_90a) builds when the toolkit is present, unless -DGC_CUDA=OFF.\n"
+    << "option(GC_CUDA \"Build the CUDA backend when nvcc is found\" ON)\n"
+    << "if(GC_CUDA)\n  include(CheckLanguage)\n  check_language(CUDA)\nendif()\n"
+    << "if(GC_CUDA AND CMAKE_CUDA_COMPILER)\n  enable_language(CUDA)\n  find_package(CUDAToolkit REQUIRED)\n"
+    << "  set(CMAKE_CUDA_STANDARD 17)\n  set(CMAKE_CUDA_STANDARD_REQUIRED ON)\n";
   if (cuda_sources.empty()) {
-    o << "  # This tree has no CUDA sources yet.\n";
+    o << "  # This tree has no CUDA sources.\n";
   } else {
     o << "  add_library(gc_cuda STATIC";
-    for (const auto& s : cuda_sources) o << "\n    " << s;
+    for (const auto& s : cuda_sources) {
+      if (!is_main(s)) o << "\n    " << s;
+    }
     o << ")\n  set_target_properties(gc_cuda PROPERTIES CUDA_ARCHITECTURES 90a)\n"
-      << "  target_link_libraries(gc_cuda PUBLIC gc_common CUDA::cudart CUDA::cublasLt)\n";
+      << "  target_compile_options(gc_cuda PUBLIC $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)\n"
+      << "  target_link_libraries(gc_cuda PUBLIC gc_common CUDA::cudart CUDA::cublasLt)\n"
+      << "  target_compile_definitions(gc_cuda PUBLIC GC_HAVE_CUDA)\n"
+      << "  target_link_libraries(train PRIVATE gc_cuda)\n";
+    for (const auto& s : cuda_sources) {
+      if (!is_main(s)) continue;
+      const std::string name = program_name(s);
+      o << "  add_executable(" << name << " " << s << ")\n"
+        << "  set_target_properties(" << name << " PROPERTIES CUDA_ARCHITECTURES 90a RUNTIME_OUTPUT_DIRECTORY "
+        << "${CMAKE_CURRENT_SOURCE_DIR})\n"
+        << "  target_link_libraries(" << name << " PRIVATE gc_cuda)\n";
+    }
   }
   o << "endif()\n";
   return o.str();

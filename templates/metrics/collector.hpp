@@ -165,12 +165,12 @@ Json per_class_norm(const bool* mask, F squares) {
   return values;
 }
 
-// Weight metrics of the current parameters. image_dir (relative to run_dir)
-// receives the heatmaps when due.cosine_images.
-inline std::vector<Json> weight_records(std::int64_t step, const Model<float>& model, const MetricsDue& due,
+// Weight metrics of the current parameters (host memory, kParams order).
+// image_dir (relative to run_dir) receives the heatmaps when due.cosine_images.
+inline std::vector<Json> weight_records(std::int64_t step, const float* params, const MetricsDue& due,
                                         const std::vector<int>& top_tokens, const std::string& run_dir) {
   std::vector<Json> out;
-  auto param = [&](int i) { return model.params.data() + kOffsets.at[i]; };
+  auto param = [&](int i) { return params + kOffsets.at[i]; };
   std::string image_dir;
   if (due.cosine_images) {
     char name[32];

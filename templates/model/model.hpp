@@ -1,9 +1,10 @@
-// The dense Llama-style decoder on the CPU backend: forward and backward of
-// the whole model, composed from the kernels in cpu/. Every shape, ε, scale
+// The dense Llama-style decoder: forward and backward of the whole model,
+// composed once from a backend's kernels (cpu/backend.hpp, cuda/backend.cuh),
+// so both backends run the same sequence of operations. Every shape, ε, scale
 // and feature switch comes from config.hpp (knobs) and plan.hpp (the
 // parameter table), so after specialization only the code this experiment
-// runs remains. Templated on the scalar type: float for training, double for
-// the finite-difference gradient check.
+// runs remains. Model<T> is the CPU model: float for training, double for the
+// finite-difference gradient check.
 //
 // Layer l (pre-norm; sandwich adds the bracketed norms):
 //   a = RMSNorm(h)                          (seed 000 eq. 2, ε = kNormEps)
@@ -21,14 +22,8 @@
 
 #include "config.hpp"
 #include "cpu/attention.hpp"
-#include "cpu/cross_entropy.hpp"
-#include "cpu/embedding.hpp"
-#include "cpu/gate.hpp"
-#include "cpu/linear.hpp"
+#include "cpu/backend.hpp"
 #include "cpu/philox.hpp"
-#include "cpu/rmsnorm.hpp"
-#include "cpu/rope.hpp"
-#include "cpu/swiglu.hpp"
 #include "plan.hpp"
 
 namespace gcm {
@@ -65,52 +60,69 @@ void init_parameters(T* params, std::uint64_t seed) {
   }
 }
 
-template <typename T>
-class Model {
+template <typename Backend>
+class BasicModel {
  public:
-  Model(int batch, int seq_len);
+  using Act = typename Backend::Act;    // activations, working weights
+  using Grad = typename Backend::Grad;  // parameter gradients
+  using Stat = typename Backend::Stat;  // rstd, lse
+  template <typename U>
+  using Buffer = typename Backend::template Buffer<U>;
 
-  std::vector<T> params, grads;  // flat, in kParams order
-  T* param(int i) { return params.data() + kOffsets.at[i]; }
-  T* grad(int i) { return grads.data() + kOffsets.at[i]; }
+  BasicModel(int batch, int seq_len);
+
+  Buffer<Act> params;  // flat, in kParams order
+  Buffer<Grad> grads;
+  Act* param(int i) { return params.data() + kOffsets.at[i]; }
+  const Act* param(int i) const { return params.data() + kOffsets.at[i]; }
+  Grad* grad(int i) { return grads.data() + kOffsets.at[i]; }
 
   // Mean cross-entropy of next-token prediction; keeps the activations.
+  // tokens and targets are host arrays of rows() entries.
   double forward(const std::int32_t* tokens, const std::int32_t* targets);
   // Adds dL/dθ · loss_scale to grads (call after forward).
   void backward(double loss_scale = 1.0);
-  void zero_grads() { std::fill(grads.begin(), grads.end(), T(0)); }
+  void zero_grads() { Backend::zero(grads); }
 
-  const T* logits() const { return logits_.data(); }
-  const T* token_losses() const { return losses_.data(); }
-  const T* target_probs() const { return p_target_.data(); }
+  // Backend memory: host pointers on the CPU, device pointers on CUDA.
+  const Act* logits() const { return logits_.data(); }
+  const Stat* token_losses() const { return losses_.data(); }
+  const Stat* target_probs() const { return p_target_.data(); }
   int rows() const { return N_; }
+  Backend& backend() { return ops_; }
 
   // Per-layer activations the metrics read (q·k after RoPE and the lse).
   struct Layer {
-    std::vector<T> x, a, rstd_a, q, k, v, qn, kn, rstd_q, rstd_k, qr, kr, o, lse, z, og, proj, pn, rstd_p, h2, b,
-        rstd_b, u, w, s, m, mn, rstd_m;
+    Buffer<Act> x, a, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, u, w, s, m, mn;
+    Buffer<Stat> rstd_a, rstd_q, rstd_k, lse, rstd_p, rstd_b, rstd_m;
   };
   const Layer& layer(int l) const { return layers_[l]; }
-  const std::vector<T>& embedding_input() const { return e_; }  // scaled embedding, before the embedding norm
-  const std::vector<T>& embedding_output() const { return e_norm_; }
+  const Buffer<Act>& embedding_input() const { return e_; }  // scaled embedding, before the embedding norm
+  const Buffer<Act>& embedding_output() const { return e_norm_; }
   const cpu::AttentionDims& attention_dims() const { return dims_; }
-  const std::vector<T>& final_hidden() const { return h_final_; }
+  const Buffer<Act>& final_hidden() const { return h_final_; }
 
  private:
-  void forward_layer(int l, const T* h_in, T* h_out);
-  void backward_layer(int l, T* dh);  // dh: in = dL/dh_out, out = dL/dh_in
+  void forward_layer(int l, const Act* h_in, Act* h_out);
+  void backward_layer(int l, Act* dh);  // dh: in = dL/dh_out, out = dL/dh_in
 
+  Backend ops_;
   int B_, T_, N_;
   cpu::AttentionDims dims_;
-  std::vector<T> cos_, sin_;
-  const std::int32_t* tokens_ = nullptr;
+  const std::int32_t* tokens_ = nullptr;   // backend memory
   const std::int32_t* targets_ = nullptr;
-  std::vector<T> e_, e_norm_, rstd_e_;  // embedding (scaled), after the embedding norm
+  Buffer<Act> e_, e_norm_;  // embedding (scaled), after the embedding norm
+  Buffer<Stat> rstd_e_;
   std::vector<Layer> layers_;
-  std::vector<T> h_final_, f_, rstd_f_, logits_, losses_, p_target_;
+  Buffer<Act> h_final_, f_, logits_;
+  Buffer<Stat> rstd_f_, losses_, p_target_;
   // Backward scratch.
-  std::vector<T> dh_, dx_, dd_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_a_, dff_b_, dff_s_, dlogits_;
+  Buffer<Act> dh_, dx_, dd_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_a_, dff_b_, dff_s_, dlogits_;
 };
+
+// The CPU model (T = float for training, double for the gradient check).
+template <typename T>
+using Model = BasicModel<cpu::Backend<T>>;
 
 }  // namespace gcm
 

@@ -1,10 +1,16 @@
-// The training loop on the CPU backend: gradient accumulation over
-// micro-batches, global grad-norm clipping, AdamW with decoupled weight decay
-// and per-tensor lr multipliers (plan.hpp), evaluation, JSON Lines metrics and
-// atomic checkpoints. Deterministic: a resumed run continues bit-identically.
+// The training loop: gradient accumulation over micro-batches, global
+// grad-norm clipping, AdamW with decoupled weight decay and per-tensor lr
+// multipliers (plan.hpp), evaluation, JSON Lines metrics and atomic
+// checkpoints. The step itself runs on an Engine (train/engine.hpp: the CPU,
+// or the GPU when the tree has the CUDA backend); the run's state lives on the
+// host for checkpoints and metrics. Deterministic: a resumed run continues
+// bit-identically.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -13,6 +19,7 @@
 
 #include "config.hpp"
 #include "cpu/adamw.hpp"
+#include "train/engine.hpp"
 #include "metrics/collector.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
@@ -31,13 +38,21 @@ struct TrainOptions {
   std::int64_t steps = kTotalSteps;  // stop after this many steps (≤ the schedule's total)
   bool resume = false;
   bool progress = false;  // live progress line (on a terminal)
+  std::string device = "auto";  // cpu, cuda, or auto (CUDA when present)
+  bool metrics = true;          // false: no in-loop analyses (timing runs); losses are still logged
+  std::int64_t log_every = kLogEvery;
 };
+
+// The greedy sample at the end runs on the CPU; on a GPU run it is skipped above this size.
+inline constexpr std::int64_t kHostSampleMaxParams = 50'000'000;
 
 class Trainer {
  public:
   explicit Trainer(const TrainOptions& options);
   // Runs to options.steps; returns the process exit status.
   int run();
+  std::string describe() const { return engine_->describe(); }
+  bool on_device() const { return on_device_; }
 
  private:
   double train_step(std::int64_t step);
@@ -51,16 +66,29 @@ class Trainer {
   void print_sample();
   void report(std::int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double elapsed);
 
+  float* host_params();
+  const std::vector<float>& host_param_vector();
+  // Engine → host state (a no-op on the CPU, where the host state is the engine's).
+  void sync_host(bool with_moments);
+  // The host model the activation metrics read (the training model on the CPU).
+  Model<float>& metrics_model();
+  void choose_engine();
+  void write_summary(gc::rt::MetricsWriter& log, double elapsed);
+
   TrainOptions opt_;
-  Model<float> model_;
-  std::vector<float> m_, v_;
+  std::unique_ptr<Model<float>> host_model_;
+  std::vector<float> params_, m_, v_;  // host state (params_ only when the engine is on a device)
+  std::unique_ptr<Engine> engine_;
+  bool on_device_ = false;
+  bool host_fresh_ = true;  // the host state matches the engine's
   gc::rt::ShardSet train_;
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
   double last_grad_norm_ = 0.0;
   std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
-  std::vector<float> before_update_;  // update_ratio scratch: one tensor before AdamW
+  std::vector<double> step_seconds_;  // wall time of each step of this process (summary)
+  std::int64_t peak_device_bytes_ = 0;
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
 };
 

@@ -7,12 +7,11 @@
 
 namespace gcm {
 
-inline Trainer::Trainer(const TrainOptions& options)
-    : opt_(options),
-      model_(kMicroBatch, kSeqLen),
-      m_(model_.params.size(), 0.0f),
-      v_(model_.params.size(), 0.0f),
-      train_(options.train_data, kVocab) {
+inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(options.train_data, kVocab) {
+  const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
+  m_.assign(total, 0.0f);
+  v_.assign(total, 0.0f);
+  choose_engine();
   gc::rt::ShardSet val(opt_.val_data, kVocab);
   val_batches_ = val.validation_batches(kMicroBatch, kSeqLen, kEvalBatches);
   if (opt_.resume) {
@@ -21,15 +20,61 @@ inline Trainer::Trainer(const TrainOptions& options)
     const gc::rt::CheckpointState state = gc::rt::load_checkpoint(*latest, buffers(), kSpecHash);
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
+    engine_->upload(host_params(), m_.data(), v_.data());
     // Metrics logged after the checkpoint will be logged again, identically.
     gc::rt::truncate_metrics_log((std::filesystem::path(opt_.run_dir) / "metrics.jsonl").string(), start_step_);
     std::fprintf(stderr, "train: resumed %s at step %lld\n", latest->c_str(), (long long)start_step_);
   } else {
-    init_parameters(model_.params.data(), kSeed);
+    // The same Philox streams on every backend: identical initial weights.
+    engine_->initialize(kSeed);
+    host_fresh_ = false;
   }
   if constexpr (kEmbeddingCosineOn) {
     top_tokens_ = most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
   }
+}
+
+inline void Trainer::choose_engine() {
+  bool use_cuda = opt_.device == "cuda";
+#ifdef GC_HAVE_CUDA
+  if (opt_.device == "auto") use_cuda = cuda_available();
+#else
+  if (use_cuda) {
+    throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
+                               "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
+  }
+#endif
+  if (use_cuda) {
+#ifdef GC_HAVE_CUDA
+    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
+    on_device_ = true;
+    params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+#endif
+  } else {
+    host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
+    engine_ = std::make_unique<CpuEngine>(*host_model_, m_, v_);
+  }
+}
+
+inline float* Trainer::host_params() { return on_device_ ? params_.data() : host_model_->params.data(); }
+
+inline const std::vector<float>& Trainer::host_param_vector() {
+  return on_device_ ? params_ : host_model_->params;
+}
+
+inline void Trainer::sync_host(bool with_moments) {
+  if (!on_device_ || (host_fresh_ && !with_moments)) return;
+  engine_->download(params_.data(), with_moments ? m_.data() : nullptr, with_moments ? v_.data() : nullptr);
+  host_fresh_ = true;
+}
+
+inline Model<float>& Trainer::metrics_model() {
+  if (!host_model_) host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
+  if (on_device_) {
+    sync_host(false);
+    host_model_->params = params_;
+  }
+  return *host_model_;
 }
 
 inline MetricsDue metrics_due_at(std::int64_t s) {
@@ -72,34 +117,33 @@ inline std::vector<gc::rt::ParamBuffers> Trainer::buffers() {
   std::vector<gc::rt::ParamBuffers> out;
   for (int i = 0; i < kNumParams; ++i) {
     const ParamInfo& p = kParams[i];
-    out.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model_.param(i),
+    out.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), host_params() + kOffsets.at[i],
                    m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i]});
   }
   return out;
 }
 
 inline double Trainer::train_step(std::int64_t step) {
-  model_.zero_grads();
+  engine_->zero_grads();
   double loss = 0.0;
   for (int micro = 0; micro < kGradAccum; ++micro) {
     const gc::rt::Batch batch = train_.next_batch(kMicroBatch, kSeqLen);
     const auto inputs = batch.inputs();
     const auto targets = batch.targets();
-    loss += model_.forward(inputs.data(), targets.data()) / kGradAccum;
-    model_.backward(1.0 / kGradAccum);
+    loss += engine_->forward_backward(inputs.data(), targets.data(), 1.0 / kGradAccum) / kGradAccum;
   }
-  std::vector<cpu::GradView<float>> views;
-  for (int i = 0; i < kNumParams; ++i) views.push_back({model_.grad(i), kParams[i].numel});
-  last_grad_norm_ = cpu::global_grad_norm(views.data(), kNumParams);
+  // Global norm: Σ over tensors in kParams order of each tensor's Σ g².
+  const std::vector<double> squares = engine_->grad_squares();
+  double total = 0.0;
+  for (double sq : squares) total += sq;
+  last_grad_norm_ = std::sqrt(total);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
   if constexpr (kGradNormOn) {
     if (s % kGradNormEvery == 0 || s == 1) {
       // Per class, before clipping.
-      const Json values = per_class_norm(kGradNormTensors, [&](int i) {
-        return metrics::frobenius_squared(model_.grad(i), kParams[i].numel);
-      });
+      const Json values = per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
       step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
     }
   }
@@ -107,28 +151,31 @@ inline double Trainer::train_step(std::int64_t step) {
   if constexpr (kUpdateRatioOn) {
     update_ratio_due = s % kUpdateRatioEvery == 0 || s == 1;
   }
-  std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
-  const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
-  const double lr = learning_rate(step);
-  for (int i = 0; i < kNumParams; ++i) {
-    const ParamInfo& p = kParams[i];
-    const bool track = update_ratio_due && kUpdateRatioTensors[i];
-    if (track) before_update_.assign(model_.param(i), model_.param(i) + p.numel);
-    const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, step + 1};
-    cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i), p.numel,
-                    hp, clip);
-    if (track) {
-      auto& [delta, base] = update[p.cls];
-      for (std::int64_t j = 0; j < p.numel; ++j) {
-        const double before = before_update_[std::size_t(j)];
-        const double d = double(model_.param(i)[j]) - before;
-        delta += d * d;
-        base += before * before;
-      }
+  std::map<int, std::vector<float>> before;  // tracked tensors before the update
+  if (update_ratio_due) {
+    for (int i = 0; i < kNumParams; ++i) {
+      if (!kUpdateRatioTensors[i]) continue;
+      before[i].resize(std::size_t(kParams[i].numel));
+      engine_->download_tensor(i, before[i].data());
     }
   }
+  const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
+  engine_->adamw_step(learning_rate(step), clip, step + 1);
+  host_fresh_ = false;
   if (update_ratio_due) {
     // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
+    std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
+    std::vector<float> after;
+    for (const auto& [i, old] : before) {
+      after.resize(old.size());
+      engine_->download_tensor(i, after.data());
+      auto& [delta, base] = update[kParams[i].cls];
+      for (std::size_t j = 0; j < old.size(); ++j) {
+        const double d = double(after[j]) - double(old[j]);
+        delta += d * d;
+        base += double(old[j]) * double(old[j]);
+      }
+    }
     Json values = Json::object();
     for (const auto& [cls, sums] : update) values[cls] = sums.second > 0.0 ? std::sqrt(sums.first / sums.second) : 0.0;
     step_records_.push_back({{"step", s}, {"metric", "update_ratio"}, {"values", values}});
@@ -141,18 +188,23 @@ inline double Trainer::evaluate(ActivationMetrics* metrics) {
   for (const auto& batch : val_batches_) {
     const auto inputs = batch.inputs();
     const auto targets = batch.targets();
-    total += model_.forward(inputs.data(), targets.data());
-    if (metrics) metrics->add_batch(model_);
+    total += engine_->forward_loss(inputs.data(), targets.data());
+    if (metrics) {
+      // On the CPU the engine's model is the metrics model and holds this batch's activations.
+      Model<float>& host = metrics_model();
+      if (on_device_) host.forward(inputs.data(), targets.data());
+      metrics->add_batch(host);
+    }
   }
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
 }
 
 inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
   using Clock = std::chrono::steady_clock;
-  const MetricsDue due = metrics_due_at(s);
+  const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
   bool initial_loss = false;
   if constexpr (kInitialLossOn) {
-    initial_loss = s == 0;
+    initial_loss = s == 0 && opt_.metrics;
   }
   if (!eval_due && !initial_loss && !due.any_activation() && !due.any_weight()) return;
   const auto t0 = Clock::now();
@@ -172,11 +224,15 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
     }
     for (const Json& r : activations.records(s)) log.write(r);
   }
-  for (const Json& r : weight_records(s, model_, due, top_tokens_, opt_.run_dir)) log.write(r);
+  if (due.any_weight()) {
+    sync_host(false);
+    for (const Json& r : weight_records(s, host_params(), due, top_tokens_, opt_.run_dir)) log.write(r);
+  }
   metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 inline void Trainer::save(std::int64_t step) {
+  sync_host(true);
   gc::rt::CheckpointState state;
   state.step = step;
   state.data["train"] = train_.position();
@@ -192,7 +248,7 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
   if (opt_.progress) {
     std::fprintf(stderr, "\r\033[Kstep %lld/%lld  loss %.4f  lr %.3g  %.0f tok/s  ETA %.0fs", (long long)(step + 1),
                  (long long)opt_.steps, loss, lr, tokens_per_s, remaining);
-  } else if ((step + 1) % kLogEvery == 0 || step == start_step_ || step + 1 == opt_.steps) {
+  } else if ((step + 1) % opt_.log_every == 0 || step == start_step_ || step + 1 == opt_.steps) {
     std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g grad_norm %.3g %.0f tok/s\n", (long long)(step + 1),
                  (long long)opt_.steps, loss, lr, grad_norm, tokens_per_s);
   }
@@ -221,8 +277,10 @@ inline int Trainer::run() {
     }
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    step_seconds_.push_back(dt);
+    peak_device_bytes_ = std::max(peak_device_bytes_, engine_->device_bytes());
     const bool last = step + 1 == opt_.steps;
-    if ((step + 1) % kLogEvery == 0 || step == 0 || last) {
+    if ((step + 1) % opt_.log_every == 0 || step == 0 || last) {
       log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
                  {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed}, {"metrics_s", metrics_seconds_}});
     }
@@ -232,8 +290,32 @@ inline int Trainer::run() {
     if ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last) save(step + 1);
   }
   if (opt_.progress) std::fprintf(stderr, "\n");
+  write_summary(log, std::chrono::duration<double>(Clock::now() - start).count());
   print_sample();
   return 0;
+}
+
+// One closing record for benchmarks: the median step time over this
+// process's steps after the first 10% (warm-up: cuBLASLt plans, caches), the
+// device memory in use at its peak, and the planned size of the run's state.
+inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
+  if (step_seconds_.empty()) return;
+  std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
+  std::sort(timed.begin(), timed.end());
+  const double median = timed[timed.size() / 2];
+  const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
+  // fp32 master, gradients, m and v, plus bf16 working weights when they differ.
+  const double state_bytes = double(kOffsets.at[kNumParams]) * (16.0 + (kPrecision == Precision::bf16 && on_device_ ? 2.0 : 0.0));
+  Json r = {{"step", step_seconds_.empty() ? start_step_ : start_step_ + std::int64_t(step_seconds_.size())},
+            {"event", "summary"},
+            {"device", engine_->describe()},
+            {"steps", std::int64_t(step_seconds_.size())},
+            {"elapsed_s", elapsed},
+            {"step_ms_median", median * 1e3},
+            {"tokens_per_s_median", tokens_per_step / median},
+            {"planned_state_bytes", state_bytes}};
+  if (on_device_) r["peak_device_bytes"] = peak_device_bytes_;
+  log.write(r);
 }
 
 inline void Trainer::print_sample() {
@@ -242,7 +324,13 @@ inline void Trainer::print_sample() {
   const gc::rt::Batch& batch = val_batches_.front();
   const int prompt_len = std::min(16, kSeqLen / 2);
   std::vector<std::int32_t> prompt(batch.row(0), batch.row(0) + prompt_len);
-  const std::vector<std::int32_t> out = greedy_continue(model_.params, prompt, 48);
+  if (on_device_ && kTotalParams > kHostSampleMaxParams) {
+    std::fprintf(stderr, "train: no greedy sample: it runs on the CPU, too slowly for %lld parameters\n",
+                 (long long)kTotalParams);
+    return;
+  }
+  sync_host(false);
+  const std::vector<std::int32_t> out = greedy_continue(host_param_vector(), prompt, 48);
   const std::vector<std::int32_t> continuation(out.begin() + prompt_len, out.end());
   std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n", decode(pieces, prompt).c_str(),
                decode(pieces, continuation).c_str());

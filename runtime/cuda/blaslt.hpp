@@ -1,0 +1,140 @@
+// Row-major GEMMs through cuBLASLt for the CUDA backend:
+//
+//   C[M,N] = alpha · op(A)[M,K] · op(B)[K,N] + beta · C      (the same contract as cpu::blas::gemm)
+//
+// cuBLASLt is column-major; a row-major X[r,c] is the column-major X^T, so we
+// ask for C^T = op(B)^T · op(A)^T: operands swapped, M and N swapped.
+//
+// Operands are fp32 or bf16; accumulation is always fp32 (CUBLAS_COMPUTE_32F:
+// no TF32, so fp32 runs are exact-fp32 GEMMs for parity with the CPU). C may be
+// fp32 while A and B are bf16 (weight gradients accumulate in fp32). Each
+// distinct shape gets its descriptors and the heuristic's best algorithm once,
+// on first use (the first training step); later calls allocate nothing.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+#include "runtime/cuda/check.hpp"
+
+namespace gc::rt::cuda {
+
+inline void check_cublas(cublasStatus_t status, const char* file, int line, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail(file, line, call, "cuBLAS status " + std::to_string(int(status)));
+}
+
+}  // namespace gc::rt::cuda
+
+#define GC_CUBLAS_CHECK(call) ::gc::rt::cuda::check_cublas((call), __FILE__, __LINE__, #call)
+
+namespace gc::rt::cuda {
+
+template <typename T>
+constexpr cudaDataType_t data_type() {
+  if constexpr (std::is_same_v<T, float>) {
+    return CUDA_R_32F;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "cuBLASLt operands are float or bf16");
+    return CUDA_R_16BF;
+  }
+}
+
+class BlasLt {
+ public:
+  static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
+
+  BlasLt() {
+    GC_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    workspace_.resize(kWorkspaceBytes);
+  }
+  BlasLt(const BlasLt&) = delete;
+  BlasLt& operator=(const BlasLt&) = delete;
+  ~BlasLt() {
+    for (auto& [key, plan] : plans_) plan.destroy();
+    cublasLtDestroy(handle_);
+  }
+
+  // Row-major, as documented above. lda, ldb, ldc are row strides.
+  template <typename AB, typename CT>
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const AB* A, int lda, const AB* B, int ldb,
+            float beta, CT* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    // Column-major view: C^T[N,M] = op(B)^T[N,K] · op(A)^T[K,M].
+    const Key key{trans_b, trans_a, N, M, K, ldb, lda, ldc, data_type<AB>(), data_type<CT>()};
+    Plan& plan = plan_for(key);
+    GC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
+                                   &plan.algo, workspace_.data(), kWorkspaceBytes, /*stream=*/0));
+  }
+
+  std::size_t cached_shapes() const { return plans_.size(); }
+
+ private:
+  // Column-major problem: m×n output, k inner, operand a is m×k after op.
+  struct Key {
+    bool trans_a, trans_b;
+    int m, n, k, lda, ldb, ldc;
+    cudaDataType_t ab, c;
+    bool operator<(const Key& o) const {
+      return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab, c) <
+             std::tie(o.trans_a, o.trans_b, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.ab, o.c);
+    }
+  };
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    void destroy() {
+      if (a) cublasLtMatrixLayoutDestroy(a);
+      if (b) cublasLtMatrixLayoutDestroy(b);
+      if (c) cublasLtMatrixLayoutDestroy(c);
+      if (desc) cublasLtMatmulDescDestroy(desc);
+    }
+  };
+
+  Plan& plan_for(const Key& key) {
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    Plan plan;
+    const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    GC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    GC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    // Stored (pre-op) shapes, column-major.
+    GC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, key.ab, key.trans_a ? key.k : key.m,
+                                               key.trans_a ? key.m : key.k, key.lda));
+    GC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.ab, key.trans_b ? key.n : key.k,
+                                               key.trans_b ? key.k : key.n, key.ldb));
+    GC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.c, key.m, key.n, key.ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    GC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::size_t workspace = kWorkspaceBytes;
+    GC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                         sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                                                 pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+      plan.destroy();
+      fail(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
+           "no algorithm for m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
+               " k=" + std::to_string(key.k));
+    }
+    plan.algo = result.algo;
+    return plans_.emplace(key, plan).first->second;
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer<unsigned char> workspace_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace gc::rt::cuda

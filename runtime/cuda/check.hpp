@@ -1,0 +1,96 @@
+// Error checking and device memory for the CUDA backend. Every CUDA runtime
+// and cuBLASLt call goes through GC_CUDA_CHECK / GC_CUBLAS_CHECK, and every
+// kernel launch is followed by GC_CUDA_CHECK_LAUNCH(), so a failure names the
+// call, the file and the line:
+//
+//   templates/cuda/rmsnorm.cuh:88: cudaGetLastError(): invalid configuration argument
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "runtime/error.hpp"
+
+namespace gc::rt::cuda {
+
+[[noreturn]] inline void fail(const char* file, int line, const char* call, const std::string& what) {
+  throw RuntimeError(std::string(file) + ":" + std::to_string(line) + ": " + call + ": " + what);
+}
+
+inline void check(cudaError_t status, const char* file, int line, const char* call) {
+  if (status != cudaSuccess) fail(file, line, call, cudaGetErrorString(status));
+}
+
+}  // namespace gc::rt::cuda
+
+#define GC_CUDA_CHECK(call) ::gc::rt::cuda::check((call), __FILE__, __LINE__, #call)
+#define GC_CUDA_CHECK_LAUNCH() ::gc::rt::cuda::check(cudaGetLastError(), __FILE__, __LINE__, "kernel launch")
+
+namespace gc::rt::cuda {
+
+// An owning device allocation of n elements of T (no copy, moves only). The
+// backend allocates every buffer before the training loop starts.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) { resize(n); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  // Reallocates (contents are not kept) when the size changes.
+  void resize(std::size_t n) {
+    if (n == n_) return;
+    release();
+    if (n > 0) GC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    n_ = n;
+  }
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  std::size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+  void upload(const T* host, std::size_t n, std::size_t offset = 0) {
+    GC_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void download(T* host, std::size_t n, std::size_t offset = 0) const {
+    GC_CUDA_CHECK(cudaMemcpy(host, ptr_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  void zero() {
+    if (n_ > 0) GC_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, n_ * sizeof(T)));
+  }
+
+ private:
+  void release() {
+    if (ptr_ != nullptr) cudaFree(ptr_);  // no check: may run during unwinding
+    ptr_ = nullptr;
+    n_ = 0;
+  }
+  T* ptr_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// Number of usable CUDA devices; 0 when there is no GPU or no driver.
+inline int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace gc::rt::cuda

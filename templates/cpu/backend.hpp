@@ -1,0 +1,134 @@
+// The CPU backend as the model sees it: storage (std::vector) and the kernel
+// calls of cpu/*.hpp behind one interface that the CUDA backend
+// (cuda/backend.cuh) also implements. model/model_impl.hpp composes the layers
+// once, against this interface, so the two backends share every line of the
+// model's logic and differ only in their kernels.
+//
+// Types: Act holds activations and working weights, Grad parameter gradients,
+// Stat per-row statistics (rstd, lse). On the CPU all three are T (float for
+// training, double for the gradient check).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "config.hpp"
+#include "cpu/attention.hpp"
+#include "cpu/cross_entropy.hpp"
+#include "cpu/embedding.hpp"
+#include "cpu/gate.hpp"
+#include "cpu/linear.hpp"
+#include "cpu/rmsnorm.hpp"
+#include "cpu/rope.hpp"
+#include "cpu/swiglu.hpp"
+
+namespace gcm::cpu {
+
+template <typename T>
+class Backend {
+ public:
+  using Act = T;
+  using Grad = T;
+  using Stat = T;
+  template <typename U>
+  using Buffer = std::vector<U>;
+  static constexpr bool kHost = true;
+
+  template <typename U>
+  static void allocate(Buffer<U>& buf, std::int64_t n) {
+    buf.assign(std::size_t(n), U(0));
+  }
+  template <typename U>
+  static void zero(Buffer<U>& buf) {
+    std::fill(buf.begin(), buf.end(), U(0));
+  }
+  static void copy(T* dst, const T* src, std::int64_t n) { std::copy(src, src + n, dst); }
+  static void add(T* out, const T* a, const T* b, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+
+  void prepare(int batch, int seq_len) {
+    batch_ = batch;
+    seq_len_ = seq_len;
+    cos_.resize(std::size_t(seq_len) * kHeadDim / 2);
+    sin_.resize(cos_.size());
+    rope_table(cos_.data(), sin_.data(), seq_len, kHeadDim, kRopeTheta);
+  }
+  // Tokens and targets stay where they are (host memory).
+  const std::int32_t* stage_tokens(const std::int32_t* tokens, int) { return tokens; }
+  const std::int32_t* stage_targets(const std::int32_t* targets, int) { return targets; }
+
+  void linear_forward(T* y, const T* x, const T* W, int N, int in, int out) {
+    cpu::linear_forward(y, x, W, nullptr, N, in, out);
+  }
+  // dx = dy·W (or +=); dW += dy^T·x.
+  void linear_backward(T* dx, T* dW, const T* dy, const T* x, const T* W, int N, int in, int out,
+                       bool accumulate_dx = false) {
+    cpu::linear_backward(dx, dW, nullptr, dy, x, W, N, in, out, accumulate_dx);
+  }
+  void rmsnorm_forward(T* y, T* rstd, const T* x, const T* g, std::int64_t rows, int dim) {
+    cpu::rmsnorm_forward(y, rstd, x, g, rows, dim, kNormEps);
+  }
+  // h = a + b, y = RMSNorm(h).
+  void add_rmsnorm_forward(T* h, T* y, T* rstd, const T* a, const T* b, const T* g, std::int64_t rows, int dim) {
+    add(h, a, b, rows * dim);
+    cpu::rmsnorm_forward(y, rstd, h, g, rows, dim, kNormEps);
+  }
+  void rmsnorm_backward(T* dx, T* dg, const T* dy, const T* x, const T* g, const T* rstd, std::int64_t rows, int dim,
+                        bool accumulate_dx = false) {
+    cpu::rmsnorm_backward(dx, dg, dy, x, g, rstd, rows, dim, accumulate_dx);
+  }
+  void rope_forward(T* out, const T* x, int heads) {
+    cpu::rope_forward(out, x, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+  }
+  void rope_backward(T* dx, const T* dy, int heads) {
+    cpu::rope_backward(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+  }
+  void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionDims& d, double scale) {
+    cpu::attention_forward(out, lse, q, k, v, d, scale);
+  }
+  void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
+                          const T* v, const AttentionDims& d, double scale) {
+    cpu::attention_backward(dq, dk, dv, dout, out, lse, q, k, v, d, scale);
+  }
+  template <GatedAttention kMode>
+  void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
+    cpu::gate_forward<gate_mode<kMode>()>(out, attn, z, N, kHeads, kHeadDim);
+  }
+  // dattn may alias dout.
+  template <GatedAttention kMode>
+  void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
+    cpu::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
+  }
+  void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) { cpu::swiglu_forward(h, a, b, n); }
+  void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
+    cpu::swiglu_backward(da, db, dh, a, b, n);
+  }
+  void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, double scale) {
+    cpu::embedding_forward(out, tokens, E, N, d, T(scale));
+  }
+  void embedding_backward(T* dE, const std::int32_t* tokens, const T* dout, int N, int d, double scale) {
+    cpu::embedding_backward(dE, tokens, dout, N, d, T(scale));
+  }
+  // Mean loss over the N rows.
+  double cross_entropy_forward(T* losses, T* p_target, const T* logits, const std::int32_t* targets, std::int64_t N,
+                               int V, double alpha) {
+    return cpu::cross_entropy_forward(losses, p_target, logits, targets, N, V, alpha);
+  }
+  void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
+                              double alpha, double loss_scale) {
+    cpu::cross_entropy_backward(dlogits, logits, targets, N, V, alpha, loss_scale);
+  }
+
+ private:
+  template <GatedAttention kMode>
+  static constexpr GateMode gate_mode() {
+    return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;
+  }
+
+  int batch_ = 0, seq_len_ = 0;
+  std::vector<T> cos_, sin_;
+};
+
+}  // namespace gcm::cpu

@@ -1,0 +1,193 @@
+// The CUDA backend as the model sees it: the same interface as
+// cpu/backend.hpp (model/model_impl.hpp composes the layers once against it),
+// with device buffers, cuBLASLt GEMMs and the kernels of cuda/*.cuh.
+//
+// Types: Act = T is float (precision "fp32", for parity with the CPU) or
+// bf16 (precision "bf16"); parameter gradients are always fp32 (bf16 GEMM
+// operands accumulate into fp32 weight gradients), and rstd/lse are fp32.
+// Every buffer and scratch area is allocated in the constructor of the model
+// (prepare() here); forward and backward allocate nothing.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "config.hpp"
+#include "cpu/attention.hpp"
+#include "cpu/rope.hpp"
+#include "cuda/attention.cuh"
+#include "cuda/common.cuh"
+#include "cuda/cross_entropy.cuh"
+#include "cuda/embedding.cuh"
+#include "cuda/gate.cuh"
+#include "cuda/rmsnorm.cuh"
+#include "cuda/rope.cuh"
+#include "cuda/swiglu.cuh"
+#include "runtime/cuda/blaslt.hpp"
+#include "runtime/cuda/check.hpp"
+
+namespace gcm::cuda {
+
+using gc::rt::cuda::BlasLt;
+using gc::rt::cuda::DeviceBuffer;
+
+template <typename T>
+__global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+  }
+}
+
+template <typename T>
+class Backend {
+ public:
+  using Act = T;
+  using Grad = float;
+  using Stat = float;
+  template <typename U>
+  using Buffer = DeviceBuffer<U>;
+  static constexpr bool kHost = false;
+
+  template <typename U>
+  static void allocate(Buffer<U>& buf, std::int64_t n) {
+    buf.resize(std::size_t(n));
+    buf.zero();
+  }
+  template <typename U>
+  static void zero(Buffer<U>& buf) {
+    buf.zero();
+  }
+  static void copy(T* dst, const T* src, std::int64_t n) {
+    GC_CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(T), cudaMemcpyDeviceToDevice));
+  }
+  static void add(T* out, const T* a, const T* b, std::int64_t n) {
+    add_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+    GC_CUDA_CHECK_LAUNCH();
+  }
+
+  void prepare(int batch, int seq_len) {
+    batch_ = batch;
+    seq_len_ = seq_len;
+    const std::int64_t N = std::int64_t(batch) * seq_len;
+    std::vector<float> cos_host(std::size_t(seq_len) * kHeadDim / 2), sin_host(cos_host.size());
+    cpu::rope_table(cos_host.data(), sin_host.data(), seq_len, kHeadDim, kRopeTheta);
+    cos_.resize(cos_host.size());
+    sin_.resize(sin_host.size());
+    cos_.upload(cos_host.data(), cos_host.size());
+    sin_.upload(sin_host.data(), sin_host.size());
+    tokens_.resize(std::size_t(N));
+    targets_.resize(std::size_t(N));
+    index_tokens_.resize(std::size_t(N));
+    index_offsets_.resize(std::size_t(N) + 1);
+    index_positions_.resize(std::size_t(N));
+    // The largest dg reduction: a d_model-wide norm over N rows, or a QK-norm over N·heads rows.
+    const std::size_t dg = std::max(rmsnorm_dg_scratch_floats(N, kDModel),
+                                    rmsnorm_dg_scratch_floats(N * kHeads, kHeadDim));
+    dg_scratch_.resize(dg);
+    const cpu::AttentionDims dims{batch, seq_len, kHeads, kKvHeads, kHeadDim};
+    attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats(dims), 1));
+    loss_sum_.resize(1);
+  }
+
+  // Copies a host batch to the device; the embedding's inverse index is built
+  // on the host from the same tokens (deterministic backward, no atomics).
+  const std::int32_t* stage_tokens(const std::int32_t* tokens, int N) {
+    tokens_.upload(tokens, std::size_t(N));
+    const EmbeddingIndex index = build_embedding_index(tokens, N);
+    num_unique_ = int(index.unique_tokens.size());
+    index_tokens_.upload(index.unique_tokens.data(), index.unique_tokens.size());
+    index_offsets_.upload(index.offsets.data(), index.offsets.size());
+    index_positions_.upload(index.positions.data(), index.positions.size());
+    return tokens_.data();
+  }
+  const std::int32_t* stage_targets(const std::int32_t* targets, int N) {
+    targets_.upload(targets, std::size_t(N));
+    return targets_.data();
+  }
+
+  // y[N,out] = x[N,in] · W[out,in]^T
+  void linear_forward(T* y, const T* x, const T* W, int N, int in, int out) {
+    blas_.gemm(false, true, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+  }
+  // dx[N,in] = (or +=) dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (fp32).
+  void linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, int N, int in, int out,
+                       bool accumulate_dx = false) {
+    blas_.gemm(false, false, N, in, out, 1.0f, dy, out, W, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
+    blas_.gemm(true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+  }
+  void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows, int dim) {
+    cuda::rmsnorm_forward(y, rstd, x, g, rows, dim, kNormEps);
+  }
+  void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows, int dim) {
+    cuda::add_rmsnorm_forward(h, y, rstd, a, b, g, rows, dim, kNormEps);
+  }
+  void rmsnorm_backward(T* dx, float* dg, const T* dy, const T* x, const T* g, const float* rstd, std::int64_t rows,
+                        int dim, bool accumulate_dx = false) {
+    cuda::rmsnorm_backward(dx, dg, dg_scratch_.data(), dy, x, g, rstd, rows, dim, accumulate_dx);
+  }
+  void rope_forward(T* out, const T* x, int heads) {
+    cuda::rope_forward(out, x, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+  }
+  void rope_backward(T* dx, const T* dy, int heads) {
+    cuda::rope_backward(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+  }
+  void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const cpu::AttentionDims& d,
+                         double scale) {
+    cuda::attention_forward(out, lse, q, k, v, d, float(scale));
+  }
+  void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
+                          const T* v, const cpu::AttentionDims& d, double scale) {
+    cuda::attention_backward(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v, d, float(scale));
+  }
+  template <GatedAttention kMode>
+  void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
+    cuda::gate_forward<gate_mode<kMode>()>(out, attn, z, N, kHeads, kHeadDim);
+  }
+  template <GatedAttention kMode>
+  void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
+    cuda::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
+  }
+  void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) { cuda::swiglu_forward(h, a, b, n); }
+  void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
+    cuda::swiglu_backward(da, db, dh, a, b, n);
+  }
+  void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, double scale) {
+    cuda::embedding_forward(out, tokens, E, N, d, float(scale));
+  }
+  // Uses the index of the batch last passed to stage_tokens.
+  void embedding_backward(float* dE, const std::int32_t*, const T* dout, int, int d, double scale) {
+    cuda::embedding_backward(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(), num_unique_,
+                             dout, d, float(scale));
+  }
+  // Mean loss over the N rows (waits for the GPU: the value is read on the host).
+  double cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
+                               std::int64_t N, int V, double alpha) {
+    cuda::cross_entropy_forward(losses, p_target, logits, targets, N, V, float(alpha));
+    sum_losses(loss_sum_.data(), losses, N);
+    double sum = 0.0;
+    loss_sum_.download(&sum, 1);
+    return N > 0 ? sum / double(N) : 0.0;
+  }
+  void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
+                              double alpha, double loss_scale) {
+    cuda::cross_entropy_backward(dlogits, logits, targets, N, V, float(alpha), float(loss_scale));
+  }
+
+  BlasLt& blas() { return blas_; }
+
+ private:
+  template <GatedAttention kMode>
+  static constexpr GateMode gate_mode() {
+    return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;
+  }
+
+  int batch_ = 0, seq_len_ = 0, num_unique_ = 0;
+  BlasLt blas_;
+  DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;
+  DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;
+  DeviceBuffer<double> loss_sum_;
+};
+
+}  // namespace gcm::cuda

@@ -1,0 +1,75 @@
+// Shared by the CUDA kernels: element types, conversions, launch geometry and
+// block-wide reductions. Activations and working weights are T (float or
+// __nv_bfloat16); every accumulation is fp32 (or fp64 where noted), matching
+// the CPU backend's arithmetic up to rounding.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/cuda/check.hpp"
+
+namespace gcm::cuda {
+
+using bf16 = __nv_bfloat16;
+
+__host__ __device__ inline float to_float(float x) { return x; }
+__host__ __device__ inline float to_float(bf16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__host__ __device__ inline T from_float(float x);
+template <>
+__host__ __device__ inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+__host__ __device__ inline bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+inline constexpr int kWarp = 32;
+
+inline unsigned blocks_for(std::int64_t n, int threads) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 1 ? 1 : (b > 65535LL * 16 ? 65535LL * 16 : b));
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int off = kWarp / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the result. The order is fixed by the thread layout, so results repeat
+// run to run. `scratch` holds 32 floats of shared memory.
+__device__ inline float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / kWarp;
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  return total;
+}
+
+__device__ inline float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / kWarp;
+  float m = lane < warps ? scratch[lane] : -INFINITY;
+  return warp_max(m);
+}
+
+}  // namespace gcm::cuda

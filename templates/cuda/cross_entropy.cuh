@@ -1,0 +1,128 @@
+// Cross-entropy of the next-token targets on the GPU, the semantics of
+// templates/cpu/cross_entropy.hpp, with the logit multiplier α (μP-style output scaling):
+// z = α · logits,
+//
+//   ℓ_n   = lse(z_n) − z_n[y_n],      p_n(target) = exp(−ℓ_n)
+//   L     = (1/N) Σ_n ℓ_n             (sum_losses gives Σ_n ℓ_n; the caller divides by N)
+//   backward  dlogits_n = loss_scale · α · (softmax(z_n) − onehot(y_n)) / N
+//
+// The logits stay T [N, V] (never copied to fp32). One block per row (block-stride over rows):
+// each thread keeps an online (running max m, Σ exp(z − m)) over its strided share of the row,
+// in fp32; the block then takes the max M of the m's and sums the shares rescaled to M. Every
+// step has a fixed order, so the results repeat bitwise run to run (no atomics).
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace gcm::cuda {
+
+inline constexpr int kCrossEntropyThreads = 512;
+inline constexpr int kSumLossesThreads = 1024;
+inline constexpr std::int64_t kCrossEntropyMaxBlocks = 65535LL * 16;
+
+// log Σ_v exp(α · row[v]) over the block; every thread gets the result. Must be called by all
+// threads of the block (it synchronizes). Thread t reads exactly the elements v ≡ t (mod
+// blockDim), the same ones it writes in the backward, so an in-place backward is safe.
+template <typename T>
+__device__ inline float block_scaled_lse(const T* row, int V, float alpha, float* scratch_max, float* scratch_sum) {
+  float m = -INFINITY, s = 0.0f;  // s = Σ exp(z − m) over this thread's elements so far
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const float zv = alpha * to_float(row[v]);
+    if (zv > m) {
+      s = s * expf(m - zv) + 1.0f;  // rescale to the new max (first element: 0 · 0 + 1)
+      m = zv;
+    } else {
+      s += expf(zv - m);
+    }
+  }
+  const float max_z = block_max(m, scratch_max);
+  const float share = s > 0.0f ? s * expf(m - max_z) : 0.0f;  // a thread with no element has m = −inf
+  return max_z + logf(block_sum(share, scratch_sum));
+}
+
+template <typename T>
+__global__ void cross_entropy_forward_kernel(float* losses, float* p_target, const T* logits,
+                                             const std::int32_t* targets, std::int64_t N, int V, float alpha) {
+  __shared__ float scratch_max[kWarp], scratch_sum[kWarp];
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
+    const T* row = logits + n * V;
+    const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
+    if (threadIdx.x == 0) {
+      const float loss = lse - alpha * to_float(row[targets[n]]);
+      losses[n] = loss;
+      if (p_target != nullptr) p_target[n] = expf(-loss);
+    }
+  }
+}
+
+template <typename T>
+__global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const std::int32_t* targets,
+                                              std::int64_t N, int V, float alpha, float coef) {
+  __shared__ float scratch_max[kWarp], scratch_sum[kWarp];
+  for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
+    const T* row = logits + n * V;
+    T* drow = dlogits + n * V;
+    // The whole row is reduced before any element is written (and each thread rewrites only the
+    // elements it read), so dlogits may alias logits.
+    const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
+    const int target = targets[n];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+      const float p = expf(alpha * to_float(row[v]) - lse);
+      drow[v] = from_float<T>(coef * (p - (v == target ? 1.0f : 0.0f)));
+    }
+  }
+}
+
+inline unsigned cross_entropy_blocks(std::int64_t N) {
+  return unsigned(N < kCrossEntropyMaxBlocks ? N : kCrossEntropyMaxBlocks);
+}
+
+// losses [N] (fp32) receive ℓ_n; p_target [N] (may be nullptr) receives exp(−ℓ_n).
+// logits T [N, V], targets [N] in [0, V).
+template <typename T>
+void cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
+                           std::int64_t N, int V, float alpha) {
+  if (N <= 0 || V <= 0) return;
+  cross_entropy_forward_kernel<T>
+      <<<cross_entropy_blocks(N), kCrossEntropyThreads>>>(losses, p_target, logits, targets, N, V, alpha);
+  GC_CUDA_CHECK_LAUNCH();
+}
+
+// Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then a fixed
+// shared-memory tree. (Templated on the block size so the header defines no non-template kernel.)
+template <int kThreads>
+__global__ void sum_losses_kernel(double* out, const float* losses, std::int64_t N) {
+  __shared__ double partial[kThreads];
+  double acc = 0.0;
+  for (std::int64_t n = threadIdx.x; n < N; n += kThreads) acc += double(losses[n]);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {  // uniform loop: every thread reaches each barrier
+    if (int(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = partial[0];
+}
+
+// *out_device = Σ_n losses[n] (double, device memory; 0 when N = 0). Deterministic.
+inline void sum_losses(double* out_device, const float* losses, std::int64_t N) {
+  sum_losses_kernel<kSumLossesThreads><<<1, kSumLossesThreads>>>(out_device, losses, N < 0 ? 0 : N);
+  GC_CUDA_CHECK_LAUNCH();
+}
+
+// dlogits T [N, V] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / N, overwritten;
+// loss_scale is the upstream gradient of the mean loss L (e.g. 1 / grad_accum_steps).
+// dlogits may alias logits (in place).
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
+                            float alpha, float loss_scale) {
+  if (N <= 0 || V <= 0) return;
+  const float coef = float(double(loss_scale) * double(alpha) / double(N));
+  cross_entropy_backward_kernel<T>
+      <<<cross_entropy_blocks(N), kCrossEntropyThreads>>>(dlogits, logits, targets, N, V, alpha, coef);
+  GC_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gcm::cuda

@@ -1,0 +1,157 @@
+// The CUDA training engine (train/engine.hpp): the model of
+// model/model_impl.hpp on the CUDA backend, plus fp32 master weights, AdamW
+// moments and the fused multi-tensor AdamW on the device.
+//
+// precision "fp32": the model's parameters are the master weights (no copy).
+// precision "bf16": the model computes with bf16 working weights, rewritten
+// from the fp32 masters after each update; gradients, moments and every
+// reduction stay fp32.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "config.hpp"
+#include "cuda/adamw.cuh"
+#include "cuda/backend.cuh"
+#include "cuda/init.cuh"
+#include "model/model.hpp"
+#include "plan.hpp"
+#include "runtime/cuda/check.hpp"
+#include "train/engine.hpp"
+
+namespace gcm {
+
+namespace {
+
+using gc::rt::cuda::DeviceBuffer;
+
+using ComputeType = std::conditional_t<kPrecision == Precision::bf16, cuda::bf16, float>;
+using CudaModel = BasicModel<cuda::Backend<ComputeType>>;
+inline constexpr bool kSeparateMaster = !std::is_same_v<ComputeType, float>;
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(int micro_batch, int seq_len) : model_(micro_batch, seq_len) {
+    const std::int64_t total = kOffsets.at[kNumParams];
+    if constexpr (kSeparateMaster) {
+      master_.resize(std::size_t(total));
+    }
+    m_.resize(std::size_t(total));
+    v_.resize(std::size_t(total));
+    std::vector<cuda::AdamWTensor> table;
+    for (int i = 0; i < kNumParams; ++i) {
+      table.push_back({kOffsets.at[i], kParams[i].numel, float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
+    }
+    tensors_.resize(table.size());
+    tensors_.upload(table.data(), table.size());
+    squares_.resize(std::size_t(kNumParams));
+    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(total, kNumParams));
+    m_.zero();
+    v_.zero();
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  std::string describe() const override {
+    cudaDeviceProp prop{};
+    int device = 0;
+    GC_CUDA_CHECK(cudaGetDevice(&device));
+    GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    return std::string("CUDA backend (") + prop.name + ", " + (kSeparateMaster ? "bf16" : "fp32") + ")";
+  }
+
+  void initialize(std::uint64_t seed) override {
+    for (int i = 0; i < kNumParams; ++i) {
+      const ParamInfo& p = kParams[i];
+      cuda::init_tensor(master().data() + kOffsets.at[i], p.numel, p.init, p.std, p.cutoff, seed, std::uint32_t(i));
+    }
+    if constexpr (kSeparateMaster) {
+      cuda::cast_copy(model_.params.data(), master_.data(), kOffsets.at[kNumParams]);
+    }
+    m_.zero();
+    v_.zero();
+  }
+
+  void upload(const float* params, const float* m, const float* v) override {
+    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
+    master().upload(params, n);
+    if constexpr (kSeparateMaster) {
+      cuda::cast_copy(model_.params.data(), master_.data(), std::int64_t(n));
+    }
+    m_.upload(m, n);
+    v_.upload(v, n);
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void download(float* params, float* m, float* v) override {
+    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    master().download(params, n);
+    if (m) m_.download(m, n);
+    if (v) v_.download(v, n);
+  }
+  void download_tensor(int i, float* out) override {
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    master().download(out, std::size_t(kParams[i].numel), std::size_t(kOffsets.at[i]));
+  }
+  void zero_grads() override { model_.zero_grads(); }
+  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
+    const double loss = model_.forward(inputs, targets);
+    model_.backward(loss_scale);
+    return loss;
+  }
+  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
+    return model_.forward(inputs, targets);
+  }
+  std::vector<double> grad_squares() override {
+    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data(), tensors_.data(),
+                                 kNumParams, kOffsets.at[kNumParams]);
+    std::vector<double> out(static_cast<std::size_t>(kNumParams));
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    squares_.download(out.data(), out.size());
+    return out;
+  }
+  void adamw_step(double lr, double clip, std::int64_t t) override {
+    ComputeType* working = nullptr;
+    if constexpr (kSeparateMaster) {
+      working = model_.params.data();
+    }
+    cuda::adamw_step_all(master().data(), working, m_.data(), v_.data(), model_.grads.data(), tensors_.data(),
+                         kNumParams, kOffsets.at[kNumParams], lr, kBeta1, kBeta2, kAdamEps, t, clip);
+    // The step ends here: the host's step timing covers the GPU's work.
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::int64_t device_bytes() const override {
+    std::size_t free = 0, total = 0;
+    GC_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return std::int64_t(total - free);
+  }
+
+ private:
+  // The fp32 parameters AdamW updates.
+  DeviceBuffer<float>& master() {
+    if constexpr (kSeparateMaster) {
+      return master_;
+    } else {
+      return model_.params;
+    }
+  }
+
+  CudaModel model_;
+  DeviceBuffer<float> master_, m_, v_;
+  DeviceBuffer<cuda::AdamWTensor> tensors_;
+  DeviceBuffer<double> squares_, squares_scratch_;
+};
+
+}  // namespace
+
+bool cuda_available() { return gc::rt::cuda::device_count() > 0; }
+
+std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
+  if (!cuda_available()) {
+    throw gc::rt::RuntimeError("--device cuda: no CUDA device is available (cudaGetDeviceCount found none)");
+  }
+  return std::make_unique<CudaEngine>(micro_batch, seq_len);
+}
+
+}  // namespace gcm

@@ -1,0 +1,98 @@
+// Where a training step runs. The trainer keeps the run's state on the host
+// (fp32 parameters, AdamW moments: what checkpoints and metrics read); an
+// engine owns the step itself: forward and backward over a micro-batch,
+// per-tensor gradient sums of squares, the AdamW update.
+//
+//   CpuEngine   works on the host state in place (nothing to copy).
+//   CUDA        cuda/engine.cu: fp32 master weights, moments and gradients on
+//               the GPU (bf16 working weights under precision "bf16"); the
+//               host state is refreshed by download() before a checkpoint,
+//               metrics or the sample, and pushed by upload() after
+//               initialization or a resume.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "cpu/adamw.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+
+namespace gcm {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string describe() const = 0;
+  // Initial parameters from the plan's init rules (Philox stream i for tensor
+  // i: the same weights on every backend); moments start at zero.
+  virtual void initialize(std::uint64_t seed) = 0;
+  // Host state → engine (after init or resume).
+  virtual void upload(const float* params, const float* m, const float* v) = 0;
+  // Engine → host state. m and v may be null (parameters only).
+  virtual void download(float* params, float* m, float* v) = 0;
+  // One tensor's parameters to the host (update-ratio tracking).
+  virtual void download_tensor(int i, float* out) = 0;
+  virtual void zero_grads() = 0;
+  // Mean loss of the micro-batch; adds dL/dθ · loss_scale to the gradients.
+  virtual double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
+  // Mean loss, no gradients (evaluation).
+  virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
+  // Σ g² of each tensor, in kParams order (fixed summation order: repeatable).
+  virtual std::vector<double> grad_squares() = 0;
+  // AdamW on every tensor with η = lr · lr_mult, gradients scaled by clip; t ≥ 1.
+  virtual void adamw_step(double lr, double clip, std::int64_t t) = 0;
+  // Device memory in use and its peak (0 on the CPU).
+  virtual std::int64_t device_bytes() const { return 0; }
+};
+
+// The CPU engine: the trainer's host model and moments are the state.
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v) : model_(model), m_(m), v_(v) {}
+  std::string describe() const override { return "CPU backend"; }
+  void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
+  void upload(const float*, const float*, const float*) override {}
+  void download(float*, float*, float*) override {}
+  void download_tensor(int i, float* out) override {
+    std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
+  }
+  void zero_grads() override { model_.zero_grads(); }
+  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
+    const double loss = model_.forward(inputs, targets);
+    model_.backward(loss_scale);
+    return loss;
+  }
+  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
+    return model_.forward(inputs, targets);
+  }
+  std::vector<double> grad_squares() override {
+    std::vector<double> out(static_cast<std::size_t>(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+    return out;
+  }
+  void adamw_step(double lr, double clip, std::int64_t t) override {
+    for (int i = 0; i < kNumParams; ++i) {
+      const ParamInfo& p = kParams[i];
+      const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
+      cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i),
+                      p.numel, hp, clip);
+    }
+  }
+
+ private:
+  Model<float>& model_;
+  std::vector<float>& m_;
+  std::vector<float>& v_;
+};
+
+// Defined in cuda/engine.cu, built when the tree has the CUDA backend
+// (GC_HAVE_CUDA). Throws when no GPU is usable.
+std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len);
+// Whether a CUDA device is present (false in a tree built without CUDA).
+bool cuda_available();
+
+}  // namespace gcm

@@ -1,0 +1,216 @@
+// CUDA attention gate (both modes) and cross-entropy against the CPU kernels of templates/cpu
+// run in double on the same inputs rounded to T, including the in-place calls the model makes
+// (gate backward with dattn = dout, cross-entropy backward with dlogits = logits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/cross_entropy.hpp"
+#include "cpu/gate.hpp"
+#include "cuda/cross_entropy.cuh"
+#include "cuda/cuda_test_util.hpp"
+#include "cuda/gate.cuh"
+
+namespace {
+
+using ct::bf16;
+using ct::DeviceBuffer;
+
+template <typename T>
+std::string type_name() {
+  return std::is_same_v<T, float> ? "fp32" : "bf16";
+}
+
+template <typename T>
+std::vector<double> rounded(const std::vector<double>& v) {
+  return ct::to_double(ct::convert<T>(v));
+}
+
+template <typename T>
+DeviceBuffer<T> upload_as(const std::vector<double>& v) {
+  return ct::upload(ct::convert<T>(v));
+}
+
+template <typename T>
+std::vector<double> download_double(const DeviceBuffer<T>& d) {
+  return ct::to_double(ct::download(d));
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  const double err = kt::rel_error(got, ref);
+  kt::report("cuda " + what, err);
+  EXPECT_LT(err, tol) << what;
+}
+
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// ---- gate --------------------------------------------------------------------------------------
+
+template <gcm::cuda::GateMode kMode>
+constexpr gcm::cpu::GateMode cpu_mode() {
+  return kMode == gcm::cuda::GateMode::headwise ? gcm::cpu::GateMode::headwise : gcm::cpu::GateMode::elementwise;
+}
+
+template <gcm::cuda::GateMode kMode>
+std::string mode_name() {
+  return kMode == gcm::cuda::GateMode::headwise ? "headwise" : "elementwise";
+}
+
+// head_dim = 72: lanes 0..7 of the headwise warp take three elements, the others two.
+// in_place: out is the buffer of attn (forward), dattn the buffer of dout (backward).
+template <gcm::cuda::GateMode kMode, typename T>
+void check_gate(bool in_place) {
+  constexpr gcm::cpu::GateMode kCpu = cpu_mode<kMode>();
+  const int N = 37, heads = 3, head_dim = 72;
+  const std::size_t n = std::size_t(N) * heads * head_dim;
+  const std::size_t nz = kMode == gcm::cuda::GateMode::headwise ? std::size_t(N) * heads : n;
+  const auto attn = rounded<T>(kt::random_vector(n, 31));
+  const auto z = rounded<T>(kt::random_vector(nz, 32, 0.1, 4.0));
+  const auto dout = rounded<T>(kt::random_vector(n, 33));
+  std::vector<double> out_ref(n), dattn_ref(n), dz_ref(nz);
+  gcm::cpu::gate_forward<kCpu, double>(out_ref.data(), attn.data(), z.data(), N, heads, head_dim);
+  gcm::cpu::gate_backward<kCpu, double>(dattn_ref.data(), dz_ref.data(), dout.data(), attn.data(), z.data(), N, heads,
+                                        head_dim);
+
+  auto z_d = upload_as<T>(z);
+  auto dout_d = upload_as<T>(dout);
+  const std::string what = "gate " + mode_name<kMode>() + " " + type_name<T>() + (in_place ? " in place" : "");
+
+  // Backward first: the in-place forward overwrites attn.
+  {
+    auto attn_d = upload_as<T>(attn);
+    DeviceBuffer<T> dattn_own(n), dz(nz);
+    DeviceBuffer<T>& dattn = in_place ? dout_d : dattn_own;
+    gcm::cuda::gate_backward<kMode>(dattn.data(), dz.data(), dout_d.data(), attn_d.data(), z_d.data(), N, heads,
+                                    head_dim);
+    expect_close(download_double(dattn), dattn_ref, ct::tolerance<T>(), what + " backward dattn");
+    expect_close(download_double(dz), dz_ref, ct::tolerance<T>(), what + " backward dz");
+  }
+  {
+    auto attn_d = upload_as<T>(attn);
+    DeviceBuffer<T> out_own(n);
+    DeviceBuffer<T>& out = in_place ? attn_d : out_own;
+    gcm::cuda::gate_forward<kMode>(out.data(), attn_d.data(), z_d.data(), N, heads, head_dim);
+    expect_close(download_double(out), out_ref, ct::tolerance<T>(), what + " forward");
+  }
+}
+
+TEST(CudaGateCe, GateHeadwiseMatchesCpu) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_gate<gcm::cuda::GateMode::headwise, float>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, bf16>(in_place);
+  }
+}
+
+TEST(CudaGateCe, GateElementwiseMatchesCpu) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_gate<gcm::cuda::GateMode::elementwise, float>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, bf16>(in_place);
+  }
+}
+
+// ---- cross-entropy -----------------------------------------------------------------------------
+
+// Logits ~ N(0, 2²) rounded to T; V = 1000 is no multiple of the block size.
+template <typename T>
+void check_cross_entropy_forward(float alpha) {
+  const int N = 37, V = 1000;
+  const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 41, 2.0));
+  const auto targets = kt::random_tokens(N, V, 42);
+  std::vector<double> loss_ref(N), p_ref(N);
+  const double mean_ref = gcm::cpu::cross_entropy_forward<double>(loss_ref.data(), p_ref.data(), logits.data(),
+                                                                  targets.data(), N, V, double(alpha));
+
+  auto logits_d = upload_as<T>(logits);
+  auto targets_d = ct::upload(targets);
+  DeviceBuffer<float> losses(N), p_target(N);
+  DeviceBuffer<double> total(1);
+  gcm::cuda::cross_entropy_forward(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N, V, alpha);
+  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  const std::string what = "cross_entropy forward " + type_name<T>() + " alpha " + std::to_string(alpha);
+  // The outputs are fp32 computed from the same T inputs: fp32 tolerance for both T.
+  expect_close(download_double(losses), loss_ref, ct::tolerance<float>(), what + " losses");
+  expect_close(download_double(p_target), p_ref, ct::tolerance<float>(), what + " p_target");
+  const double mean = ct::download(total)[0] / N;
+  EXPECT_NEAR(mean, mean_ref, ct::tolerance<float>() * std::fabs(mean_ref)) << what;
+
+  // p_target may be omitted.
+  DeviceBuffer<float> losses_only(N);
+  gcm::cuda::cross_entropy_forward<T>(losses_only.data(), nullptr, logits_d.data(), targets_d.data(), N, V, alpha);
+  EXPECT_TRUE(bitwise_equal(ct::download(losses_only), ct::download(losses))) << what << ": without p_target";
+}
+
+// dlogits = loss_scale · α · (softmax − onehot) / N. in_place: dlogits is the logits buffer.
+// Two runs must agree bitwise.
+template <typename T>
+void check_cross_entropy_backward(bool in_place) {
+  const int N = 37, V = 1000;
+  const float alpha = 0.5f, loss_scale = 0.25f;
+  const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 43, 2.0));
+  const auto targets = kt::random_tokens(N, V, 44);
+  std::vector<double> ref(logits.size());
+  gcm::cpu::cross_entropy_backward<double>(ref.data(), logits.data(), targets.data(), N, V, double(alpha),
+                                           double(loss_scale));
+
+  auto targets_d = ct::upload(targets);
+  std::vector<std::vector<T>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto logits_d = upload_as<T>(logits);
+    DeviceBuffer<T> own(logits.size());
+    DeviceBuffer<T>& dlogits = in_place ? logits_d : own;
+    gcm::cuda::cross_entropy_backward(dlogits.data(), logits_d.data(), targets_d.data(), N, V, alpha, loss_scale);
+    runs.push_back(ct::download(dlogits));
+  }
+  const std::string what = "cross_entropy backward " + type_name<T>() + (in_place ? " in place" : "");
+  expect_close(ct::to_double(runs[0]), ref, ct::tolerance<T>(), what);
+  EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << what << ": not deterministic";
+}
+
+TEST(CudaGateCe, CrossEntropyForwardMatchesCpu) {
+  GC_REQUIRE_GPU();
+  for (float alpha : {1.0f, 0.35f}) {
+    check_cross_entropy_forward<float>(alpha);
+    check_cross_entropy_forward<bf16>(alpha);
+  }
+}
+
+TEST(CudaGateCe, CrossEntropyBackwardMatchesCpu) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_cross_entropy_backward<float>(in_place);
+    check_cross_entropy_backward<bf16>(in_place);
+  }
+}
+
+// More losses than threads: every thread sums several; the result is the double sum of the
+// fp32 losses (to double rounding) and repeats bitwise.
+TEST(CudaGateCe, SumLossesIsDeterministicDoubleSum) {
+  GC_REQUIRE_GPU();
+  const std::int64_t N = 5000;
+  const auto values = ct::convert<float>(kt::random_vector(std::size_t(N), 45, 0.1, 10.0));
+  double serial = 0.0;
+  for (float v : values) serial += double(v);
+  auto losses = ct::upload(values);
+  DeviceBuffer<double> total(1);
+  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  const double first = ct::download(total)[0];
+  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  const double second = ct::download(total)[0];
+  EXPECT_NEAR(first, serial, 1e-12 * std::fabs(serial));
+  EXPECT_EQ(std::memcmp(&first, &second, sizeof first), 0);
+  gcm::cuda::sum_losses(total.data(), losses.data(), 0);
+  EXPECT_EQ(ct::download(total)[0], 0.0);
+}
+
+}  // namespace

@@ -1,0 +1,374 @@
+// CUDA row kernels (embedding, RMSNorm with the fused residual add and the QK-norm heads form,
+// RoPE, SwiGLU) against the CPU kernels of templates/cpu run in double on the same inputs,
+// rounded to T first (so for bf16 the reference sees exactly the values the GPU reads).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/embedding.hpp"
+#include "cpu/rmsnorm.hpp"
+#include "cpu/rope.hpp"
+#include "cpu/swiglu.hpp"
+#include "cuda/cuda_test_util.hpp"
+#include "cuda/embedding.cuh"
+#include "cuda/rmsnorm.cuh"
+#include "cuda/rope.cuh"
+#include "cuda/swiglu.cuh"
+
+namespace {
+
+using ct::bf16;
+using ct::DeviceBuffer;
+
+template <typename T>
+std::string type_name() {
+  return std::is_same_v<T, float> ? "fp32" : "bf16";
+}
+
+// v rounded to T and back: the values a T buffer made from v holds.
+template <typename T>
+std::vector<double> rounded(const std::vector<double>& v) {
+  return ct::to_double(ct::convert<T>(v));
+}
+
+template <typename T>
+DeviceBuffer<T> upload_as(const std::vector<double>& v) {
+  return ct::upload(ct::convert<T>(v));
+}
+
+template <typename T>
+std::vector<double> download_double(const DeviceBuffer<T>& d) {
+  return ct::to_double(ct::download(d));
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  const double err = kt::rel_error(got, ref);
+  kt::report("cuda " + what, err);
+  EXPECT_LT(err, tol) << what;
+}
+
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// ---- embedding ---------------------------------------------------------------------------------
+
+template <typename T>
+void check_embedding_forward() {
+  const int N = 37, d = 200, V = 101;
+  const float scale = 1.7f;
+  const auto tokens = kt::random_tokens(N, V, 1);
+  const auto E = rounded<T>(kt::random_vector(std::size_t(V) * d, 2));
+  std::vector<double> ref(std::size_t(N) * d);
+  gcm::cpu::embedding_forward<double>(ref.data(), tokens.data(), E.data(), N, d, double(scale));
+
+  auto tokens_d = ct::upload(tokens);
+  auto E_d = upload_as<T>(E);
+  DeviceBuffer<T> out(ref.size());
+  gcm::cuda::embedding_forward(out.data(), tokens_d.data(), E_d.data(), N, d, scale);
+  expect_close(download_double(out), ref, ct::tolerance<T>(), "embedding forward " + type_name<T>());
+}
+
+// dE is fp32 and starts from a random prior; the sums are compared without the prior.
+template <typename T>
+void check_embedding_backward() {
+  const int N = 1000, d = 200, V = 53;  // ~19 occurrences per token
+  const float scale = 0.75f;
+  const auto tokens = kt::random_tokens(N, V, 3);
+  const auto dout = rounded<T>(kt::random_vector(std::size_t(N) * d, 4));
+  const auto prior = rounded<float>(kt::random_vector(std::size_t(V) * d, 5));
+  std::vector<double> ref = prior;
+  gcm::cpu::embedding_backward<double>(ref.data(), tokens.data(), dout.data(), N, d, double(scale));
+
+  const auto index = gcm::cuda::build_embedding_index(tokens.data(), N);
+  auto unique_d = ct::upload(index.unique_tokens);
+  auto offsets_d = ct::upload(index.offsets);
+  auto positions_d = ct::upload(index.positions);
+  auto dout_d = upload_as<T>(dout);
+  const int num_unique = int(index.unique_tokens.size());
+
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto dE = upload_as<float>(prior);
+    gcm::cuda::embedding_backward(dE.data(), unique_d.data(), offsets_d.data(), positions_d.data(), num_unique,
+                                  dout_d.data(), d, scale);
+    runs.push_back(ct::download(dE));
+  }
+  expect_close(kt::minus(ct::to_double(runs[0]), prior), kt::minus(ref, prior), ct::tolerance<float>(),
+               "embedding backward " + type_name<T>());
+  EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << "embedding backward is not deterministic";
+}
+
+// Host-only: needs no GPU.
+TEST(CudaRows, EmbeddingIndexGroupsPositionsByToken) {
+  const std::vector<std::int32_t> tokens = {5, 2, 5, 7, 2, 5};
+  const auto index = gcm::cuda::build_embedding_index(tokens.data(), int(tokens.size()));
+  EXPECT_EQ(index.unique_tokens, (std::vector<std::int32_t>{2, 5, 7}));
+  EXPECT_EQ(index.offsets, (std::vector<std::int32_t>{0, 2, 5, 6}));
+  EXPECT_EQ(index.positions, (std::vector<std::int32_t>{1, 4, 0, 2, 5, 3}));
+  const auto empty = gcm::cuda::build_embedding_index(tokens.data(), 0);
+  EXPECT_TRUE(empty.unique_tokens.empty());
+  EXPECT_EQ(empty.offsets, (std::vector<std::int32_t>{0}));
+}
+
+TEST(CudaRows, EmbeddingForwardMatchesCpu) {
+  GC_REQUIRE_GPU();
+  check_embedding_forward<float>();
+  check_embedding_forward<bf16>();
+}
+
+TEST(CudaRows, EmbeddingBackwardMatchesCpuAndIsDeterministic) {
+  GC_REQUIRE_GPU();
+  check_embedding_backward<float>();
+  check_embedding_backward<bf16>();
+}
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+
+// x_scale = 1e-4 with ε = 1e-12 is seed 000 §4.6's case: mean(x²) ≈ 1e-8 and ε must not vanish
+// nor dominate.
+template <typename T>
+void check_rmsnorm_forward(double x_scale, float eps) {
+  const int rows = 37, dim = 200;
+  auto x = kt::random_vector(std::size_t(rows) * dim, 6);
+  for (double& v : x) v *= x_scale;
+  x = rounded<T>(x);
+  const auto g = rounded<T>(kt::random_vector(dim, 7));
+  std::vector<double> y_ref(x.size()), rstd_ref(rows);
+  gcm::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), rows, dim, double(eps));
+
+  auto x_d = upload_as<T>(x);
+  auto g_d = upload_as<T>(g);
+  DeviceBuffer<T> y(x.size());
+  DeviceBuffer<float> rstd(rows);
+  gcm::cuda::rmsnorm_forward(y.data(), rstd.data(), x_d.data(), g_d.data(), rows, dim, eps);
+  char params[64];
+  std::snprintf(params, sizeof params, " x_scale %g eps %g", x_scale, double(eps));
+  const std::string what = "rmsnorm forward " + type_name<T>() + params;
+  expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " y");
+  expect_close(download_double(rstd), rstd_ref, ct::tolerance<float>(), what + " rstd");
+}
+
+// h = a + b rounded to T is exact in both (one rounding of the exact sum), so h is compared
+// bitwise; y and rstd against rmsnorm of that h. in_place: h is the buffer of a.
+template <typename T>
+void check_add_rmsnorm_forward(bool in_place) {
+  const int rows = 37, dim = 96;
+  const float eps = 1e-5f;
+  const auto a = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 8));
+  const auto b = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 9));
+  const auto g = rounded<T>(kt::random_vector(dim, 10));
+  std::vector<double> sum(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
+  const auto h_ref = rounded<T>(sum);
+  std::vector<double> y_ref(a.size()), rstd_ref(rows);
+  gcm::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), h_ref.data(), g.data(), rows, dim, double(eps));
+
+  auto a_d = upload_as<T>(a);
+  auto b_d = upload_as<T>(b);
+  auto g_d = upload_as<T>(g);
+  DeviceBuffer<T> h_own(a.size()), y(a.size());
+  DeviceBuffer<float> rstd(rows);
+  DeviceBuffer<T>& h = in_place ? a_d : h_own;
+  gcm::cuda::add_rmsnorm_forward(h.data(), y.data(), rstd.data(), a_d.data(), b_d.data(), g_d.data(), rows, dim, eps);
+  const std::string what = "add_rmsnorm forward " + type_name<T>() + (in_place ? " in place" : "");
+  EXPECT_EQ(download_double(h), h_ref) << what << ": h is not exactly a + b rounded";
+  expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " y");
+  expect_close(download_double(rstd), rstd_ref, ct::tolerance<float>(), what + " rstd");
+}
+
+// rows = 333 spans 6 dg slices. The GPU gets the reference's rstd rounded to fp32 (as the
+// forward would store it), and the reference uses that rounded rstd too. Two runs from the same
+// priors must agree bitwise.
+template <typename T>
+void check_rmsnorm_backward(bool accumulate) {
+  const int rows = 333, dim = 200;
+  const auto x = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 11));
+  const auto g = rounded<T>(kt::random_vector(dim, 12));
+  const auto dy = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 13));
+  std::vector<double> y(x.size()), rstd(rows);
+  gcm::cpu::rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), g.data(), rows, dim, 1e-5);
+  rstd = rounded<float>(rstd);
+  const auto dx_prior = rounded<T>(kt::random_vector(x.size(), 14));
+  const auto dg_prior = rounded<float>(kt::random_vector(dim, 15));
+  std::vector<double> dx_ref = accumulate ? dx_prior : std::vector<double>(x.size(), 0.0);
+  std::vector<double> dg_ref = dg_prior;
+  gcm::cpu::rmsnorm_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(), rstd.data(), rows,
+                                     dim, accumulate);
+
+  auto x_d = upload_as<T>(x);
+  auto g_d = upload_as<T>(g);
+  auto dy_d = upload_as<T>(dy);
+  auto rstd_d = upload_as<float>(rstd);
+  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats(rows, dim));
+  std::vector<std::vector<T>> dx_runs;
+  std::vector<std::vector<float>> dg_runs;
+  for (int run = 0; run < 2; ++run) {
+    auto dx = upload_as<T>(dx_prior);  // also when overwriting: the prior must not leak into dx
+    auto dg = upload_as<float>(dg_prior);
+    gcm::cuda::rmsnorm_backward(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                rstd_d.data(), rows, dim, accumulate);
+    dx_runs.push_back(ct::download(dx));
+    dg_runs.push_back(ct::download(dg));
+  }
+  const std::string what = "rmsnorm backward " + type_name<T>() + (accumulate ? " accumulate" : "");
+  expect_close(ct::to_double(dx_runs[0]), dx_ref, ct::tolerance<T>(), what + " dx");
+  expect_close(kt::minus(ct::to_double(dg_runs[0]), dg_prior), kt::minus(dg_ref, dg_prior), ct::tolerance<float>(),
+               what + " dg");
+  EXPECT_TRUE(bitwise_equal(dx_runs[0], dx_runs[1])) << what << ": dx is not deterministic";
+  EXPECT_TRUE(bitwise_equal(dg_runs[0], dg_runs[1])) << what << ": dg is not deterministic";
+}
+
+// QK-norm form: x [N, heads, head_dim] with one gain; forward then accumulating backward.
+template <typename T>
+void check_rmsnorm_heads() {
+  const int N = 37, heads = 3, head_dim = 48;
+  const float eps = 1e-6f;
+  const std::size_t n = std::size_t(N) * heads * head_dim;
+  const auto x = rounded<T>(kt::random_vector(n, 16));
+  const auto g = rounded<T>(kt::random_vector(head_dim, 17));
+  const auto dy = rounded<T>(kt::random_vector(n, 18));
+  std::vector<double> y_ref(n), rstd_ref(std::size_t(N) * heads);
+  gcm::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), N, heads, head_dim,
+                                          double(eps));
+
+  auto x_d = upload_as<T>(x);
+  auto g_d = upload_as<T>(g);
+  auto dy_d = upload_as<T>(dy);
+  DeviceBuffer<T> y(n);
+  DeviceBuffer<float> rstd(rstd_ref.size());
+  gcm::cuda::rmsnorm_heads_forward(y.data(), rstd.data(), x_d.data(), g_d.data(), N, heads, head_dim, eps);
+  const auto rstd_got = download_double(rstd);
+  const std::string what = "rmsnorm heads " + type_name<T>();
+  expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward y");
+  expect_close(rstd_got, rstd_ref, ct::tolerance<float>(), what + " forward rstd");
+
+  // Backward from the GPU's own rstd (the reference uses the same fp32 values).
+  const auto dx_prior = rounded<T>(kt::random_vector(n, 19));
+  const auto dg_prior = rounded<float>(kt::random_vector(head_dim, 20));
+  std::vector<double> dx_ref = dx_prior, dg_ref = dg_prior;
+  gcm::cpu::rmsnorm_heads_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(),
+                                           rstd_got.data(), N, heads, head_dim, /*accumulate_dx=*/true);
+  auto dx = upload_as<T>(dx_prior);
+  auto dg = upload_as<float>(dg_prior);
+  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats(std::int64_t(N) * heads, head_dim));
+  gcm::cuda::rmsnorm_heads_backward(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                    rstd.data(), N, heads, head_dim, /*accumulate_dx=*/true);
+  expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward dx");
+  expect_close(kt::minus(download_double(dg), dg_prior), kt::minus(dg_ref, dg_prior), ct::tolerance<float>(),
+               what + " backward dg");
+}
+
+TEST(CudaRows, RmsNormForwardMatchesCpu) {
+  GC_REQUIRE_GPU();
+  check_rmsnorm_forward<float>(1.0, 1e-5f);
+  check_rmsnorm_forward<bf16>(1.0, 1e-5f);
+  check_rmsnorm_forward<float>(1e-4, 1e-12f);
+  check_rmsnorm_forward<bf16>(1e-4, 1e-12f);
+}
+
+TEST(CudaRows, AddRmsNormForwardMatchesAddThenRmsNorm) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_add_rmsnorm_forward<float>(in_place);
+    check_add_rmsnorm_forward<bf16>(in_place);
+  }
+}
+
+TEST(CudaRows, RmsNormBackwardMatchesCpuAndIsDeterministic) {
+  GC_REQUIRE_GPU();
+  for (bool accumulate : {false, true}) {
+    check_rmsnorm_backward<float>(accumulate);
+    check_rmsnorm_backward<bf16>(accumulate);
+  }
+}
+
+TEST(CudaRows, RmsNormHeadsMatchesCpu) {
+  GC_REQUIRE_GPU();
+  check_rmsnorm_heads<float>();
+  check_rmsnorm_heads<bf16>();
+}
+
+// ---- RoPE --------------------------------------------------------------------------------------
+
+// The GPU uses the fp32 tables of gcm::cpu::rope_table<float>; the reference uses the same table
+// values in double. in_place: out is the input buffer.
+template <typename T>
+void check_rope(bool in_place) {
+  const int B = 2, seq_len = 37, heads = 3, head_dim = 96, half = head_dim / 2;
+  const std::size_t n = std::size_t(B) * seq_len * heads * head_dim;
+  std::vector<float> cos_f(std::size_t(seq_len) * half), sin_f(cos_f.size());
+  gcm::cpu::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, head_dim, 10000.0);
+  const auto cos_ref = ct::to_double(cos_f), sin_ref = ct::to_double(sin_f);
+  const auto x = rounded<T>(kt::random_vector(n, 21));
+  const auto dy = rounded<T>(kt::random_vector(n, 22));
+  std::vector<double> y_ref(n), dx_ref(n);
+  gcm::cpu::rope_forward<double>(y_ref.data(), x.data(), cos_ref.data(), sin_ref.data(), B, seq_len, heads, head_dim);
+  gcm::cpu::rope_backward<double>(dx_ref.data(), dy.data(), cos_ref.data(), sin_ref.data(), B, seq_len, heads,
+                                  head_dim);
+
+  auto cos_d = ct::upload(cos_f);
+  auto sin_d = ct::upload(sin_f);
+  auto x_d = upload_as<T>(x);
+  auto dy_d = upload_as<T>(dy);
+  DeviceBuffer<T> y_own(n), dx_own(n);
+  DeviceBuffer<T>& y = in_place ? x_d : y_own;
+  DeviceBuffer<T>& dx = in_place ? dy_d : dx_own;
+  gcm::cuda::rope_forward(y.data(), x_d.data(), cos_d.data(), sin_d.data(), B, seq_len, heads, head_dim);
+  gcm::cuda::rope_backward(dx.data(), dy_d.data(), cos_d.data(), sin_d.data(), B, seq_len, heads, head_dim);
+  const std::string what = "rope " + type_name<T>() + (in_place ? " in place" : "");
+  expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward");
+  expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward");
+}
+
+TEST(CudaRows, RopeForwardBackwardMatchCpu) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_rope<float>(in_place);
+    check_rope<bf16>(in_place);
+  }
+}
+
+// ---- SwiGLU ------------------------------------------------------------------------------------
+
+// a spans ±[0.1, 8] so both tails of σ are exercised. in_place: da is the buffer of dh.
+template <typename T>
+void check_swiglu(bool in_place) {
+  const std::int64_t n = 37 * 200 + 11;
+  const std::size_t size = std::size_t(n);
+  const auto a = rounded<T>(kt::random_vector(size, 23, 0.1, 8.0));
+  const auto b = rounded<T>(kt::random_vector(size, 24));
+  const auto dh = rounded<T>(kt::random_vector(size, 25));
+  std::vector<double> h_ref(size), da_ref(size), db_ref(size);
+  gcm::cpu::swiglu_forward<double>(h_ref.data(), a.data(), b.data(), n);
+  gcm::cpu::swiglu_backward<double>(da_ref.data(), db_ref.data(), dh.data(), a.data(), b.data(), n);
+
+  auto a_d = upload_as<T>(a);
+  auto b_d = upload_as<T>(b);
+  auto dh_d = upload_as<T>(dh);
+  DeviceBuffer<T> h(size), da_own(size), db(size);
+  DeviceBuffer<T>& da = in_place ? dh_d : da_own;
+  gcm::cuda::swiglu_forward(h.data(), a_d.data(), b_d.data(), n);
+  gcm::cuda::swiglu_backward(da.data(), db.data(), dh_d.data(), a_d.data(), b_d.data(), n);
+  const std::string what = "swiglu " + type_name<T>() + (in_place ? " in place" : "");
+  expect_close(download_double(h), h_ref, ct::tolerance<T>(), what + " forward");
+  expect_close(download_double(da), da_ref, ct::tolerance<T>(), what + " backward da");
+  expect_close(download_double(db), db_ref, ct::tolerance<T>(), what + " backward db");
+}
+
+TEST(CudaRows, SwigluForwardBackwardMatchCpu) {
+  GC_REQUIRE_GPU();
+  for (bool in_place : {false, true}) {
+    check_swiglu<float>(in_place);
+    check_swiglu<bf16>(in_place);
+  }
+}
+
+}  // namespace
