@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR]\n"
-    "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics] [--help]\n\n"
+    "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
+    "             [--no-checkpoint] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -27,7 +28,8 @@ const char* const kUsage =
     "  --train-data P   override the training shards (file, directory or glob)\n"
     "  --val-data P     override the validation shards\n"
     "  --log-every N    write a training record every N steps (default: the spec's train.log_every)\n"
-    "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n";
+    "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n"
+    "  --no-checkpoint  save no checkpoint (timing runs)\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());
@@ -100,6 +102,8 @@ int main(int argc, char** argv) {
       if (!value(v) || !parse_steps(v, options.log_every)) return usage_error("--log-every needs a positive integer");
     } else if (arg == "--no-metrics") {
       options.metrics = false;
+    } else if (arg == "--no-checkpoint") {
+      options.checkpoints = false;
     } else {
       return usage_error("unknown argument '" + arg + "'");
     }

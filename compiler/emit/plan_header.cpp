@@ -159,7 +159,12 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
        "  double weight_decay;   // decoupled λ (seed 003 eq. 1); 0 when exempt\n"
        "};\n\n";
   o << "inline constexpr int kNumParams = " << plan.params.size() << ";\n";
-  o << "inline constexpr std::int64_t kTotalParams = " << plan.counts.total << ";\n\n";
+  o << "inline constexpr std::int64_t kTotalParams = " << plan.counts.total << ";\n";
+  o << "// FLOPs per token (6·matmul weights + attention) and planned bytes: the model's\n"
+    << "// buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).\n";
+  o << "inline constexpr double kFlopsPerToken = " << literal(plan.flops.per_token) << ";\n";
+  o << "inline constexpr std::int64_t kPlannedModelBufferBytes = " << std::int64_t(plan.memory.model_buffers) << ";\n";
+  o << "inline constexpr std::int64_t kPlannedDeviceBytes = " << std::int64_t(plan.memory.device_total()) << ";\n\n";
   o << "inline constexpr ParamInfo kParams[kNumParams] = {\n";
   for (const auto& p : plan.params) {
     o << "    {" << cpp_string_literal(p.name) << ", " << cpp_string_literal(class_name(p.cls)) << ", " << p.layer << ", "

@@ -28,16 +28,26 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
     << "project(gcompile_" << plan.spec.experiment.name << " LANGUAGES CXX)\n\n"
     << "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
     << "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n\n"
-    << "find_package(OpenMP REQUIRED)\nset(BLA_VENDOR OpenBLAS)\nfind_package(BLAS REQUIRED)\n"
-    << "find_path(GC_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu aarch64-linux-gnu REQUIRED)\n\n";
+    << "# OpenBLAS and OpenMP speed up the CPU backend; without them (a GPU node with only CMake, a C++\n"
+    << "# compiler and the CUDA toolkit) it builds with its portable GEMM, serially.\n"
+    << "option(GC_BLAS \"Use OpenBLAS for the CPU backend's GEMMs when found\" ON)\n"
+    << "find_package(OpenMP)\nset(BLA_VENDOR OpenBLAS)\nfind_package(BLAS)\n"
+    << "find_path(GC_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu aarch64-linux-gnu)\n\n";
   o << "add_library(gc_common STATIC";
   for (const auto& s : sources) {
     if (!is_main(s)) o << "\n  " << s;
   }
   o << ")\n"
     << "target_include_directories(gc_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/src\n"
-    << "  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/third_party ${GC_CBLAS_INCLUDE})\n"
-    << "target_link_libraries(gc_common PUBLIC OpenMP::OpenMP_CXX BLAS::BLAS)\n\n";
+    << "  ${CMAKE_CURRENT_SOURCE_DIR}/runtime/third_party)\n"
+    << "if(OpenMP_CXX_FOUND)\n  target_link_libraries(gc_common PUBLIC OpenMP::OpenMP_CXX)\nendif()\n"
+    << "if(GC_BLAS AND BLAS_FOUND AND GC_CBLAS_INCLUDE)\n"
+    << "  target_include_directories(gc_common PUBLIC ${GC_CBLAS_INCLUDE})\n"
+    << "  target_link_libraries(gc_common PUBLIC BLAS::BLAS)\n"
+    << "else()\n"
+    << "  message(STATUS \"No OpenBLAS (or GC_BLAS=OFF): the CPU backend uses its portable GEMM (slow)\")\n"
+    << "  target_compile_definitions(gc_common PUBLIC GC_NO_CBLAS)\n"
+    << "endif()\n\n";
   for (const auto& s : sources) {
     if (!is_main(s)) continue;  // .cpp mains; the .cu mains are CUDA programs below
     const std::string name = program_name(s);

@@ -190,7 +190,10 @@ void schedule_section(std::ostringstream& o, const Plan& plan) {
   o << "Memory (model state, one device): weights " << format_bytes(m.weights);
   if (m.master_weights > 0) o << ", fp32 masters " << format_bytes(m.master_weights);
   o << ", gradients " << format_bytes(m.gradients) << ", AdamW moments " << format_bytes(m.optimizer) << " = "
-    << format_bytes(m.total) << "\n\n";
+    << format_bytes(m.total) << "\n";
+  o << "Memory (CUDA backend, one GPU): model state + activations and scratch for a micro-batch of "
+    << plan.spec.train.micro_batch << "×" << plan.spec.train.seq_len << " tokens " << format_bytes(m.activations) << " = "
+    << format_bytes(m.device_total()) << "\n\n";
 }
 
 void metrics_section(std::ostringstream& o, const Plan& plan) {
@@ -273,6 +276,7 @@ nlohmann::ordered_json explain_json(const Plan& plan) {
                 {"attention_per_token", f.attention_per_token}, {"per_token", f.per_token}, {"per_step", f.per_step}};
   const auto& m = plan.memory;
   j["memory_bytes"] = {{"weights", m.weights}, {"master_weights", m.master_weights}, {"gradients", m.gradients},
+                       {"activations", m.activations}, {"device_total", m.device_total()},
                        {"optimizer", m.optimizer}, {"total", m.total}};
   const auto& sc = plan.schedule;
   j["schedule"] = {{"total_steps", sc.total_steps}, {"warmup_steps", sc.warmup_steps}, {"grad_accum", sc.grad_accum},

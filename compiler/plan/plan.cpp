@@ -208,6 +208,54 @@ FlopCounts count_flops(const Spec& spec, const std::vector<ParamEntry>& params, 
   return f;
 }
 
+// Bytes of the buffers BasicModel allocates besides parameters and gradients
+// for one micro-batch of N = micro_batch·seq_len rows (model/model_impl.hpp's
+// constructor); a tree test compares it with what the model allocates.
+double estimate_model_buffer_bytes(const Spec& spec) {
+  const ModelSpec& m = spec.model;
+  const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0, f32 = 4.0;
+  const double N = double(spec.train.micro_batch) * double(spec.train.seq_len);
+  const double D = double(m.d_model), F = double(m.d_ff), V = double(m.vocab_size);
+  const double Q = double(m.n_heads * m.head_dim), KV = double(m.n_kv_heads * m.head_dim);
+  const double H = double(m.n_heads), KVH = double(m.n_kv_heads);
+  const double G = m.gated_attention == GatedAttention::none       ? 0.0
+                   : m.gated_attention == GatedAttention::headwise ? H
+                                                                   : Q;
+  const bool sandwich = m.norm_placement == NormPlacement::sandwich;
+  // Per layer: x a h2 b proj m; q qr o; k v kr; u w s; [qn kn]; [z og]; [pn mn].
+  double layer = 6 * D + 3 * Q + 3 * KV + 3 * F;
+  if (m.qk_norm) layer += Q + KV;
+  if (G > 0) layer += G + Q;
+  if (sandwich) layer += 2 * D;
+  // rstd_a rstd_b, lse (one per head), [rstd_q rstd_k], [rstd_p rstd_m].
+  double layer_stats = 2 + H + (m.qk_norm ? H + KVH : 0.0) + (sandwich ? 2.0 : 0.0);
+  double elems = double(m.n_layers) * layer;
+  elems += 2 * D;      // embedding, embedding after its norm
+  elems += 2 * D + V;  // final hidden, final norm, logits
+  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; dff_a dff_b dff_s; dlogits.
+  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + 3 * F + V;
+  double stats = double(m.n_layers) * layer_stats + (m.embedding_norm ? 1.0 : 0.0) + 3.0;  // rstd_f, losses, p_target
+  return N * (elems * act + stats * f32);
+}
+
+// The CUDA backend's own scratch next to the model's buffers.
+double estimate_backend_scratch_bytes(const Spec& spec) {
+  const ModelSpec& m = spec.model;
+  const double f32 = 4.0;
+  const double N = double(spec.train.micro_batch) * double(spec.train.seq_len);
+  const double D = double(m.d_model), H = double(m.n_heads);
+  double bytes = 0.0;
+  // Backend scratch: tokens, targets and the embedding index (5N + 1 int32),
+  // the RMSNorm gain-gradient slices, D_i of the attention backward, RoPE tables.
+  const auto dg_slices = [](double rows) { return std::clamp(std::ceil(rows / 64.0), 1.0, 1024.0); };
+  bytes += (5 * N + 1) * 4.0;
+  bytes += std::max(dg_slices(N) * D, dg_slices(N * H) * double(m.head_dim)) * f32;
+  bytes += N * H * f32;
+  bytes += double(spec.train.seq_len) * double(m.head_dim) * f32;  // cos and sin, seq_len × head_dim/2 each
+  bytes += double(32 << 20);                                        // cuBLASLt workspace
+  return bytes;
+}
+
 MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
   MemoryEstimate mem;
   const double n = double(counts.total);
@@ -217,6 +265,8 @@ MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
   mem.gradients = n * 4.0;
   mem.optimizer = n * 8.0;
   mem.total = mem.weights + mem.master_weights + mem.gradients + mem.optimizer;
+  mem.model_buffers = estimate_model_buffer_bytes(spec);
+  mem.activations = mem.model_buffers + estimate_backend_scratch_bytes(spec);
   return mem;
 }
 

@@ -79,7 +79,13 @@ struct MemoryEstimate {
   double master_weights = 0.0;  // fp32 masters (bf16 only)
   double gradients = 0.0;       // fp32
   double optimizer = 0.0;       // AdamW m and v, fp32
-  double total = 0.0;
+  double total = 0.0;           // model state: the four above
+  // The CUDA backend's buffers for one micro-batch (activations kept for the
+  // backward, backward scratch, logits, kernel scratch, cuBLASLt workspace);
+  // the same list the model allocates (templates/model/model_impl.hpp).
+  double activations = 0.0;
+  double model_buffers = 0.0;  // the model's share of `activations`
+  double device_total() const { return total + activations; }
 };
 
 struct SchedulePlan {

@@ -371,7 +371,9 @@ void add_train(Builder& b) {
   at_least(tokens, 1).exclusive_group = "train.length";
   example(tokens, "36000000000");
   auto& prec = with_default(b.add("train.precision", KeyType::choice,
-                                  "bf16: bf16 compute with fp32 master weights and moments; fp32: all fp32."),
+                                  "CUDA backend: bf16 = bf16 activations and working weights, fp32 accumulation, master "
+                                  "weights, gradients and moments; fp32 = all fp32, TF32 off (for parity with the CPU). "
+                                  "The CPU backend always computes in fp32."),
                             Value::string("bf16"));
   prec.choices = {"bf16", "fp32"};
   example(prec, "\"fp32\"");

@@ -31,6 +31,19 @@ inline void check(cudaError_t status, const char* file, int line, const char* ca
 
 namespace gc::rt::cuda {
 
+// Live bytes and the number of cudaMalloc calls made through DeviceBuffer:
+// the trainer logs both, so "no allocation inside the training loop" is
+// checked on every run rather than assumed.
+struct AllocationStats {
+  std::int64_t live_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::int64_t allocations = 0;
+};
+inline AllocationStats& allocation_stats() {
+  static AllocationStats stats;
+  return stats;
+}
+
 // An owning device allocation of n elements of T (no copy, moves only). The
 // backend allocates every buffer before the training loop starts.
 template <typename T>
@@ -55,7 +68,13 @@ class DeviceBuffer {
   void resize(std::size_t n) {
     if (n == n_) return;
     release();
-    if (n > 0) GC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    if (n > 0) {
+      GC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+      AllocationStats& stats = allocation_stats();
+      stats.live_bytes += std::int64_t(n * sizeof(T));
+      stats.peak_bytes = stats.live_bytes > stats.peak_bytes ? stats.live_bytes : stats.peak_bytes;
+      ++stats.allocations;
+    }
     n_ = n;
   }
   T* data() { return ptr_; }
@@ -75,7 +94,10 @@ class DeviceBuffer {
 
  private:
   void release() {
-    if (ptr_ != nullptr) cudaFree(ptr_);  // no check: may run during unwinding
+    if (ptr_ != nullptr) {
+      cudaFree(ptr_);  // no check: may run during unwinding
+      allocation_stats().live_bytes -= std::int64_t(n_ * sizeof(T));
+    }
     ptr_ = nullptr;
     n_ = 0;
   }

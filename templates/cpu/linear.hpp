@@ -6,10 +6,14 @@
 //             db[out]    += Σ_n dy[n,:]
 //
 // All GEMMs go through CBLAS (OpenBLAS); the float/double overloads of gemm() below pick
-// cblas_sgemm or cblas_dgemm, so tests can run the same template in double.
+// cblas_sgemm or cblas_dgemm, so tests can run the same template in double. A tree configured
+// where no OpenBLAS is installed (a GPU node with only CMake, g++ and nvcc) defines GC_NO_CBLAS
+// and uses portable_gemm() instead: correct, OpenMP over rows, much slower.
 #pragma once
 
+#ifndef GC_NO_CBLAS
 #include <cblas.h>
+#endif
 
 #include <cstdint>
 
@@ -19,7 +23,40 @@ namespace gcm::cpu {
 
 namespace blas {
 
-// Row-major C[M,N] = alpha · op(A)[M,K] · op(B)[K,N] + beta · C.
+// Row-major C[M,N] = alpha · op(A)[M,K] · op(B)[K,N] + beta · C, without a BLAS library.
+// Each output row is owned by one thread and summed in a fixed order (k ascending).
+template <typename T>
+void portable_gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+                   T beta, T* C, int ldc) {
+#pragma omp parallel for
+  for (int i = 0; i < M; ++i) {
+    T* c = C + std::int64_t(i) * ldc;
+    for (int j = 0; j < N; ++j) {
+      c[j] = beta == T(0) ? T(0) : beta * c[j];
+    }
+    for (int k = 0; k < K; ++k) {
+      const T a = alpha * (trans_a ? A[std::int64_t(k) * lda + i] : A[std::int64_t(i) * lda + k]);
+      if (trans_b) {
+        for (int j = 0; j < N; ++j) {
+          c[j] += a * B[std::int64_t(j) * ldb + k];
+        }
+      } else {
+        const T* b = B + std::int64_t(k) * ldb;
+        for (int j = 0; j < N; ++j) {
+          c[j] += a * b[j];
+        }
+      }
+    }
+  }
+}
+
+#ifdef GC_NO_CBLAS
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+          T* C, int ldc) {
+  portable_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+#else
 inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
@@ -31,6 +68,7 @@ inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, 
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
               A, lda, B, ldb, beta, C, ldc);
 }
+#endif
 
 }  // namespace blas
 

@@ -121,19 +121,26 @@ class CudaEngine final : public Engine {
     // The step ends here: the host's step timing covers the GPU's work.
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  std::int64_t device_bytes() const override {
+  std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
+  std::int64_t device_used_bytes() const override {
     std::size_t free = 0, total = 0;
     GC_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return std::int64_t(total - free);
   }
+  std::int64_t device_allocated_peak() const override { return gc::rt::cuda::allocation_stats().peak_bytes; }
+  std::int64_t device_allocations() const override { return gc::rt::cuda::allocation_stats().allocations; }
 
  private:
-  // The fp32 parameters AdamW updates.
-  DeviceBuffer<float>& master() {
-    if constexpr (kSeparateMaster) {
-      return master_;
+  // The fp32 parameters AdamW updates: the model's own under fp32, the
+  // separate masters under bf16 (a template, so only the valid branch is
+  // instantiated).
+  DeviceBuffer<float>& master() { return pick_master(model_.params); }
+  template <typename Params>
+  DeviceBuffer<float>& pick_master(Params& params) {
+    if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
+      return params;
     } else {
-      return model_.params;
+      return master_;
     }
   }
 

@@ -90,6 +90,8 @@ class BasicModel {
   const Stat* target_probs() const { return p_target_.data(); }
   int rows() const { return N_; }
   Backend& backend() { return ops_; }
+  // Bytes of every buffer besides params and grads (planned as kPlannedModelBufferBytes).
+  std::int64_t buffer_bytes() const { return buffer_bytes_; }
 
   // Per-layer activations the metrics read (q·k after RoPE and the lse).
   struct Layer {
@@ -105,8 +107,14 @@ class BasicModel {
  private:
   void forward_layer(int l, const Act* h_in, Act* h_out);
   void backward_layer(int l, Act* dh);  // dh: in = dL/dh_out, out = dL/dh_in
+  template <typename U>
+  void allocate(Buffer<U>& buf, std::int64_t n) {
+    Backend::allocate(buf, n);
+    buffer_bytes_ += n * std::int64_t(sizeof(U));
+  }
 
   Backend ops_;
+  std::int64_t buffer_bytes_ = 0;
   int B_, T_, N_;
   cpu::AttentionDims dims_;
   const std::int32_t* tokens_ = nullptr;   // backend memory

@@ -20,50 +20,50 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
     : B_(batch), T_(seq_len), N_(batch * seq_len), dims_{batch, seq_len, kHeads, kKvHeads, kHeadDim} {
   const std::int64_t N = N_, D = kDModel, F = kDff;
   ops_.prepare(batch, seq_len);
-  Backend::allocate(params, kOffsets.at[kNumParams]);
+  Backend::allocate(params, kOffsets.at[kNumParams]);  // state, not counted in buffer_bytes()
   Backend::allocate(grads, kOffsets.at[kNumParams]);
-  Backend::allocate(e_, N * D);
-  Backend::allocate(e_norm_, N * D);
+  allocate(e_, N * D);
+  allocate(e_norm_, N * D);
   if constexpr (kEmbeddingNorm) {
-    Backend::allocate(rstd_e_, N);
+    allocate(rstd_e_, N);
   }
   layers_.resize(kLayers);
   for (auto& L : layers_) {
-    for (auto* buf : {&L.x, &L.a, &L.h2, &L.b, &L.proj, &L.m}) Backend::allocate(*buf, N * D);
-    for (auto* buf : {&L.rstd_a, &L.rstd_b}) Backend::allocate(*buf, N);
-    for (auto* buf : {&L.q, &L.qr, &L.o}) Backend::allocate(*buf, N * kQDim);
-    for (auto* buf : {&L.k, &L.v, &L.kr}) Backend::allocate(*buf, N * kKvDim);
-    Backend::allocate(L.lse, std::int64_t(B_) * kHeads * seq_len);
-    for (auto* buf : {&L.u, &L.w, &L.s}) Backend::allocate(*buf, N * F);
+    for (auto* buf : {&L.x, &L.a, &L.h2, &L.b, &L.proj, &L.m}) allocate(*buf, N * D);
+    for (auto* buf : {&L.rstd_a, &L.rstd_b}) allocate(*buf, N);
+    for (auto* buf : {&L.q, &L.qr, &L.o}) allocate(*buf, N * kQDim);
+    for (auto* buf : {&L.k, &L.v, &L.kr}) allocate(*buf, N * kKvDim);
+    allocate(L.lse, std::int64_t(B_) * kHeads * seq_len);
+    for (auto* buf : {&L.u, &L.w, &L.s}) allocate(*buf, N * F);
     if constexpr (kQkNorm) {
-      Backend::allocate(L.qn, N * kQDim);
-      Backend::allocate(L.kn, N * kKvDim);
-      Backend::allocate(L.rstd_q, N * kHeads);
-      Backend::allocate(L.rstd_k, N * kKvHeads);
+      allocate(L.qn, N * kQDim);
+      allocate(L.kn, N * kKvDim);
+      allocate(L.rstd_q, N * kHeads);
+      allocate(L.rstd_k, N * kKvHeads);
     }
     if constexpr (detail::kGated) {
-      Backend::allocate(L.z, N * kGateDim);
-      Backend::allocate(L.og, N * kQDim);
+      allocate(L.z, N * kGateDim);
+      allocate(L.og, N * kQDim);
     }
     if constexpr (detail::kSandwich) {
-      Backend::allocate(L.pn, N * D);
-      Backend::allocate(L.mn, N * D);
-      Backend::allocate(L.rstd_p, N);
-      Backend::allocate(L.rstd_m, N);
+      allocate(L.pn, N * D);
+      allocate(L.mn, N * D);
+      allocate(L.rstd_p, N);
+      allocate(L.rstd_m, N);
     }
   }
-  Backend::allocate(h_final_, N * D);
-  Backend::allocate(f_, N * D);
-  Backend::allocate(rstd_f_, N);
-  Backend::allocate(logits_, N * kVocab);
-  Backend::allocate(losses_, N);
-  Backend::allocate(p_target_, N);
-  for (auto* buf : {&dh_, &dx_, &dd_}) Backend::allocate(*buf, N * D);
-  for (auto* buf : {&dq_, &dqr_, &do_}) Backend::allocate(*buf, N * kQDim);
-  for (auto* buf : {&dk_, &dkr_, &dv_}) Backend::allocate(*buf, N * kKvDim);
-  Backend::allocate(dz_, N * std::max(kGateDim, 1));
-  for (auto* buf : {&dff_a_, &dff_b_, &dff_s_}) Backend::allocate(*buf, N * F);
-  Backend::allocate(dlogits_, N * kVocab);
+  allocate(h_final_, N * D);
+  allocate(f_, N * D);
+  allocate(rstd_f_, N);
+  allocate(logits_, N * kVocab);
+  allocate(losses_, N);
+  allocate(p_target_, N);
+  for (auto* buf : {&dh_, &dx_, &dd_}) allocate(*buf, N * D);
+  for (auto* buf : {&dq_, &dqr_, &do_}) allocate(*buf, N * kQDim);
+  for (auto* buf : {&dk_, &dkr_, &dv_}) allocate(*buf, N * kKvDim);
+  allocate(dz_, N * std::max(kGateDim, 1));
+  for (auto* buf : {&dff_a_, &dff_b_, &dff_s_}) allocate(*buf, N * F);
+  allocate(dlogits_, N * kVocab);
 }
 
 template <typename Backend>

@@ -45,8 +45,13 @@ class Engine {
   virtual std::vector<double> grad_squares() = 0;
   // AdamW on every tensor with η = lr · lr_mult, gradients scaled by clip; t ≥ 1.
   virtual void adamw_step(double lr, double clip, std::int64_t t) = 0;
-  // Device memory in use and its peak (0 on the CPU).
-  virtual std::int64_t device_bytes() const { return 0; }
+  // Bytes of the model's buffers besides parameters and gradients.
+  virtual std::int64_t model_buffer_bytes() const = 0;
+  // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
+  // libraries), the peak of our own allocations, and how many we made.
+  virtual std::int64_t device_used_bytes() const { return 0; }
+  virtual std::int64_t device_allocated_peak() const { return 0; }
+  virtual std::int64_t device_allocations() const { return 0; }
 };
 
 // The CPU engine: the trainer's host model and moments are the state.
@@ -69,6 +74,7 @@ class CpuEngine final : public Engine {
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets);
   }
+  std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   std::vector<double> grad_squares() override {
     std::vector<double> out(static_cast<std::size_t>(kNumParams));
     for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);

@@ -40,6 +40,7 @@ struct TrainOptions {
   bool progress = false;  // live progress line (on a terminal)
   std::string device = "auto";  // cpu, cuda, or auto (CUDA when present)
   bool metrics = true;          // false: no in-loop analyses (timing runs); losses are still logged
+  bool checkpoints = true;      // false: save nothing (timing runs)
   std::int64_t log_every = kLogEvery;
 };
 
@@ -89,6 +90,7 @@ class Trainer {
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
   std::vector<double> step_seconds_;  // wall time of each step of this process (summary)
   std::int64_t peak_device_bytes_ = 0;
+  std::int64_t allocations_after_first_step_ = 0;
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
 };
 

@@ -141,7 +141,7 @@ inline double Trainer::train_step(std::int64_t step) {
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
   if constexpr (kGradNormOn) {
-    if (s % kGradNormEvery == 0 || s == 1) {
+    if (opt_.metrics && (s % kGradNormEvery == 0 || s == 1)) {
       // Per class, before clipping.
       const Json values = per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
       step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
@@ -149,7 +149,7 @@ inline double Trainer::train_step(std::int64_t step) {
   }
   bool update_ratio_due = false;
   if constexpr (kUpdateRatioOn) {
-    update_ratio_due = s % kUpdateRatioEvery == 0 || s == 1;
+    update_ratio_due = opt_.metrics && (s % kUpdateRatioEvery == 0 || s == 1);
   }
   std::map<int, std::vector<float>> before;  // tracked tensors before the update
   if (update_ratio_due) {
@@ -278,7 +278,8 @@ inline int Trainer::run() {
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     step_seconds_.push_back(dt);
-    peak_device_bytes_ = std::max(peak_device_bytes_, engine_->device_bytes());
+    peak_device_bytes_ = std::max(peak_device_bytes_, engine_->device_used_bytes());
+    if (step == start_step_) allocations_after_first_step_ = engine_->device_allocations();
     const bool last = step + 1 == opt_.steps;
     if ((step + 1) % opt_.log_every == 0 || step == 0 || last) {
       log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
@@ -287,7 +288,7 @@ inline int Trainer::run() {
     for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
     measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
-    if ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last) save(step + 1);
+    if (opt_.checkpoints && ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last)) save(step + 1);
   }
   if (opt_.progress) std::fprintf(stderr, "\n");
   write_summary(log, std::chrono::duration<double>(Clock::now() - start).count());
@@ -297,24 +298,30 @@ inline int Trainer::run() {
 
 // One closing record for benchmarks: the median step time over this
 // process's steps after the first 10% (warm-up: cuBLASLt plans, caches), the
-// device memory in use at its peak, and the planned size of the run's state.
+// planned and measured memory, and on a GPU how many device allocations the
+// loop made after its first step (0: every buffer exists before training).
 inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   if (step_seconds_.empty()) return;
   std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
   std::sort(timed.begin(), timed.end());
   const double median = timed[timed.size() / 2];
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
-  // fp32 master, gradients, m and v, plus bf16 working weights when they differ.
-  const double state_bytes = double(kOffsets.at[kNumParams]) * (16.0 + (kPrecision == Precision::bf16 && on_device_ ? 2.0 : 0.0));
-  Json r = {{"step", step_seconds_.empty() ? start_step_ : start_step_ + std::int64_t(step_seconds_.size())},
+  Json r = {{"step", start_step_ + std::int64_t(step_seconds_.size())},
             {"event", "summary"},
             {"device", engine_->describe()},
             {"steps", std::int64_t(step_seconds_.size())},
             {"elapsed_s", elapsed},
             {"step_ms_median", median * 1e3},
             {"tokens_per_s_median", tokens_per_step / median},
-            {"planned_state_bytes", state_bytes}};
-  if (on_device_) r["peak_device_bytes"] = peak_device_bytes_;
+            {"flops_per_token", kFlopsPerToken},
+            {"model_buffer_bytes", engine_->model_buffer_bytes()},
+            {"planned_model_buffer_bytes", kPlannedModelBufferBytes}};
+  if (on_device_) {
+    r["peak_device_bytes"] = peak_device_bytes_;
+    r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
+    r["planned_device_bytes"] = kPlannedDeviceBytes;
+    r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
+  }
   log.write(r);
 }
 

@@ -31,7 +31,7 @@ Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURC
 TEST(Cli, HelpAndVersion) {
   auto help = gcompile("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
+  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
   auto version = gcompile("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
@@ -52,6 +52,8 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(option.err, "gcompile: error: unknown option '--jsn'\nRun 'gcompile --help' for usage.\n");
   EXPECT_EQ(gcompile("check --json specs/tiny.toml").status, 2);
   EXPECT_EQ(gcompile("check --no-build specs/tiny.toml").status, 2);
+  EXPECT_EQ(gcompile("check --cpu-only specs/tiny.toml").status, 2);
+  EXPECT_EQ(gcompile("report run --cpu-only").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml -j zero").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml -o").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml specs/tiny.toml").status, 2);

@@ -89,3 +89,27 @@ TEST(KernelLinear, PlainNullptrMeansNoBiasAndNoInputGradient) {
 }
 
 }  // namespace
+
+namespace {
+
+// The portable GEMM (trees built without OpenBLAS) against cblas, for every
+// transpose combination, with strides wider than the matrices and beta ≠ 0.
+TEST(KernelLinear, PortableGemmMatchesCblasForEveryTransposeAndBeta) {
+  const int M = 9, N = 11, K = 13, pad = 3;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const auto A = kt::random_vector(std::size_t(ta ? K : M) * lda, 11);
+      const auto B = kt::random_vector(std::size_t(tb ? N : K) * ldb, 12);
+      const auto C0 = kt::random_vector(std::size_t(M) * ldc, 13);
+      for (double beta : {0.0, 0.5}) {
+        std::vector<double> want = C0, got = C0;
+        gcm::cpu::blas::gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        gcm::cpu::blas::portable_gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+        EXPECT_LT(kt::rel_error(got, want), 1e-13) << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
+      }
+    }
+  }
+}
+
+}  // namespace
