@@ -122,6 +122,28 @@ class CudaEngine final : public Engine {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
+
+  // Copies every forward buffer of the last batch into the host model
+  // (converted to fp32), so the metrics measure the GPU's own activations.
+  const Model<float>& activations(Model<float>& host) override {
+    std::vector<float*> targets;
+    host.visit_forward_buffers([&](auto& buf) { targets.push_back(buf.data()); });
+    std::size_t i = 0;
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    model_.visit_forward_buffers([&](auto& buf) {
+      using U = std::remove_reference_t<decltype(*buf.data())>;
+      float* out = targets.at(i++);
+      if (buf.empty()) return;
+      if constexpr (std::is_same_v<U, float>) {
+        buf.download(out, buf.size());
+      } else {
+        staging_.resize(buf.size());
+        buf.download(staging_.data(), buf.size());
+        for (std::size_t j = 0; j < staging_.size(); ++j) out[j] = cuda::to_float(staging_[j]);
+      }
+    });
+    return host;
+  }
   std::int64_t device_used_bytes() const override {
     std::size_t free = 0, total = 0;
     GC_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -145,6 +167,7 @@ class CudaEngine final : public Engine {
   }
 
   CudaModel model_;
+  std::vector<ComputeType> staging_;  // bf16 activations on their way to the host
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;

@@ -41,6 +41,10 @@ class Engine {
   virtual double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
   // Mean loss, no gradients (evaluation).
   virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
+  // After forward_loss: the activations of that batch as a host model holds
+  // them, for the activation metrics. Returns the model to read (on the CPU,
+  // the engine's own; on a GPU, `host` after copying every forward buffer).
+  virtual const Model<float>& activations(Model<float>& host) = 0;
   // Σ g² of each tensor, in kParams order (fixed summation order: repeatable).
   virtual std::vector<double> grad_squares() = 0;
   // AdamW on every tensor with η = lr · lr_mult, gradients scaled by clip; t ≥ 1.
@@ -75,6 +79,7 @@ class CpuEngine final : public Engine {
     return model_.forward(inputs, targets);
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
+  const Model<float>& activations(Model<float>&) override { return model_; }
   std::vector<double> grad_squares() override {
     std::vector<double> out(static_cast<std::size_t>(kNumParams));
     for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);

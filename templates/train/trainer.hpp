@@ -71,7 +71,8 @@ class Trainer {
   const std::vector<float>& host_param_vector();
   // Engine → host state (a no-op on the CPU, where the host state is the engine's).
   void sync_host(bool with_moments);
-  // The host model the activation metrics read (the training model on the CPU).
+  // The host model the activation metrics read: the training model on the CPU;
+  // on a GPU, built on first use to receive the device's activations.
   Model<float>& metrics_model();
   void choose_engine();
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);

@@ -70,10 +70,6 @@ inline void Trainer::sync_host(bool with_moments) {
 
 inline Model<float>& Trainer::metrics_model() {
   if (!host_model_) host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
-  if (on_device_) {
-    sync_host(false);
-    host_model_->params = params_;
-  }
   return *host_model_;
 }
 
@@ -189,12 +185,7 @@ inline double Trainer::evaluate(ActivationMetrics* metrics) {
     const auto inputs = batch.inputs();
     const auto targets = batch.targets();
     total += engine_->forward_loss(inputs.data(), targets.data());
-    if (metrics) {
-      // On the CPU the engine's model is the metrics model and holds this batch's activations.
-      Model<float>& host = metrics_model();
-      if (on_device_) host.forward(inputs.data(), targets.data());
-      metrics->add_batch(host);
-    }
+    if (metrics) metrics->add_batch(engine_->activations(metrics_model()));
   }
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
 }
