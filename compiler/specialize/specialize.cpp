@@ -106,6 +106,9 @@ std::string format_source(const std::string& path, const std::string& text) {
   style.ColumnLimit = 100;
   style.MaxEmptyLinesToKeep = 1;
   style.SortIncludes = clang::format::FormatStyle::SI_Never;
+  // Latest, not Auto: a file that Auto judges C++03 gets its `>>` split into
+  // `> >`, which turns a CUDA launch's `>>>` into `> > >` (no longer CUDA).
+  style.Standard = clang::format::FormatStyle::LS_Latest;
   const clang::tooling::Range all(0, static_cast<unsigned>(text.size()));
   const clang::tooling::Replacements replacements = clang::format::reformat(style, text, {all}, path);
   auto formatted = clang::tooling::applyAllReplacements(text, replacements);

@@ -257,9 +257,8 @@ void adamw_step_all(float* master, T* working, float* m, float* v, const float* 
   s.eps = float(eps);
   s.grad_scale = float(grad_scale);
   const std::int64_t blocks = (total + detail::kAdamWChunk - 1) / detail::kAdamWChunk;
-  detail::adamw_kernel<T><<<unsigned(blocks), detail::kAdamWThreads>>>(master, working, m, v, grad, tensors_device,
-                                                                        num_tensors, total, s);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::adamw_kernel<T>, unsigned(blocks), detail::kAdamWThreads, 0, master, working, m, v, grad,
+         tensors_device, num_tensors, total, s);
 }
 
 // Doubles of scratch that sum_squares_per_tensor needs (one per chunk slot),
@@ -279,13 +278,11 @@ inline void sum_squares_per_tensor(double* out_device, double* scratch, const fl
                                    const AdamWTensor* tensors_device, int num_tensors, std::int64_t total) {
   if (num_tensors <= 0) return;
   const std::int64_t slots = (total > 0 ? total : 0) / detail::kNormChunk + num_tensors;
-  detail::tensor_chunk_squares_kernel<float>
-      <<<unsigned(slots), detail::kNormThreads>>>(scratch, x, tensors_device, num_tensors);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::tensor_chunk_squares_kernel<float>, unsigned(slots), detail::kNormThreads, 0, scratch, x,
+         tensors_device, num_tensors);
   const int blocks = (num_tensors + detail::kFinalizeThreads - 1) / detail::kFinalizeThreads;
-  detail::tensor_squares_finalize_kernel<<<blocks, detail::kFinalizeThreads>>>(out_device, scratch, tensors_device,
-                                                                                num_tensors);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::tensor_squares_finalize_kernel<>, blocks, detail::kFinalizeThreads, 0, out_device, scratch,
+         tensors_device, num_tensors);
 }
 
 // Σ x² of one device buffer in double, same chunking and determinism; returns
@@ -296,10 +293,8 @@ template <typename T>
 double sum_squares(const T* x, std::int64_t n, double* scratch) {
   if (n <= 0) return 0.0;
   const std::int64_t chunks = (n + detail::kNormChunk - 1) / detail::kNormChunk;
-  detail::buffer_chunk_squares_kernel<T><<<unsigned(chunks), detail::kNormThreads>>>(scratch, x, n);
-  GC_CUDA_CHECK_LAUNCH();
-  detail::sum_partials_kernel<<<1, 1>>>(scratch + chunks, scratch, chunks);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::buffer_chunk_squares_kernel<T>, unsigned(chunks), detail::kNormThreads, 0, scratch, x, n);
+  launch(detail::sum_partials_kernel<>, 1, 1, 0, scratch + chunks, scratch, chunks);
   double total = 0.0;
   GC_CUDA_CHECK(cudaMemcpy(&total, scratch + chunks, sizeof(double), cudaMemcpyDeviceToHost));
   return total;
@@ -310,8 +305,7 @@ double sum_squares(const T* x, std::int64_t n, double* scratch) {
 template <typename T>
 void cast_copy(T* out, const float* in, std::int64_t n) {
   if (n <= 0) return;
-  detail::cast_copy_kernel<T><<<blocks_for(n, detail::kCastThreads), detail::kCastThreads>>>(out, in, n);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::cast_copy_kernel<T>, blocks_for(n, detail::kCastThreads), detail::kCastThreads, 0, out, in, n);
 }
 
 }  // namespace gcm::cuda

@@ -390,20 +390,18 @@ template <typename T, int HEAD_DIM>
 void launch_attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const cpu::AttentionDims& d,
                               const Params& p) {
   const dim3 grid(attention_row_tiles(d), unsigned(d.heads), unsigned(d.batch));
-  attention_forward_kernel<T, HEAD_DIM><<<grid, Config<HEAD_DIM>::kThreads>>>(out, lse, q, k, v, p);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(attention_forward_kernel<T, HEAD_DIM>, grid, Config<HEAD_DIM>::kThreads, 0, out, lse, q, k, v, p);
 }
 
 template <typename T, int HEAD_DIM>
 void launch_attention_backward(T* dq, T* dk, T* dv, const float* delta, const T* dout, const float* lse, const T* q,
                                const T* k, const T* v, const cpu::AttentionDims& d, const Params& p) {
   const dim3 kv_grid(attention_row_tiles(d), unsigned(d.kv_heads), unsigned(d.batch));
-  attention_backward_dkdv_kernel<T, HEAD_DIM><<<kv_grid, Config<HEAD_DIM>::kThreads>>>(dk, dv, dout, lse, delta, q, k,
-                                                                                       v, p);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(attention_backward_dkdv_kernel<T, HEAD_DIM>, kv_grid, Config<HEAD_DIM>::kThreads, 0, dk, dv, dout, lse, delta,
+         q, k, v, p);
   const dim3 q_grid(attention_row_tiles(d), unsigned(d.heads), unsigned(d.batch));
-  attention_backward_dq_kernel<T, HEAD_DIM><<<q_grid, Config<HEAD_DIM>::kThreads>>>(dq, dout, lse, delta, q, k, v, p);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(attention_backward_dq_kernel<T, HEAD_DIM>, q_grid, Config<HEAD_DIM>::kThreads, 0, dq, dout, lse, delta, q, k,
+         v, p);
 }
 
 }  // namespace attention_detail
@@ -446,9 +444,8 @@ void attention_backward(T* dq, T* dk, T* dv, float* scratch, const T* dout, cons
 
   const std::int64_t rows = std::int64_t(attention_backward_scratch_floats(d));
   constexpr int kDeltaThreads = 256;
-  attention_backward_delta_kernel<T>
-      <<<blocks_for(rows, kDeltaThreads / kWarp), kDeltaThreads>>>(scratch, dout, out, p, rows);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(attention_backward_delta_kernel<T>, blocks_for(rows, kDeltaThreads / kWarp), kDeltaThreads, 0, scratch, dout,
+         out, p, rows);
 
   switch (attention_kernel_head_dim(d.head_dim)) {
     case 32:

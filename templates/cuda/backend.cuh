@@ -63,8 +63,7 @@ class Backend {
     GC_CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(T), cudaMemcpyDeviceToDevice));
   }
   static void add(T* out, const T* a, const T* b, std::int64_t n) {
-    add_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
-    GC_CUDA_CHECK_LAUNCH();
+    launch(add_kernel<T>, blocks_for(n, 256), 256, 0, out, a, b, n);
   }
 
   void prepare(int batch, int seq_len) {

@@ -7,7 +7,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "runtime/cuda/check.hpp"
 
@@ -30,6 +32,21 @@ __host__ __device__ inline bf16 from_float<bf16>(float x) {
 }
 
 inline constexpr int kWarp = 32;
+
+// kernel<<<grid, block, smem>>>(args...) on the default stream, then GC_CUDA_CHECK_LAUNCH(). Every
+// launch goes through here so that, compiled with -DGC_CUDA_EMULATOR against tests/cuda_emulator
+// (the same sources built by the host compiler), the grid runs on the CPU instead. kernel is a
+// __global__ function such as rmsnorm_forward_kernel<T>; args convert to its parameters as in a
+// launch.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, Args&&... args) {
+#ifdef GC_CUDA_EMULATOR
+  gc_emu::launch(kernel, grid, block, smem, std::forward<Args>(args)...);
+#else
+  kernel<<<grid, block, smem>>>(std::forward<Args>(args)...);
+#endif
+  GC_CUDA_CHECK_LAUNCH();
+}
 
 inline unsigned blocks_for(std::int64_t n, int threads) {
   const std::int64_t b = (n + threads - 1) / threads;

@@ -85,9 +85,8 @@ template <typename T>
 void cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
                            std::int64_t N, int V, float alpha) {
   if (N <= 0 || V <= 0) return;
-  cross_entropy_forward_kernel<T>
-      <<<cross_entropy_blocks(N), kCrossEntropyThreads>>>(losses, p_target, logits, targets, N, V, alpha);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(cross_entropy_forward_kernel<T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, losses, p_target, logits,
+         targets, N, V, alpha);
 }
 
 // Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then a fixed
@@ -108,8 +107,7 @@ __global__ void sum_losses_kernel(double* out, const float* losses, std::int64_t
 
 // *out_device = Σ_n losses[n] (double, device memory; 0 when N = 0). Deterministic.
 inline void sum_losses(double* out_device, const float* losses, std::int64_t N) {
-  sum_losses_kernel<kSumLossesThreads><<<1, kSumLossesThreads>>>(out_device, losses, N < 0 ? 0 : N);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(sum_losses_kernel<kSumLossesThreads>, 1, kSumLossesThreads, 0, out_device, losses, N < 0 ? 0 : N);
 }
 
 // dlogits T [N, V] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / N, overwritten;
@@ -120,9 +118,8 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
                             float alpha, float loss_scale) {
   if (N <= 0 || V <= 0) return;
   const float coef = float(double(loss_scale) * double(alpha) / double(N));
-  cross_entropy_backward_kernel<T>
-      <<<cross_entropy_blocks(N), kCrossEntropyThreads>>>(dlogits, logits, targets, N, V, alpha, coef);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(cross_entropy_backward_kernel<T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, dlogits, logits, targets,
+         N, V, alpha, coef);
 }
 
 }  // namespace gcm::cuda

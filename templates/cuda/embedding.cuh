@@ -38,8 +38,8 @@ template <typename T>
 void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, float scale) {
   const std::int64_t total = std::int64_t(N) * d;
   if (total <= 0) return;
-  embedding_forward_kernel<T><<<blocks_for(total, kEmbeddingThreads), kEmbeddingThreads>>>(out, tokens, E, N, d, scale);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(embedding_forward_kernel<T>, blocks_for(total, kEmbeddingThreads), kEmbeddingThreads, 0, out, tokens, E, N, d,
+         scale);
 }
 
 // Inverse index of one batch of tokens, built on the host:
@@ -90,8 +90,8 @@ void embedding_backward(float* dE, const std::int32_t* unique_tokens, const std:
                         const std::int32_t* positions, int num_unique, const T* dout, int d, float scale) {
   if (num_unique <= 0 || d <= 0) return;
   const dim3 grid(unsigned(num_unique), unsigned((d + kEmbeddingThreads - 1) / kEmbeddingThreads));
-  embedding_backward_kernel<T><<<grid, kEmbeddingThreads>>>(dE, unique_tokens, offsets, positions, dout, d, scale);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(embedding_backward_kernel<T>, grid, kEmbeddingThreads, 0, dE, unique_tokens, offsets, positions, dout, d,
+         scale);
 }
 
 }  // namespace gcm::cuda

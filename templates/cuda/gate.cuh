@@ -74,8 +74,8 @@ template <GateMode kMode, typename T>
 void gate_forward(T* out, const T* attn, const T* z, std::int64_t N, int heads, int head_dim) {
   const std::int64_t total = N * heads * head_dim;
   if (total <= 0) return;
-  gate_forward_kernel<kMode, T><<<blocks_for(total, kGateThreads), kGateThreads>>>(out, attn, z, total, head_dim);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(gate_forward_kernel<kMode, T>, blocks_for(total, kGateThreads), kGateThreads, 0, out, attn, z, total,
+         head_dim);
 }
 
 // dattn [N,H,hd] and dz ([N,H] headwise, [N,H,hd] elementwise) are overwritten. dattn may alias dout.
@@ -86,13 +86,12 @@ void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, st
   if (total <= 0) return;
   if constexpr (kMode == GateMode::headwise) {
     const std::int64_t vectors = N * heads;
-    gate_backward_headwise_kernel<T><<<blocks_for(vectors * kWarp, kGateThreads), kGateThreads>>>(
-        dattn, dz, dout, attn, z, vectors, head_dim);
+    launch(gate_backward_headwise_kernel<T>, blocks_for(vectors * kWarp, kGateThreads), kGateThreads, 0, dattn, dz,
+           dout, attn, z, vectors, head_dim);
   } else {
-    gate_backward_elementwise_kernel<T>
-        <<<blocks_for(total, kGateThreads), kGateThreads>>>(dattn, dz, dout, attn, z, total);
+    launch(gate_backward_elementwise_kernel<T>, blocks_for(total, kGateThreads), kGateThreads, 0, dattn, dz, dout, attn,
+           z, total);
   }
-  GC_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gcm::cuda

@@ -75,9 +75,8 @@ inline void init_tensor(float* out, std::int64_t n, InitKind kind, double std_de
     throw gc::rt::RuntimeError("init_tensor: truncated normal needs cutoff > 0, got " + std::to_string(cutoff));
   }
   const double half_width = std::sqrt(3.0) * std_dev;  // the expression of cpu::fill_uniform
-  detail::init_kernel<float><<<blocks_for(n, detail::kInitThreads), detail::kInitThreads>>>(
-      out, n, kind, std_dev, half_width, cutoff, seed, tensor_id);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(detail::init_kernel<float>, blocks_for(n, detail::kInitThreads), detail::kInitThreads, 0, out, n, kind,
+         std_dev, half_width, cutoff, seed, tensor_id);
 }
 
 }  // namespace gcm::cuda

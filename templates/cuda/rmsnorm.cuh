@@ -111,8 +111,7 @@ __global__ void add_rmsnorm_forward_kernel(T* h, T* y, float* rstd, const T* a, 
 template <typename T>
 void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows, int dim, float eps) {
   if (rows <= 0 || dim <= 0) return;
-  rmsnorm_forward_kernel<T><<<rmsnorm_row_blocks(rows), kRmsNormThreads>>>(y, rstd, x, g, rows, dim, eps);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_forward_kernel<T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, y, rstd, x, g, rows, dim, eps);
 }
 
 // h = a + b (T), y = rmsnorm(h). h may alias a or b; y must not alias a, b or h.
@@ -120,8 +119,8 @@ template <typename T>
 void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows, int dim,
                          float eps) {
   if (rows <= 0 || dim <= 0) return;
-  add_rmsnorm_forward_kernel<T><<<rmsnorm_row_blocks(rows), kRmsNormThreads>>>(h, y, rstd, a, b, g, rows, dim, eps);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(add_rmsnorm_forward_kernel<T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, h, y, rstd, a, b, g, rows, dim,
+         eps);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -204,20 +203,17 @@ void rmsnorm_backward(T* dx, float* dg, float* dg_scratch, const T* dy, const T*
   const std::int64_t rows_per_slice = (rows + slices - 1) / slices;
   const dim3 tiles(unsigned((dim + kRmsNormDgColumns - 1) / kRmsNormDgColumns), unsigned(slices));
   const dim3 lanes(kRmsNormDgColumns, kRmsNormDgRowLanes);
-  rmsnorm_dg_partial_kernel<T><<<tiles, lanes>>>(dg_scratch, dy, x, rstd, rows, dim, rows_per_slice);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_dg_partial_kernel<T>, tiles, lanes, 0, dg_scratch, dy, x, rstd, rows, dim, rows_per_slice);
   const unsigned finish_blocks = unsigned((dim + kRmsNormDgFinishThreads - 1) / kRmsNormDgFinishThreads);
-  rmsnorm_dg_finish_kernel<kRmsNormDgFinishThreads><<<finish_blocks, kRmsNormDgFinishThreads>>>(dg, dg_scratch, slices,
-                                                                                               dim);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(rmsnorm_dg_finish_kernel<kRmsNormDgFinishThreads>, finish_blocks, kRmsNormDgFinishThreads, 0, dg, dg_scratch,
+         slices, dim);
 
   const unsigned blocks = rmsnorm_row_blocks(rows);
   if (accumulate_dx) {
-    rmsnorm_backward_dx_kernel<true, T><<<blocks, kRmsNormThreads>>>(dx, dy, x, g, rstd, rows, dim);
+    launch(rmsnorm_backward_dx_kernel<true, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows, dim);
   } else {
-    rmsnorm_backward_dx_kernel<false, T><<<blocks, kRmsNormThreads>>>(dx, dy, x, g, rstd, rows, dim);
+    launch(rmsnorm_backward_dx_kernel<false, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows, dim);
   }
-  GC_CUDA_CHECK_LAUNCH();
 }
 
 // ---- QK-norm: x [N, heads, head_dim], one gain g[head_dim]; rstd [N · heads] ---------------------

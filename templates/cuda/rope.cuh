@@ -47,9 +47,8 @@ void rope_rotate(T* out, const T* in, const float* cos_t, const float* sin_t, in
   const int half = head_dim / 2;
   const std::int64_t pairs = std::int64_t(B) * seq_len * heads * half;
   if (pairs <= 0) return;
-  rope_rotate_kernel<kDirection, T>
-      <<<blocks_for(pairs, kRopeThreads), kRopeThreads>>>(out, in, cos_t, sin_t, seq_len, heads, half, pairs);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(rope_rotate_kernel<kDirection, T>, blocks_for(pairs, kRopeThreads), kRopeThreads, 0, out, in, cos_t, sin_t,
+         seq_len, heads, half, pairs);
 }
 
 // out = R(+angle) · x; x, out [B, seq_len, heads, head_dim] (head_dim even); out may alias x.

@@ -47,16 +47,14 @@ __global__ void swiglu_backward_kernel(T* da, T* db, const T* dh, const T* a, co
 template <typename T>
 void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) {
   if (n <= 0) return;
-  swiglu_forward_kernel<T><<<blocks_for(n, kSwigluThreads), kSwigluThreads>>>(h, a, b, n);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(swiglu_forward_kernel<T>, blocks_for(n, kSwigluThreads), kSwigluThreads, 0, h, a, b, n);
 }
 
 // da, db [n] overwritten; either may alias dh.
 template <typename T>
 void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
   if (n <= 0) return;
-  swiglu_backward_kernel<T><<<blocks_for(n, kSwigluThreads), kSwigluThreads>>>(da, db, dh, a, b, n);
-  GC_CUDA_CHECK_LAUNCH();
+  launch(swiglu_backward_kernel<T>, blocks_for(n, kSwigluThreads), kSwigluThreads, 0, da, db, dh, a, b, n);
 }
 
 }  // namespace gcm::cuda

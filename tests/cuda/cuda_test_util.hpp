@@ -16,6 +16,14 @@ namespace ct {
 using gc::rt::cuda::DeviceBuffer;
 using gcm::cuda::bf16;
 
+// True when the tests run on the CPU emulator (tests/cuda_emulator: GC_REQUIRE_GPU() passes there),
+// for a test whose size would make emulation slow.
+#ifdef GC_CUDA_EMULATOR
+inline constexpr bool kEmulated = true;
+#else
+inline constexpr bool kEmulated = false;
+#endif
+
 #define GC_REQUIRE_GPU()                                          \
   do {                                                            \
     if (gc::rt::cuda::device_count() == 0) {                      \

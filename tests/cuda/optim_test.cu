@@ -332,7 +332,9 @@ void check_init(gcm::InitKind kind, double std_dev, double cutoff, std::uint64_t
   std::printf("[kernel-error] %-48s %zu of %lld\n", ("cuda init " + what + " differing").c_str(), differ,
               static_cast<long long>(n));
   EXPECT_LE(worst, 1e-6) << what;
-  if (require_bitwise) EXPECT_EQ(differ, 0u) << what;
+  if (require_bitwise) {
+    EXPECT_EQ(differ, 0u) << what;
+  }
 }
 
 TEST(CudaInit, MatchesCpuFills) {

@@ -1,0 +1,59 @@
+// The whole model (model/model_impl.hpp) on the CUDA backend against the CPU backend, with the
+// default templates/config.hpp and plan.hpp: logits, loss and every parameter gradient after one
+// forward and backward (cuda/parity.cuh, the comparison ./parity makes).
+//
+// fp32 is held to the issue's 1e-4. bf16 stores every activation and activation gradient in
+// bf16 (~2e-3 relative rounding each), and over the default model's two layers these roundings
+// add up to ~1e-2 relative against the fp32 CPU model: logits ~9e-3, gradients up to ~1.7e-2
+// (the attention backward's dP − D cancellation amplifies them). That is the arithmetic, not a
+// kernel error (a CPU model that rounds to bf16 where the CUDA backend stores bf16 agrees with
+// the CUDA one to rounding flips, and bitwise at B=2, T=32, in emulation), so
+// the whole-model bf16 comparison allows 3e-2; the kernels meet 1e-2 one at a time.
+#include "cuda/parity.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "config.hpp"
+#include "cuda_test_util.hpp"
+#include "plan.hpp"
+
+namespace {
+
+template <typename T>
+void check_model_parity(int batch, int seq_len, double tol) {
+  const gcm::cuda::ParityReport r = gcm::cuda::model_parity<T>(batch, seq_len);
+  const std::string tag = std::string(r.precision) + " B=" + std::to_string(batch) + " T=" + std::to_string(seq_len);
+  kt::report("cuda model " + tag + " logits", r.rel_logits);
+  kt::report("cuda model " + tag + " loss", r.rel_loss());
+  kt::report("cuda model " + tag + " worst grad", r.max_rel_grad());
+  EXPECT_LT(r.rel_logits, tol) << tag << ": logits";
+  EXPECT_LT(r.rel_loss(), tol) << tag << ": loss " << r.loss_cuda << " vs " << r.loss_cpu;
+  ASSERT_EQ(int(r.rel_grads.size()), gcm::kNumParams);
+  for (int i = 0; i < gcm::kNumParams; ++i) {
+    EXPECT_LT(r.rel_grads[std::size_t(i)], tol) << tag << ": gradient of " << gcm::kParams[i].name;
+  }
+}
+
+// The batch ./parity uses, and one whose length is no multiple of the attention tiles.
+const int kParitySeqLen = gcm::kSeqLen < 96 ? gcm::kSeqLen : 96;
+const int kOddSeqLen = gcm::kMaxSeqLen < 37 ? gcm::kMaxSeqLen : 37;
+
+// bf16 whole model against the fp32 CPU (see the top comment).
+constexpr double kBf16ModelTolerance = gcm::cuda::parity_tolerance<gcm::cuda::bf16>();
+
+TEST(CudaModel, Fp32MatchesCpu) {
+  GC_REQUIRE_GPU();
+  check_model_parity<float>(2, kParitySeqLen, gcm::cuda::parity_tolerance<float>());
+  check_model_parity<float>(3, kOddSeqLen, gcm::cuda::parity_tolerance<float>());
+}
+
+TEST(CudaModel, Bf16MatchesCpuWithinBf16Rounding) {
+  GC_REQUIRE_GPU();
+  check_model_parity<ct::bf16>(2, kParitySeqLen, kBf16ModelTolerance);
+  check_model_parity<ct::bf16>(3, kOddSeqLen, kBf16ModelTolerance);
+}
+
+}  // namespace

@@ -1,0 +1,55 @@
+// CUDA emulator: the runtime API the project calls (src/runtime.cpp). "Device" memory is host
+// memory the emulator allocated and tracks: cudaMalloc fills it with 0xff bytes (NaN in float,
+// bf16 and double), copies and memsets must stay inside one allocation and name the right
+// direction, and every failure is recorded as the sticky error cudaGetLastError returns (with the
+// reason printed to stderr). Everything is synchronous; the Async forms complete before they
+// return, and only the default stream exists.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "gc_emu/types.hpp"
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes);
+template <typename T>
+cudaError_t cudaMalloc(T** ptr, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), bytes);
+}
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorString(cudaError_t error);
+const char* cudaGetErrorName(cudaError_t error);
+// One device, unless the environment sets GC_CUDA_EMULATOR_DEVICES=0 (to test the no-GPU path).
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+// total: a nominal 80 GiB; free: total minus the bytes currently allocated.
+cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total);
+
+// Accepted and ignored: the emulator has no per-kernel resource limits.
+template <typename Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+
+namespace gc_emu {
+
+// Whether [ptr, ptr + bytes) lies inside one live device allocation (bytes may be 0: then ptr
+// may also be the allocation's end).
+bool is_device_range(const void* ptr, std::size_t bytes);
+// Records `error` as the sticky last error and prints "gcompile CUDA emulator: <what>".
+cudaError_t record_error(cudaError_t error, const std::string& what);
+// Bytes allocated by cudaMalloc and not yet freed.
+std::size_t device_bytes_in_use();
+
+}  // namespace gc_emu

@@ -1,0 +1,240 @@
+// CUDA emulator: device memory, errors and device queries (gc_emu/runtime.hpp).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "gc_emu/runtime.hpp"
+
+namespace gc_emu {
+namespace {
+
+constexpr std::size_t kAlignment = 256;  // cudaMalloc's guarantee
+constexpr std::size_t kNominalTotal = std::size_t(80) << 30;
+
+struct Memory {
+  std::map<const char*, std::size_t> allocations;  // base → bytes
+  std::size_t in_use = 0;
+  cudaError_t last_error = cudaSuccess;
+};
+
+Memory& memory() {
+  static Memory m;
+  return m;
+}
+
+// The allocation containing [p, p + bytes), or end().
+std::map<const char*, std::size_t>::const_iterator find_allocation(const void* ptr, std::size_t bytes) {
+  const auto& allocations = memory().allocations;
+  const char* p = static_cast<const char*>(ptr);
+  auto it = allocations.upper_bound(p);
+  if (it == allocations.begin()) return allocations.end();
+  --it;
+  const std::size_t offset = std::size_t(p - it->first);
+  if (offset > it->second || bytes > it->second - offset) return allocations.end();
+  return it;
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+cudaError_t check_range(const void* p, std::size_t bytes, const char* call, const char* which) {
+  if (is_device_range(p, bytes)) return cudaSuccess;
+  return record_error(cudaErrorInvalidValue, std::string(call) + ": " + which + " [" + hex(p) + ", +" +
+                                                 std::to_string(bytes) + ") is not inside one device allocation");
+}
+
+cudaError_t check_host(const void* p, const char* call, const char* which) {
+  if (!is_device_range(p, 0)) return cudaSuccess;
+  return record_error(cudaErrorInvalidValue, std::string(call) + ": " + which + " " + hex(p) +
+                                                 " is device memory, but the copy kind says host");
+}
+
+}  // namespace
+
+bool is_device_range(const void* ptr, std::size_t bytes) {
+  return ptr != nullptr && find_allocation(ptr, bytes) != memory().allocations.end();
+}
+
+cudaError_t record_error(cudaError_t error, const std::string& what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "gcompile CUDA emulator: %s (%s)\n", what.c_str(), cudaGetErrorName(error));
+    memory().last_error = error;
+  }
+  return error;
+}
+
+std::size_t device_bytes_in_use() { return memory().in_use; }
+
+}  // namespace gc_emu
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  if (ptr == nullptr) return gc_emu::record_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const std::size_t rounded = (bytes + gc_emu::kAlignment - 1) / gc_emu::kAlignment * gc_emu::kAlignment;
+  void* p = std::aligned_alloc(gc_emu::kAlignment, rounded);
+  if (p == nullptr) return gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
+  std::memset(p, 0xff, rounded);  // NaN in float, bf16 and double: unwritten outputs show
+  gc_emu::memory().allocations.emplace(static_cast<const char*>(p), bytes);
+  gc_emu::memory().in_use += bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  auto& m = gc_emu::memory();
+  const auto it = m.allocations.find(static_cast<const char*>(ptr));
+  if (it == m.allocations.end()) {
+    return gc_emu::record_error(cudaErrorInvalidValue, "cudaFree: " + gc_emu::hex(ptr) + " is not an allocation");
+  }
+  m.in_use -= it->second;
+  m.allocations.erase(it);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const char* call = "cudaMemcpy";
+  if (kind == cudaMemcpyDefault) {
+    kind = gc_emu::is_device_range(dst, 0) ? (gc_emu::is_device_range(src, 0) ? cudaMemcpyDeviceToDevice
+                                                                               : cudaMemcpyHostToDevice)
+                                           : (gc_emu::is_device_range(src, 0) ? cudaMemcpyDeviceToHost
+                                                                               : cudaMemcpyHostToHost);
+  }
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice) {
+    return gc_emu::record_error(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: bad kind");
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  cudaError_t e = dst_device ? gc_emu::check_range(dst, bytes, call, "destination")
+                             : gc_emu::check_host(dst, call, "destination");
+  if (e != cudaSuccess) return e;
+  e = src_device ? gc_emu::check_range(src, bytes, call, "source") : gc_emu::check_host(src, call, "source");
+  if (e != cudaSuccess) return e;
+  std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemset", "range");
+  if (e != cudaSuccess) return e;
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = gc_emu::memory().last_error;
+  gc_emu::memory().last_error = cudaSuccess;
+  return e;
+}
+
+cudaError_t cudaPeekAtLastError() { return gc_emu::memory().last_error; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorNotSupported: return "operation not supported";
+  }
+  return "unknown error";
+}
+
+namespace {
+int emulated_devices() {
+  const char* env = std::getenv("GC_CUDA_EMULATOR_DEVICES");
+  return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+}
+}  // namespace
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = emulated_devices();
+  return *count > 0 ? cudaSuccess : gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (emulated_devices() == 0) return gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device != 0 || emulated_devices() == 0) {
+    return gc_emu::record_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device != 0 || emulated_devices() == 0) {
+    return gc_emu::record_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+  }
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "gcompile CUDA emulator (CPU)");
+  prop->totalGlobalMem = gc_emu::kNominalTotal;
+  prop->sharedMemPerBlock = 48 << 10;
+  prop->sharedMemPerBlockOptin = 227 << 10;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 0x7fffffff;
+  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->multiProcessorCount = 1;
+  prop->major = 9;
+  prop->minor = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
+  *total = gc_emu::kNominalTotal;
+  *free = gc_emu::kNominalTotal - gc_emu::device_bytes_in_use();
+  return cudaSuccess;
+}
