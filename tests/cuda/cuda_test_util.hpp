@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -64,6 +67,41 @@ std::vector<T> download(const DeviceBuffer<T>& d) {
 template <typename T>
 constexpr double tolerance() {
   return std::is_same_v<T, float> ? 1e-4 : 1e-2;
+}
+
+// Shared by the kernel tests: names, rounding to T, transfers as double, comparisons.
+template <typename T>
+std::string type_name() {
+  return std::is_same_v<T, float> ? "fp32" : "bf16";
+}
+
+// v rounded to T and back: the values a T buffer made from v holds.
+template <typename T>
+std::vector<double> rounded(const std::vector<double>& v) {
+  return ct::to_double(ct::convert<T>(v));
+}
+
+template <typename T>
+DeviceBuffer<T> upload_as(const std::vector<double>& v) {
+  return ct::upload(ct::convert<T>(v));
+}
+
+template <typename T>
+std::vector<double> download_double(const DeviceBuffer<T>& d) {
+  return ct::to_double(ct::download(d));
+}
+
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  const double err = kt::rel_error(got, ref);
+  kt::report("cuda " + what, err);
+  EXPECT_LT(err, tol) << what;
+}
+
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 }  // namespace ct

@@ -21,37 +21,12 @@ namespace {
 using ct::bf16;
 using ct::DeviceBuffer;
 
-template <typename T>
-std::string type_name() {
-  return std::is_same_v<T, float> ? "fp32" : "bf16";
-}
-
-template <typename T>
-std::vector<double> rounded(const std::vector<double>& v) {
-  return ct::to_double(ct::convert<T>(v));
-}
-
-template <typename T>
-DeviceBuffer<T> upload_as(const std::vector<double>& v) {
-  return ct::upload(ct::convert<T>(v));
-}
-
-template <typename T>
-std::vector<double> download_double(const DeviceBuffer<T>& d) {
-  return ct::to_double(ct::download(d));
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  const double err = kt::rel_error(got, ref);
-  kt::report("cuda " + what, err);
-  EXPECT_LT(err, tol) << what;
-}
-
-template <typename T>
-bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using ct::bitwise_equal;
+using ct::download_double;
+using ct::expect_close;
+using ct::rounded;
+using ct::type_name;
+using ct::upload_as;
 
 // ---- gate --------------------------------------------------------------------------------------
 

@@ -188,10 +188,19 @@ constexpr GateMode kGate = gc::knob<GateMode>("model.gated_attention", GateMode:
 }
 
 TEST(Specialize, TemplatesThatDoNotCompileAreReportedWithTheirLocation) {
-  const Outcome o = run({{"broken.cpp", "int f() { return undefined_name; }\n"}});
+  const Outcome o = run({{"broken.cpp", "int f() { if constexpr (true) { return undefined_name; } }\n"}});
   EXPECT_FALSE(o.result);
-  EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/broken.cpp:1:18: error: template does not compile: use of "
+  EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/broken.cpp:1:40: error: template does not compile: use of "
                                                   "undeclared identifier 'undefined_name'"}));
+}
+
+// A file with no knob and no `if constexpr` has nothing to specialize: it is
+// copied as it is, without a parse (the tree's build compiles it).
+TEST(Specialize, FilesWithNothingToSpecializeAreCopiedUnparsed) {
+  const std::string text = "int f() { return not_parsed_here; }\n";
+  const Outcome o = run({{"plain.cpp", text}});
+  ASSERT_TRUE(o.result) << ::testing::PrintToString(o.messages);
+  EXPECT_EQ(output_of(o, "plain.cpp"), text);
 }
 
 TEST(Specialize, OutputIsDeterministic) {
