@@ -50,8 +50,8 @@ class BlasLt {
   static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
 
   BlasLt() {
+    workspace_.resize(kWorkspaceBytes);  // first: a throw here leaves no handle behind
     GC_CUBLAS_CHECK(cublasLtCreate(&handle_));
-    workspace_.resize(kWorkspaceBytes);
   }
   BlasLt(const BlasLt&) = delete;
   BlasLt& operator=(const BlasLt&) = delete;
@@ -101,6 +101,20 @@ class BlasLt {
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
     Plan plan;
+    cublasLtMatmulPreference_t pref = nullptr;
+    try {
+      describe(key, plan, pref);
+    } catch (...) {  // nothing created here outlives a failure
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      plan.destroy();
+      throw;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return plans_.emplace(key, plan).first->second;
+  }
+
+  // Creates the plan's descriptors and asks the heuristic for its algorithm.
+  void describe(const Key& key, Plan& plan, cublasLtMatmulPreference_t& pref) {
     const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     GC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -112,7 +126,6 @@ class BlasLt {
     GC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.ab, key.trans_b ? key.n : key.k,
                                                key.trans_b ? key.k : key.n, key.ldb));
     GC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.c, key.m, key.n, key.ldc));
-    cublasLtMatmulPreference_t pref = nullptr;
     GC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t workspace = kWorkspaceBytes;
     GC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -121,15 +134,12 @@ class BlasLt {
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
                                                                  pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-      plan.destroy();
       fail(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
            "no algorithm for m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
                " k=" + std::to_string(key.k));
     }
     plan.algo = result.algo;
-    return plans_.emplace(key, plan).first->second;
   }
 
   cublasLtHandle_t handle_ = nullptr;

@@ -5,10 +5,10 @@
 //
 //   CpuEngine   works on the host state in place (nothing to copy).
 //   CUDA        cuda/engine.cu: fp32 master weights, moments and gradients on
-//               the GPU (bf16 working weights under precision "bf16"); the
-//               host state is refreshed by download() before a checkpoint,
-//               metrics or the sample, and pushed by upload() after
-//               initialization or a resume.
+//               the GPU (bf16 working weights under precision "bf16"),
+//               initialized there; the host state is refreshed by download()
+//               before a checkpoint, metrics or the sample, and pushed by
+//               upload() after a resume.
 #pragma once
 
 #include <cstdint>
@@ -100,10 +100,11 @@ class CpuEngine final : public Engine {
   std::vector<float>& v_;
 };
 
-// Defined in cuda/engine.cu, built when the tree has the CUDA backend
-// (GC_HAVE_CUDA). Throws when no GPU is usable.
+// Defined in cuda/engine.cu, so only in a tree built with the CUDA backend
+// (GC_HAVE_CUDA; callers guard on it). make_cuda_engine throws, naming the
+// reason, when no GPU is usable.
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len);
-// Whether a CUDA device is present (false in a tree built without CUDA).
+// Whether a GPU that can run this tree's kernels (sm_90a) is present.
 bool cuda_available();
 
 }  // namespace gcm

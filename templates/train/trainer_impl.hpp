@@ -21,6 +21,12 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
     engine_->upload(host_params(), m_.data(), v_.data());
+    // Bit-identical continuation needs the same backend (and, on a GPU, the same kind of GPU).
+    const std::string saved_on = state.extra.value("engine", "");
+    if (!saved_on.empty() && saved_on != engine_->describe()) {
+      std::fprintf(stderr, "train: warning: the checkpoint was written by the %s; resuming on the %s, so the "
+                           "run will not continue bit-identically\n", saved_on.c_str(), engine_->describe().c_str());
+    }
     // Metrics logged after the checkpoint will be logged again, identically.
     gc::rt::truncate_metrics_log((std::filesystem::path(opt_.run_dir) / "metrics.jsonl").string(), start_step_);
     std::fprintf(stderr, "train: resumed %s at step %lld\n", latest->c_str(), (long long)start_step_);
@@ -230,6 +236,7 @@ inline void Trainer::save(std::int64_t step) {
   state.seed = kSeed;
   state.spec_hash = kSpecHash;
   state.gcompile_version = kGcompileVersion;
+  state.extra["engine"] = engine_->describe();
   gc::rt::save_checkpoint(opt_.run_dir, buffers(), state, 2);
 }
 
@@ -305,8 +312,9 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"step_ms_median", median * 1e3},
             {"tokens_per_s_median", tokens_per_step / median},
             {"flops_per_token", kFlopsPerToken},
-            {"model_buffer_bytes", engine_->model_buffer_bytes()},
-            {"planned_model_buffer_bytes", kPlannedModelBufferBytes}};
+            {"model_buffer_bytes", engine_->model_buffer_bytes()}};
+  // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
+  if (on_device_ || kPrecision == Precision::fp32) r["planned_model_buffer_bytes"] = kPlannedModelBufferBytes;
   if (on_device_) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
