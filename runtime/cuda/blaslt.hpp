@@ -72,7 +72,6 @@ class BlasLt {
                                    &plan.algo, workspace_.data(), kWorkspaceBytes, /*stream=*/0));
   }
 
-  std::size_t cached_shapes() const { return plans_.size(); }
 
  private:
   // Column-major problem: m×n output, k inner, operand a is m×k after op.

@@ -33,7 +33,6 @@ class Backend {
   using Stat = T;
   template <typename U>
   using Buffer = std::vector<U>;
-  static constexpr bool kHost = true;
 
   template <typename U>
   static void allocate(Buffer<U>& buf, std::int64_t n) {

@@ -118,24 +118,6 @@ inline constexpr std::int64_t kNormChunk = std::int64_t(1) << 16;  // = cpu::kNo
 inline constexpr int kNormThreads = 256;
 inline constexpr int kFinalizeThreads = 128;
 
-__device__ inline double warp_sum_double(double v) {
-  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
-// Fixed-order block sum in double (blockDim.x a multiple of 32); every thread
-// gets the result. `scratch` holds 32 doubles of shared memory.
-__device__ inline double block_sum_double(double v, double* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_sum_double(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / kWarp;
-  const double total = lane < warps ? scratch[lane] : 0.0;
-  return warp_sum_double(total);
-}
-
 // Σ x² over [begin, end) in double by the whole block, in a fixed order.
 // Every thread of the block must call it (it has barriers).
 template <typename T>
@@ -146,7 +128,7 @@ __device__ inline double block_sum_squares(const T* __restrict__ x, std::int64_t
     const double xi = double(to_float(x[i]));
     s += xi * xi;
   }
-  return block_sum_double(s, scratch);
+  return block_sum(s, scratch);
 }
 
 // Chunk slot of tensor t's first chunk: ⌊offset_t / C⌋ + t. Strictly increasing

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "config.hpp"
@@ -32,6 +33,19 @@ namespace gcm::cuda {
 using gc::rt::cuda::BlasLt;
 using gc::rt::cuda::DeviceBuffer;
 
+// "" when device 0 can run this tree's kernels (built for sm_90a: Hopper,
+// compute capability 9.0, only), else why not. train and parity both ask.
+inline std::string unusable_device_reason() {
+  if (gc::rt::cuda::device_count() == 0) return "no CUDA device is available (cudaGetDeviceCount found none)";
+  cudaDeviceProp prop{};
+  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9 || prop.minor != 0) {
+    return std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
+           std::to_string(prop.minor) + "; this tree's kernels are built for sm_90a (Hopper, 9.0) only";
+  }
+  return "";
+}
+
 template <typename T>
 __global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -48,7 +62,6 @@ class Backend {
   using Stat = float;
   template <typename U>
   using Buffer = DeviceBuffer<U>;
-  static constexpr bool kHost = false;
 
   template <typename U>
   static void allocate(Buffer<U>& buf, std::int64_t n) {
@@ -173,8 +186,6 @@ class Backend {
                               double alpha, double loss_scale) {
     cuda::cross_entropy_backward(dlogits, logits, targets, N, V, float(alpha), float(loss_scale));
   }
-
-  BlasLt& blas() { return blas_; }
 
  private:
   template <GatedAttention kMode>

@@ -53,40 +53,50 @@ inline unsigned blocks_for(std::int64_t n, int threads) {
   return unsigned(b < 1 ? 1 : (b > 65535LL * 16 ? 65535LL * 16 : b));
 }
 
-__device__ inline float warp_sum(float v) {
-  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+struct SumOp {
+  template <typename V>
+  __device__ V operator()(V a, V b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Butterfly reduction over the 32 lanes of a warp; every lane gets the result.
+template <typename V, typename Op>
+__device__ inline V warp_reduce(V v, Op op) {
+  for (int off = kWarp / 2; off > 0; off /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
 }
 
-__device__ inline float warp_max(float v) {
-  for (int off = kWarp / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread
-// gets the result. The order is fixed by the thread layout, so results repeat
-// run to run. `scratch` holds 32 floats of shared memory.
-__device__ inline float block_sum(float v, float* scratch) {
+// Reduction over the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. The order is fixed by the thread layout, so results
+// repeat run to run. `scratch` holds 32 values of shared memory.
+template <typename V, typename Op>
+__device__ inline V block_reduce(V v, V* scratch, V identity, Op op) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_sum(v);
+  v = warp_reduce(v, op);
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const int warps = blockDim.x / kWarp;
-  float total = lane < warps ? scratch[lane] : 0.0f;
-  total = warp_sum(total);
-  return total;
+  return warp_reduce(lane < warps ? scratch[lane] : identity, op);
 }
 
+template <typename V>
+__device__ inline V warp_sum(V v) {
+  return warp_reduce(v, SumOp{});
+}
+__device__ inline float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
+
+// Block sum in float or double (fixed order).
+template <typename V>
+__device__ inline V block_sum(V v, V* scratch) {
+  return block_reduce(v, scratch, V(0), SumOp{});
+}
 __device__ inline float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / kWarp;
-  float m = lane < warps ? scratch[lane] : -INFINITY;
-  return warp_max(m);
+  return block_reduce(v, scratch, -INFINITY, MaxOp{});
 }
 
 }  // namespace gcm::cuda

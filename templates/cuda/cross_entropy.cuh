@@ -89,20 +89,15 @@ void cross_entropy_forward(float* losses, float* p_target, const T* logits, cons
          targets, N, V, alpha);
 }
 
-// Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then a fixed
-// shared-memory tree. (Templated on the block size so the header defines no non-template kernel.)
+// Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then the
+// fixed-order block sum. (Templated on the block size so the header defines no non-template kernel.)
 template <int kThreads>
 __global__ void sum_losses_kernel(double* out, const float* losses, std::int64_t N) {
-  __shared__ double partial[kThreads];
+  __shared__ double scratch[kWarp];
   double acc = 0.0;
   for (std::int64_t n = threadIdx.x; n < N; n += kThreads) acc += double(losses[n]);
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {  // uniform loop: every thread reaches each barrier
-    if (int(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *out = partial[0];
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = total;
 }
 
 // *out_device = Σ_n losses[n] (double, device memory; 0 when N = 0). Deterministic.

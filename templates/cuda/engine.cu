@@ -175,27 +175,10 @@ class CudaEngine final : public Engine {
 
 }  // namespace
 
-namespace {
-
-// "" when device 0 can run this tree's kernels (built for sm_90a: Hopper,
-// compute capability 9.0, only), else why not.
-std::string unusable_device_reason() {
-  if (gc::rt::cuda::device_count() == 0) return "no CUDA device is available (cudaGetDeviceCount found none)";
-  cudaDeviceProp prop{};
-  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9 || prop.minor != 0) {
-    return std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
-           std::to_string(prop.minor) + "; this tree's kernels are built for sm_90a (Hopper, 9.0) only";
-  }
-  return "";
-}
-
-}  // namespace
-
-bool cuda_available() { return unusable_device_reason().empty(); }
+bool cuda_available() { return cuda::unusable_device_reason().empty(); }
 
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
-  const std::string reason = unusable_device_reason();
+  const std::string reason = cuda::unusable_device_reason();
   if (!reason.empty()) throw gc::rt::RuntimeError("--device cuda: " + reason);
   return std::make_unique<CudaEngine>(micro_batch, seq_len);
 }

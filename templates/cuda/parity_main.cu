@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <type_traits>
 
 #include "config.hpp"
+#include "cuda/backend.cuh"
 #include "cuda/parity.cuh"
 #include "runtime/cuda/check.hpp"
 
@@ -25,8 +27,9 @@ namespace {
 using ComputeType = std::conditional_t<gcm::kPrecision == gcm::Precision::bf16, gcm::cuda::bf16, float>;
 
 int run(double tolerance) {
-  if (gc::rt::cuda::device_count() == 0) {
-    std::fprintf(stderr, "parity: error: no CUDA device is available\n");
+  const std::string unusable = gcm::cuda::unusable_device_reason();
+  if (!unusable.empty()) {
+    std::fprintf(stderr, "parity: error: %s\n", unusable.c_str());
     return 1;
   }
   const int batch = 2, seq_len = gcm::kSeqLen < 96 ? gcm::kSeqLen : 96;

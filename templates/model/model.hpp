@@ -97,7 +97,6 @@ class BasicModel {
   const Stat* token_losses() const { return losses_.data(); }
   const Stat* target_probs() const { return p_target_.data(); }
   int rows() const { return N_; }
-  Backend& backend() { return ops_; }
   // Bytes of every buffer besides params and grads (planned as kPlannedModelBufferBytes).
   std::int64_t buffer_bytes() const { return buffer_bytes_; }
 
