@@ -10,8 +10,9 @@
 // AdamW (θ ← θ(1 − ηλ), then the Adam step). Element updates are independent, so any thread
 // count gives the same bits; arithmetic is in double, moments are stored as T.
 //
-// Gradient clipping: global_grad_norm sums squares in double over fixed-size chunks (per-chunk
-// partials added serially in chunk order), so the norm does not depend on the thread count;
+// Gradient clipping: sum_of_squares sums in double over fixed-size chunks (per-chunk partials
+// added serially in chunk order) and global_norm adds the tensors in order, so the norm does not
+// depend on the thread count;
 // clip_scale matches torch.nn.utils.clip_grad_norm_ (max_norm / (norm + 1e-6), at most 1).
 #pragma once
 
@@ -70,18 +71,12 @@ double sum_of_squares(const T* x, std::int64_t n) {
   return total;
 }
 
-template <typename T>
-struct GradView {
-  const T* data;
-  std::int64_t size;
-};
-
-// sqrt(Σ over all tensors of Σ g²), tensors visited in the given order.
-template <typename T>
-double global_grad_norm(const GradView<T>* grads, int count) {
+// sqrt(Σ of per-tensor Σ g²), added in the given (kParams) order: the global
+// gradient norm from what an engine's grad_squares() returns.
+inline double global_norm(const std::vector<double>& squares) {
   double total = 0.0;
-  for (int i = 0; i < count; ++i) {
-    total += sum_of_squares(grads[i].data, grads[i].size);
+  for (double sq : squares) {
+    total += sq;
   }
   return std::sqrt(total);
 }

@@ -41,25 +41,21 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
 }
 
 inline void Trainer::choose_engine() {
-  bool use_cuda = opt_.device == "cuda";
 #ifdef GC_HAVE_CUDA
-  if (opt_.device == "auto") use_cuda = cuda_available();
+  if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
+    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
+    on_device_ = true;
+    params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+    return;
+  }
 #else
-  if (use_cuda) {
+  if (opt_.device == "cuda") {
     throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
                                "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
   }
 #endif
-  if (use_cuda) {
-#ifdef GC_HAVE_CUDA
-    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
-    on_device_ = true;
-    params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
-#endif
-  } else {
-    host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
-    engine_ = std::make_unique<CpuEngine>(*host_model_, m_, v_);
-  }
+  host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
+  engine_ = std::make_unique<CpuEngine>(*host_model_, m_, v_);
 }
 
 inline float* Trainer::host_params() { return on_device_ ? params_.data() : host_model_->params.data(); }
@@ -134,11 +130,8 @@ inline double Trainer::train_step(std::int64_t step) {
     const auto targets = batch.targets();
     loss += engine_->forward_backward(inputs.data(), targets.data(), 1.0 / kGradAccum) / kGradAccum;
   }
-  // Global norm: Σ over tensors in kParams order of each tensor's Σ g².
   const std::vector<double> squares = engine_->grad_squares();
-  double total = 0.0;
-  for (double sq : squares) total += sq;
-  last_grad_norm_ = std::sqrt(total);
+  last_grad_norm_ = cpu::global_norm(squares);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
