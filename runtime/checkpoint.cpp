@@ -8,6 +8,7 @@
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
 #include "runtime/safetensors.hpp"
+#include "runtime/sha256.hpp"
 
 namespace gc::rt {
 
@@ -16,7 +17,9 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kStateFormatVersion = 1;
+// 2: state.json records each tensor file's size and SHA-256 ("files"), and
+// loading verifies them. 1 (no "files") still loads, unverified.
+constexpr int kStateFormatVersion = 2;
 
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
@@ -44,10 +47,22 @@ json position_json(const DataPosition& p) {
   return {{"shard", p.shard}, {"shard_name", p.shard_name}, {"offset", p.offset}, {"epoch", p.epoch}};
 }
 
-std::string state_text(const CheckpointState& s, std::size_t n_params) {
+// Size and SHA-256 of each tensor file of a checkpoint directory.
+json file_fingerprints(const std::string& dir) {
+  json files = json::object();
+  for (const char* name : {kModelFile, kOptimizerFile}) {
+    const std::string path = join(dir, name);
+    std::error_code ec;
+    files[name] = {{"bytes", fs::file_size(path, ec)}, {"sha256", sha256_file_hex(path)}};
+  }
+  return files;
+}
+
+std::string state_text(const CheckpointState& s, std::size_t n_params, const json& files) {
   json data = json::object();
   for (const auto& [name, pos] : s.data) data[name] = position_json(pos);
   const json j = {{"format_version", kStateFormatVersion},
+                  {"files", files},
                   {"step", s.step},
                   {"spec_hash", s.spec_hash},
                   {"gcompile_version", s.gcompile_version},
@@ -212,7 +227,8 @@ std::string save_checkpoint(const std::string& run_dir, const std::vector<ParamB
     const auto sq = views(params, "exp_avg_sq.", &ParamBuffers::exp_avg_sq);
     opt.insert(opt.end(), sq.begin(), sq.end());
     write_safetensors(join(tmp, kOptimizerFile), opt, meta);
-    write_file_atomic(join(tmp, kStateFile), state_text(state, params.size()));  // last: marks completeness
+    // Last: state.json marks the checkpoint complete and fingerprints the tensors.
+    write_file_atomic(join(tmp, kStateFile), state_text(state, params.size(), file_fingerprints(tmp)));
   });
   write_file_atomic(join(root, "latest"), name + "\n");
   prune(run_dir, dir, keep_last);
@@ -258,11 +274,26 @@ CheckpointState read_checkpoint_state(const std::string& checkpoint_dir) {
   }
   if (!j.is_object()) throw RuntimeError(file, "not a JSON object");
   const Fields f{file, j, ""};
-  if (f.integer("format_version") != kStateFormatVersion) {
-    throw RuntimeError(file, "unsupported format_version " + j["format_version"].dump() + " (expected " +
+  const std::int64_t version = f.integer("format_version");
+  if (version != kStateFormatVersion && version != 1) {
+    throw RuntimeError(file, "unsupported format_version " + j["format_version"].dump() + " (expected 1 or " +
                                  std::to_string(kStateFormatVersion) + ")");
   }
   CheckpointState s;
+  if (version >= 2) {
+    for (const auto& [name, fp] : f.object("files").items()) {
+      const Fields ff{file, fp, "files." + name + "."};
+      if (!fp.is_object()) throw RuntimeError(file, "\"files." + name + "\" is not an object: " + fp.dump());
+      const std::string hash = ff.string("sha256");
+      if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        ff.bad("sha256", "64 lowercase hex digits");
+      }
+      s.files[name] = {ff.uinteger("bytes"), hash};
+    }
+    for (const char* name : {kModelFile, kOptimizerFile}) {
+      if (!s.files.count(name)) throw RuntimeError(file, std::string("missing \"files.") + name + "\"");
+    }
+  }
   s.step = f.integer("step");
   s.spec_hash = f.string("spec_hash");
   s.gcompile_version = f.string("gcompile_version");
@@ -278,9 +309,29 @@ CheckpointState read_checkpoint_state(const std::string& checkpoint_dir) {
   return s;
 }
 
+void verify_checkpoint_files(const std::string& checkpoint_dir, const CheckpointState& state) {
+  for (const auto& [name, fp] : state.files) {
+    const std::string path = join(checkpoint_dir, name);
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(path, ec);
+    if (ec) throw RuntimeError(path, "cannot read the checkpoint file: " + ec.message());
+    if (bytes != fp.bytes) {
+      throw RuntimeError(path, "is corrupted: " + std::to_string(bytes) + " bytes, but state.json records " +
+                                   std::to_string(fp.bytes) + " (resume an older checkpoint with --checkpoint)");
+    }
+    const std::string actual = sha256_file_hex(path);
+    if (actual != fp.sha256) {
+      throw RuntimeError(path, "is corrupted: its SHA-256 " + short_hash(actual) + " differs from " +
+                                   short_hash(fp.sha256) + " recorded in state.json (resume an older checkpoint "
+                                   "with --checkpoint)");
+    }
+  }
+}
+
 CheckpointState load_checkpoint(const std::string& checkpoint_dir, const std::vector<ParamBuffers>& params,
                                 const std::string& spec_hash) {
   CheckpointState state = read_checkpoint_state(checkpoint_dir);
+  verify_checkpoint_files(checkpoint_dir, state);
   if (!spec_hash.empty() && state.spec_hash != spec_hash) {
     throw RuntimeError("checkpoint " + checkpoint_dir + " was written by a different spec (hash " +
                        short_hash(state.spec_hash) + " in the checkpoint vs " + short_hash(spec_hash) +

@@ -3,7 +3,8 @@
 //   RUN/checkpoints/step_000123/model.safetensors      weights by HF-style name, F32
 //   RUN/checkpoints/step_000123/optimizer.safetensors  exp_avg.NAME, exp_avg_sq.NAME (F32)
 //   RUN/checkpoints/step_000123/state.json             step, data positions, seed and RNG
-//                                                       state, spec hash, gcompile version
+//                                                       state, spec hash, gcompile version,
+//                                                       size and SHA-256 of the two tensor files
 //   RUN/checkpoints/latest                             "step_000123\n"
 //
 // A checkpoint directory is written whole into step_000123.tmp, fsynced and
@@ -23,6 +24,12 @@
 
 namespace gc::rt {
 
+// What state.json records of one tensor file (format_version 2).
+struct FileFingerprint {
+  std::uint64_t bytes = 0;
+  std::string sha256;
+};
+
 struct CheckpointState {
   std::int64_t step = 0;
   std::map<std::string, DataPosition> data;  // e.g. "train" -> reader position
@@ -31,6 +38,7 @@ struct CheckpointState {
   std::string spec_hash;
   std::string gcompile_version;
   nlohmann::json extra = nlohmann::json::object();  // anything else the trainer needs
+  std::map<std::string, FileFingerprint> files;      // read from state.json; save computes them
 };
 
 // One parameter's buffers (numel(shape) floats each). exp_avg and exp_avg_sq
@@ -66,7 +74,11 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 // Parses DIR/state.json (strict; errors name the file and the field).
 CheckpointState read_checkpoint_state(const std::string& checkpoint_dir);
 
-// Validates, then loads: the spec hash must equal `spec_hash` (unless it is
+// Checks each tensor file against the size and SHA-256 state.json records
+// (none for format_version 1); throws RuntimeError naming the damaged file.
+void verify_checkpoint_files(const std::string& checkpoint_dir, const CheckpointState& state);
+
+// Verifies the files (verify_checkpoint_files), validates, then loads: the spec hash must equal `spec_hash` (unless it is
 // empty), every parameter must be present with its shape (and no unknown
 // tensor may be), and optimizer state is loaded for parameters that have
 // exp_avg buffers. Nothing is copied into the buffers unless all checks pass.

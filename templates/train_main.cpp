@@ -1,7 +1,9 @@
 // ./train: trains this experiment. With no flags it runs the spec as compiled.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <vector>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -16,15 +18,18 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* const kUsage =
-    "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR]\n"
+    "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR [--checkpoint C]]\n"
     "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
     "             [--no-checkpoint] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
     "  --steps N        stop after N optimizer steps (default: the spec's; the schedule is unchanged)\n"
-    "  --out DIR        run directory for metrics and checkpoints (default: run/ beside this binary)\n"
+    "  --out DIR        run directory for metrics and checkpoints (default: a new runs/NAME/N/ under\n"
+    "                   the current directory, N counting up from 1)\n"
     "  --resume DIR     continue the run in DIR from its latest checkpoint, bit-identically\n"
+    "  --checkpoint C   with --resume: continue from checkpoint C (step_N or N) instead of the\n"
+    "                   latest, e.g. when the latest is damaged\n"
     "  --train-data P   override the training shards (file, directory or glob)\n"
     "  --val-data P     override the validation shards\n"
     "  --log-every N    write a training record every N steps (default: the spec's train.log_every)\n"
@@ -42,10 +47,27 @@ bool parse_steps(const std::string& s, std::int64_t& out) {
   return out > 0;
 }
 
-std::string default_run_dir() {
+// A new numbered run directory runs/NAME/N/ under the current directory (N one
+// past the highest existing number). Runs never live inside the generated tree,
+// which regenerating replaces. create_directory is atomic: two trainings started
+// at once get different numbers.
+std::string new_run_dir() {
+  const fs::path parent = fs::path("runs") / gcm::kExperimentName;
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("run") : (exe.parent_path() / "run").string();
+  fs::create_directories(parent, ec);
+  if (ec) throw gc::rt::RuntimeError(parent.string(), "cannot create the runs directory: " + ec.message());
+  long next = 1;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.empty() && name.size() < 10 && name.find_first_not_of("0123456789") == std::string::npos) {
+      next = std::max(next, std::stol(name) + 1);
+    }
+  }
+  for (;; ++next) {
+    const fs::path dir = parent / std::to_string(next);
+    if (fs::create_directory(dir, ec)) return dir.string();
+    if (ec) throw gc::rt::RuntimeError(dir.string(), "cannot create the run directory: " + ec.message());
+  }
 }
 
 // A fresh run must not overwrite another run's checkpoints.
@@ -94,6 +116,8 @@ int main(int argc, char** argv) {
       if (!value(out) || out.empty()) return usage_error("--out needs a directory");
     } else if (arg == "--resume") {
       if (!value(resume) || resume.empty()) return usage_error("--resume needs a run directory");
+    } else if (arg == "--checkpoint") {
+      if (!value(options.checkpoint) || options.checkpoint.empty()) return usage_error("--checkpoint needs a name");
     } else if (arg == "--train-data") {
       if (!value(options.train_data)) return usage_error("--train-data needs a path");
     } else if (arg == "--val-data") {
@@ -109,11 +133,12 @@ int main(int argc, char** argv) {
     }
   }
   if (!out.empty() && !resume.empty()) return usage_error("--out and --resume are exclusive (--resume names the run)");
+  if (!options.checkpoint.empty() && resume.empty()) return usage_error("--checkpoint needs --resume DIR");
   options.device = device;
   options.resume = !resume.empty();
-  options.run_dir = options.resume ? resume : (out.empty() ? default_run_dir() : out);
   options.progress = ::isatty(STDERR_FILENO) != 0;
   try {
+    options.run_dir = options.resume ? resume : (out.empty() ? new_run_dir() : out);
     if (!options.resume) prepare_fresh_run(options.run_dir);
     gcm::Trainer trainer(options);
     std::fprintf(stderr, "train: %s, %lld parameters, %s, run directory %s\n", gcm::kExperimentName,
@@ -127,6 +152,22 @@ int main(int argc, char** argv) {
     return trainer.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
+    if (!options.resume && out.empty() && !options.run_dir.empty()) {
+      // The numbered directory this process created: removed when the run
+      // failed before writing anything but the copy of the spec.
+      std::error_code ec;
+      std::vector<fs::path> entries;
+      for (fs::directory_iterator it(options.run_dir, ec), end; !ec && it != end; it.increment(ec)) {
+        entries.push_back(it->path());
+      }
+      const bool only_spec = !ec && entries.size() <= 1 &&
+                             (entries.empty() || entries[0].filename() == "spec.resolved.toml");
+      if (only_spec) {
+        fs::remove_all(options.run_dir, ec);
+      } else {
+        std::fprintf(stderr, "train: the run's output so far is in %s\n", options.run_dir.c_str());
+      }
+    }
     return 1;
   }
 }

@@ -89,6 +89,8 @@ class TreeTest : public ::testing::Test {
            ("gcompile_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
+    // Prepared data goes to the test's own directory, not the user's cache.
+    ::setenv("GCOMPILE_CACHE_DIR", (dir_ / "cache").c_str(), 1);
   }
   void TearDown() override {
     if (!HasFailure()) std::filesystem::remove_all(dir_);

@@ -1,9 +1,11 @@
 #include "data/text_data.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <glob.h>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unistd.h>
@@ -29,6 +31,40 @@ fs::path resolve(const Spec& spec, const std::string& key, const std::string& pa
   fs::path dir = fs::path(spec.where(key).file).parent_path();
   if (dir.empty()) dir = ".";
   return fs::absolute(dir / p).lexically_normal();
+}
+
+// Where prepared data is cached: data.cache_dir when the spec sets it, else
+// the user's cache directory ($GCOMPILE_CACHE_DIR, $XDG_CACHE_HOME/gcompile or
+// ~/.cache/gcompile), never beside the spec, where users keep committed records.
+fs::path cache_root(const Spec& spec) {
+  if (!spec.data.cache_dir.empty()) return resolve(spec, "data.cache_dir", spec.data.cache_dir);
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::optional<fs::path>(v) : std::nullopt;
+  };
+  if (auto dir = env("GCOMPILE_CACHE_DIR")) return fs::absolute(*dir);
+  if (auto dir = env("XDG_CACHE_HOME")) return fs::absolute(*dir / "gcompile");
+  if (auto home = env("HOME")) return *home / ".cache" / "gcompile";
+  return fs::absolute(".gcompile-cache");
+}
+
+// Moves a completely written staging directory to `cache`. When another
+// gcompile finished the same entry first, its copy is kept and ours dropped,
+// so an entry in use is never deleted.
+bool publish(const fs::path& staging, const fs::path& cache, const char* what, Diagnostics& diags) {
+  std::error_code ec;
+  if (fs::exists(cache / "complete", ec)) {
+    fs::remove_all(staging, ec);
+    return true;
+  }
+  fs::remove_all(cache, ec);  // an incomplete entry of a crashed run
+  fs::rename(staging, cache, ec);
+  if (ec && fs::exists(cache / "complete")) {
+    fs::remove_all(staging, ec);
+    return true;
+  }
+  if (ec) diags.error({cache.string(), 0, 0}, std::string("cannot move ") + what + " into place: " + ec.message());
+  return !ec;
 }
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
@@ -194,7 +230,7 @@ std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_
                                      std::to_string(spec.model.vocab_size) + "\n" + std::to_string(spec.train.seq_len) +
                                      "\n" + std::to_string(spec.experiment.seed) + "\n" + std::to_string(train_tokens))
                               .substr(0, 16);
-  const fs::path cache = resolve(spec, "data.cache_dir", spec.data.cache_dir) / (spec.experiment.name + "-synthetic-" + key);
+  const fs::path cache = cache_root(spec) / (spec.experiment.name + "-synthetic-" + key);
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   std::error_code ec;
@@ -216,12 +252,7 @@ std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_
     return std::nullopt;
   }
   std::ofstream(staging / "complete") << train_tokens << "\n";
-  fs::remove_all(cache, ec);
-  fs::rename(staging, cache, ec);
-  if (ec) {
-    diags.error({cache.string(), 0, 0}, "cannot move synthetic data into place: " + ec.message());
-    return std::nullopt;
-  }
+  if (!publish(staging, cache, "synthetic data", diags)) return std::nullopt;
   out.train_tokens = train_tokens;
   out.val_tokens = 1 << 16;
   return out;
@@ -261,8 +292,7 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
     }
     tokenizer = std::move(*model);
   }
-  const fs::path cache = resolve(spec, "data.cache_dir", spec.data.cache_dir) /
-                         (spec.experiment.name + "-" + cache_key(spec, files, docs, tokenizer));
+  const fs::path cache = cache_root(spec) / (spec.experiment.name + "-" + cache_key(spec, files, docs, tokenizer));
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   out.vocab_file = (cache / "vocab.txt").string();
@@ -323,12 +353,7 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
     diags.error({staging.string(), 0, 0}, "cannot write the tokenized data");
     return std::nullopt;
   }
-  fs::remove_all(cache, ec);
-  fs::rename(staging, cache, ec);
-  if (ec) {
-    diags.error({cache.string(), 0, 0}, "cannot move tokenized data into place: " + ec.message());
-    return std::nullopt;
-  }
+  if (!publish(staging, cache, "tokenized data", diags)) return std::nullopt;
   out.train_tokens = std::int64_t(train.size());
   out.val_tokens = std::int64_t(val.size());
   return out;

@@ -88,10 +88,16 @@ int generate_command(const GenerateOptions& options) {
     tree = generate_tree(*plan, *data, diags);
   }
   const std::string dir = options.out_dir.empty() && plan ? "generated/" + plan->spec.experiment.name : options.out_dir;
-  if (tree && !write_tree(*tree, dir, diags)) tree.reset();
+  std::vector<std::string> kept;
+  if (tree && !write_tree(*tree, dir, diags, &kept)) tree.reset();
   report(diags, options.spec);
   if (!tree) return 1;
   std::cerr << "gcompile: wrote " << dir << " (" << tree->files.size() << " files)\n";
+  if (!kept.empty()) {
+    std::cerr << "gcompile: kept what you added to " << dir << " (gcompile never deletes it):";
+    for (const auto& path : kept) std::cerr << " " << path;
+    std::cerr << "\n";
+  }
   if (!options.build) return 0;
 
   const fs::path log = fs::path(dir) / "build.log";

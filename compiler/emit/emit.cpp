@@ -41,10 +41,29 @@ std::vector<TemplateFile> template_inputs() {
 bool check_keys_consumed(const Plan& plan, const std::set<std::string>& used, Diagnostics& diags) {
   bool ok = true;
   for (const auto& [key, value] : plan.spec.resolved) {
-    if (used.count(key) || consumed_by_tables(key)) continue;
+    if (used.count(key) || table_consumer(key)) continue;
     diags.error(plan.spec.where_key(key), "spec key '" + key +
                                               "' is used by no template knob and no emitted table (a gcompile bug: "
                                               "the key would silently do nothing)");
+    ok = false;
+  }
+  return ok;
+}
+
+// [distributed] is validated but training runs in one process: a value that
+// asks for more is refused rather than silently ignored.
+bool check_single_process(const Spec& spec, Diagnostics& diags) {
+  bool ok = true;
+  if (spec.distributed.backend == "nccl") {
+    diags.error(spec.where("distributed.backend"),
+                "not implemented: distributed.backend = \"nccl\" (multi-process training is not written yet; "
+                "leave it \"auto\" or \"none\" for a single process)");
+    ok = false;
+  }
+  if (spec.distributed.zero_stage != 0) {
+    diags.error(spec.where("distributed.zero_stage"),
+                "not implemented: distributed.zero_stage = " + std::to_string(spec.distributed.zero_stage) +
+                    " (ZeRO needs multi-process training, which is not written yet; leave it 0)");
     ok = false;
   }
   return ok;
@@ -113,6 +132,7 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
                 "(use `gcompile explain` to inspect MoE plans)");
     return std::nullopt;
   }
+  if (!check_single_process(plan.spec, diags)) return std::nullopt;
   const std::string plan_hpp = plan_header(plan, banner(plan, "//", "") + "\n");
   std::vector<TemplateFile> inputs = template_inputs();
   // The runtime is visible to the parser as "runtime/..." (as in the tree).
@@ -147,37 +167,6 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   tree.files["README.md"] = readme(plan, spec_hash);
   tree.files["manifest.json"] = manifest(plan, spec_hash, tree.files);
   return tree;
-}
-
-bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags) {
-  std::error_code ec;
-  const fs::path target(dir);
-  const fs::path staging = target.string() + ".gcompile-tmp";
-  fs::remove_all(staging, ec);
-  for (const auto& [path, text] : tree.files) {
-    const fs::path file = staging / path;
-    fs::create_directories(file.parent_path(), ec);
-    std::ofstream out(file, std::ios::binary);
-    out << text;
-    out.close();
-    if (!out) {
-      diags.error({file.string(), 0, 0}, "cannot write generated file");
-      fs::remove_all(staging, ec);
-      return false;
-    }
-  }
-  // Keep the previous build directory and binaries' cache for incremental builds.
-  if (fs::is_directory(target / "build", ec)) fs::rename(target / "build", staging / "build", ec);
-  const fs::path old = target.string() + ".gcompile-old";
-  fs::remove_all(old, ec);
-  if (fs::exists(target, ec)) fs::rename(target, old, ec);
-  fs::rename(staging, target, ec);
-  if (ec) {
-    diags.error({target.string(), 0, 0}, "cannot move the generated tree into place: " + ec.message());
-    return false;
-  }
-  fs::remove_all(old, ec);
-  return true;
 }
 
 }  // namespace gc

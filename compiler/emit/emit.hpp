@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/diagnostics.hpp"
 #include "data/text_data.hpp"
@@ -24,16 +25,20 @@ struct Tree {
 // `data` names the token shards the train binary reads (prepare_data).
 std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Diagnostics& diags);
 
-// Writes `tree` to `dir` atomically: into a sibling temporary directory first,
-// then renamed over `dir` (the previous tree stays intact until then). A
-// build/ subdirectory of an existing tree is kept.
-bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags);
+// Writes `tree` to `dir`, replacing a tree gcompile generated there before
+// without losing what the user put in it (write_tree.cpp): entries the old
+// manifest does not list are moved into the new tree (and listed in `kept`),
+// a generated file edited by hand or a directory that is not a gcompile tree
+// is an error, and the swap is atomic (renameat2 RENAME_EXCHANGE). The build/
+// directory is kept for incremental builds.
+bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags, std::vector<std::string>* kept = nullptr);
 
 // The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
 KnobTable knob_table(const Plan& plan, const PreparedData& data);
 
-// Spec keys the emitter consumes through its own tables (not through knobs).
-bool consumed_by_tables(const std::string& key);
+// The named place that consumes a spec key no template knob reads (a plan
+// table, data preparation, the loader), or nullopt when there is none.
+std::optional<std::string> table_consumer(const std::string& key);
 
 // SHA-256 of `text`, lowercase hex.
 std::string sha256_hex(const std::string& text);

@@ -1,6 +1,8 @@
 #include "common/version.hpp"
 #include "emit/emit.hpp"
 
+#include <vector>
+
 namespace gc {
 
 KnobTable knob_table(const Plan& plan, const PreparedData& data) {
@@ -25,28 +27,73 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   return t;
 }
 
-bool consumed_by_tables(const std::string& key) {
-  // Written into plan.hpp's parameter table (init, decay, lr multipliers), the
-  // metrics schedule, the data configuration, or folded into plan.* knobs.
-  static const char* const prefixes[] = {"init.", "metrics.", "data.", "distributed.", "optim.lr_mult.", "moe."};
-  for (const char* p : prefixes) {
-    if (key.rfind(p, 0) == 0) return true;
+namespace {
+
+// The spec keys no template knob reads, each with the one place that consumes
+// it. '*' stands for one key segment. A key that matches nothing here and no
+// knob reads is a gcompile error at generation (emit.cpp), and a test walks
+// the schema against this table and the templates' knobs.
+struct Consumer {
+  const char* pattern;
+  const char* place;
+};
+
+constexpr Consumer kConsumers[] = {
+    {"experiment.description", "README.md and manifest.json of the tree"},
+    {"experiment.extends", "the spec loader, which merges the base spec (compiler/spec/load.cpp)"},
+    {"model.arch", "template selection (emit.cpp; MoE code generation is not implemented)"},
+    {"model.activation", "SwiGLU, the only activation (templates/cpu/swiglu.hpp)"},
+    {"model.embedding_scale", "the plan.embedding_scale knob"},
+    {"model.attn_scale", "the plan.attn_scale knob"},
+    {"model.logit_scale", "the plan.logit_scale knob"},
+    {"optim.betas", "the optim.beta1 and optim.beta2 knobs"},
+    {"optim.weight_decay", "plan.hpp: each tensor's weight decay"},
+    {"optim.no_decay", "plan.hpp: each tensor's weight decay"},
+    {"optim.lr_mult.*", "plan.hpp: each tensor's learning-rate multiplier"},
+    {"schedule.warmup_ratio", "the plan.warmup_steps knob"},
+    {"schedule.warmup_steps", "the plan.warmup_steps knob"},
+    {"train.steps", "the plan.total_steps knob"},
+    {"train.tokens", "the plan.total_steps knob"},
+    {"train.global_batch", "the plan.grad_accum knob"},
+    {"init.*", "plan.hpp: each tensor's init distribution and std (compiler/plan/params.cpp)"},
+    {"init.*.*", "plan.hpp: each tensor's init distribution and std (compiler/plan/params.cpp)"},
+    {"metrics.*.layers", "plan.hpp: the metric's layer selection"},
+    {"metrics.*.classes", "plan.hpp: the metric's tensor selection"},
+    {"metrics.cosine_similarity.image_steps", "plan.hpp: kCosineImageSteps"},
+    {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
+    {"moe.*", "the plan's MoE layer layout (compiler/plan); generation rejects model.arch = \"moe\" for now"},
+    {"distributed.*", "generation, which rejects values other than one process's (not implemented yet)"},
+    {"preset.*", "the header of preset files (gcompile presets)"},
+};
+
+std::vector<std::string> segments(const std::string& key) {
+  std::vector<std::string> out(1);
+  for (char c : key) {
+    if (c == '.') {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
   }
-  static const char* const keys[] = {
-      "experiment.description",  // README.md and manifest.json
-      "model.arch",              // selects which templates are emitted
-      "model.activation",        // swiglu is the only activation
-      "model.embedding_scale", "model.attn_scale", "model.logit_scale",  // -> plan.*_scale
-      "optim.betas",                                                       // -> optim.beta1/beta2
-      "optim.weight_decay", "optim.no_decay",                              // per-tensor decay in plan.hpp
-      "schedule.warmup_ratio", "schedule.warmup_steps",                    // -> plan.warmup_steps
-      "train.steps", "train.tokens",                                       // -> plan.total_steps
-      "train.global_batch",                                                // -> plan.grad_accum
-  };
-  for (const char* k : keys) {
-    if (key == k) return true;
+  return out;
+}
+
+bool matches(const std::string& pattern, const std::string& key) {
+  const auto p = segments(pattern), k = segments(key);
+  if (p.size() != k.size()) return false;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != "*" && p[i] != k[i]) return false;
   }
-  return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> table_consumer(const std::string& key) {
+  for (const Consumer& c : kConsumers) {
+    if (matches(c.pattern, key)) return std::string(c.place);
+  }
+  return std::nullopt;
 }
 
 }  // namespace gc

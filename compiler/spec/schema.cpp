@@ -427,9 +427,10 @@ void add_data(Builder& b) {
                        strings({".txt", ".rst", ".md"})),
           "[\".txt\"]");
   // choice_list without choices = any non-empty strings
-  example(with_default(b.add("data.cache_dir", KeyType::string,
-                             "Where tokenized text is cached; relative to the spec file that sets it (or the root spec)."),
-                       Value::string(".gcompile-cache")),
+  example(b.add("data.cache_dir", KeyType::string,
+                "Where prepared (tokenized or synthetic) data is cached; relative to the spec file that sets it. "
+                "Unset: the user's cache directory, $GCOMPILE_CACHE_DIR, else $XDG_CACHE_HOME/gcompile, else "
+                "~/.cache/gcompile (never beside the spec)."),
           "\"/scratch/gc-cache\"");
   auto& task = with_default(b.add("data.synthetic_task", KeyType::choice, "synthetic: which task to generate."),
                             Value::string("copy"));

@@ -12,6 +12,7 @@
 
 #include "config.hpp"
 #include "model/model.hpp"
+#include "train/utf8.hpp"
 
 namespace gcm {
 

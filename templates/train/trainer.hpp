@@ -37,6 +37,7 @@ struct TrainOptions {
   std::string train_data = kTrainData, val_data = kValData;
   std::int64_t steps = kTotalSteps;  // stop after this many steps (≤ the schedule's total)
   bool resume = false;
+  std::string checkpoint;  // with resume: which checkpoint (step_N or N); "" = the latest
   bool progress = false;  // live progress line (on a terminal)
   std::string device = "auto";  // cpu, cuda, or auto (CUDA when present)
   bool metrics = true;          // false: no in-loop analyses (timing runs); losses are still logged

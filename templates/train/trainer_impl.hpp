@@ -7,6 +7,31 @@
 
 namespace gcm {
 
+// The checkpoint --resume continues from: `name` (step_N, or N) when given,
+// else the one `latest` names. Errors list the run's complete checkpoints.
+inline std::string resume_checkpoint(const std::string& run_dir, const std::string& name) {
+  std::string available;
+  for (const auto& dir : gc::rt::list_checkpoints(run_dir)) {
+    available += (available.empty() ? "" : ", ") + std::filesystem::path(dir).filename().string();
+  }
+  if (name.empty()) {
+    auto latest = gc::rt::latest_checkpoint(run_dir);
+    if (!latest) throw gc::rt::RuntimeError(run_dir, "--resume: the run has no complete checkpoint");
+    return *latest;
+  }
+  std::string dir_name = name;
+  if (name.find_first_not_of("0123456789") == std::string::npos && name.size() < 19) {
+    dir_name = gc::rt::checkpoint_dir_name(std::stoll(name));
+  }
+  const std::string dir = (std::filesystem::path(gc::rt::checkpoints_dir(run_dir)) / dir_name).string();
+  std::error_code ec;
+  if (dir_name.find('/') != std::string::npos || !std::filesystem::exists(dir + "/state.json", ec)) {
+    throw gc::rt::RuntimeError(run_dir, "--checkpoint " + name + ": no complete checkpoint of that name (the run has: " +
+                                            (available.empty() ? std::string("none") : available) + ")");
+  }
+  return dir;
+}
+
 inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(options.train_data, kVocab) {
   const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
   m_.assign(total, 0.0f);
@@ -15,9 +40,8 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
   gc::rt::ShardSet val(opt_.val_data, kVocab);
   val_batches_ = val.validation_batches(kMicroBatch, kSeqLen, kEvalBatches);
   if (opt_.resume) {
-    auto latest = gc::rt::latest_checkpoint(opt_.run_dir);
-    if (!latest) throw gc::rt::RuntimeError(opt_.run_dir, "--resume: the run has no complete checkpoint");
-    const gc::rt::CheckpointState state = gc::rt::load_checkpoint(*latest, buffers(), kSpecHash);
+    const std::string from = resume_checkpoint(opt_.run_dir, opt_.checkpoint);
+    const gc::rt::CheckpointState state = gc::rt::load_checkpoint(from, buffers(), kSpecHash);
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
     engine_->upload(host_params(), m_.data(), v_.data());
@@ -29,7 +53,7 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
     }
     // Metrics logged after the checkpoint will be logged again, identically.
     gc::rt::truncate_metrics_log((std::filesystem::path(opt_.run_dir) / "metrics.jsonl").string(), start_step_);
-    std::fprintf(stderr, "train: resumed %s at step %lld\n", latest->c_str(), (long long)start_step_);
+    std::fprintf(stderr, "train: resumed %s at step %lld\n", from.c_str(), (long long)start_step_);
   } else {
     // The same Philox streams on every backend: identical initial weights.
     engine_->initialize(kSeed);
@@ -331,8 +355,9 @@ inline void Trainer::print_sample() {
   sync_host(false);
   const std::vector<std::int32_t> out = greedy_continue(host_param_vector(), prompt, 48);
   const std::vector<std::int32_t> continuation(out.begin() + prompt_len, out.end());
-  std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n", decode(pieces, prompt).c_str(),
-               decode(pieces, continuation).c_str());
+  // Whole characters only: the prompt window and the model's first tokens may split one.
+  std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n",
+               whole_utf8_chars(decode(pieces, prompt)).c_str(), whole_utf8_chars(decode(pieces, continuation)).c_str());
 }
 
 }  // namespace gcm

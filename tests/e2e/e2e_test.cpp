@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,8 +15,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
+#include "runtime/sha256.hpp"
 #include "tree_test_util.hpp"
 
 namespace {
@@ -196,6 +199,13 @@ TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
     const float nan = std::nanf("");
     f.write(reinterpret_cast<const char*>(&nan), sizeof nan);
   }
+  {
+    // A NaN the training itself produced: state.json fingerprints the file as written.
+    const fs::path state_file = poisoned / "checkpoints" / "step_000020" / "state.json";
+    auto state = nlohmann::json::parse(sh("cat " + state_file.string()).output);
+    state["files"]["model.safetensors"]["sha256"] = gc::rt::sha256_file_hex(weights.string());
+    std::ofstream(state_file) << state.dump(2);
+  }
   const Outcome stopped = train("--resume " + poisoned.string());
   EXPECT_EQ(stopped.status, 1);
   EXPECT_NE(stopped.output.find("is not finite"), std::string::npos) << stopped.output;
@@ -206,19 +216,60 @@ TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   EXPECT_EQ(again.status, 1);
   EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
 
-  // A truncated checkpoint is reported by file name; nothing is overwritten.
+  // One flipped byte in a tensor of the latest checkpoint: resuming names the
+  // damaged file; --checkpoint picks the older one, which resumes bit-identically.
   const fs::path latest = part / "checkpoints" / "step_000060" / "model.safetensors";
   ASSERT_TRUE(fs::exists(latest));
-  fs::resize_file(latest, 100);
+  {
+    std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(fs::file_size(latest) / 2));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = char(byte ^ 0x10);
+    f.seekp(std::streamoff(fs::file_size(latest) / 2));
+    f.write(&byte, 1);
+  }
   const Outcome corrupt = train("--resume " + part.string());
   EXPECT_EQ(corrupt.status, 1);
-  EXPECT_NE(corrupt.output.find("model.safetensors"), std::string::npos) << corrupt.output;
+  EXPECT_NE(corrupt.output.find("step_000060/model.safetensors: is corrupted: its SHA-256"), std::string::npos)
+      << corrupt.output;
+  const Outcome analyzed = sh((tree() / "analyze").string() + " metrics " + part.string() + " -o " +
+                              (dir_ / "m.jsonl").string());
+  EXPECT_EQ(analyzed.status, 1);
+  EXPECT_NE(analyzed.output.find("is corrupted"), std::string::npos) << analyzed.output;
+  const Outcome unknown = train("--resume " + part.string() + " --checkpoint step_000030");
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_NE(unknown.output.find("the run has: step_000040, step_000060"), std::string::npos) << unknown.output;
+  const Outcome older = train("--resume " + part.string() + " --checkpoint step_000040");
+  ASSERT_EQ(older.status, 0) << older.output;
+  const auto log3 = without_summaries(read_jsonl(part / "metrics.jsonl"));
+  ASSERT_EQ(log3.size(), log1.size());
+  for (std::size_t i = 0; i < log1.size(); ++i) {
+    for (const char* key : {"step", "loss", "lr", "grad_norm", "val_loss"}) {
+      if (log1[i].contains(key)) EXPECT_EQ(log3[i][key], log1[i][key]) << "record " << i << " key " << key;
+    }
+  }
+  EXPECT_EQ(train("--checkpoint step_000040").status, 2);  // --checkpoint needs --resume
+
+  // Without --out, each run gets a new numbered directory runs/NAME/N/ under
+  // the current directory, outside the tree.
+  for (int i = 0; i < 2; ++i) {
+    const Outcome run = sh("cd " + dir_.string() + " && ./tree/train --steps 2 --no-checkpoint");
+    ASSERT_EQ(run.status, 0) << run.output;
+    EXPECT_NE(run.output.find("run directory runs/small_training/" + std::to_string(i + 1)), std::string::npos)
+        << run.output;
+  }
+  EXPECT_TRUE(fs::exists(dir_ / "runs" / "small_training" / "1" / "metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(dir_ / "runs" / "small_training" / "2" / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(tree() / "run"));
 
   // Bad flags are usage errors.
   EXPECT_EQ(train("--steps 0").status, 2);
   EXPECT_EQ(train("--steps 61").status, 2);
   EXPECT_EQ(train("--frobnicate").status, 2);
-  EXPECT_EQ(train("--device cuda").status, 1);
+  // A run that fails at start leaves no numbered directory behind.
+  EXPECT_EQ(sh("cd " + dir_.string() + " && ./tree/train --device cuda").status, 1);
+  EXPECT_FALSE(fs::exists(dir_ / "runs" / "small_training" / "3"));
 }
 
 TEST_F(Tree, SameSpecGivesByteIdenticalTrees) {
@@ -229,6 +280,68 @@ TEST_F(Tree, SameSpecGivesByteIdenticalTrees) {
   ASSERT_EQ(generate(kSmallTraining, false).status, 0);
   const Outcome diff = sh("diff -r " + first.string() + " " + tree().string());
   EXPECT_EQ(diff.status, 0) << diff.output;
+}
+
+// Regenerating a tree never loses what the user put in it, refuses to
+// overwrite hand edits or a directory gcompile did not write, and swaps the
+// tree atomically (its manifest exists at every moment).
+TEST_F(Tree, RegeneratingKeepsUserFilesAndSwapsAtomically) {
+  write_corpus(dir_ / "corpus.txt");
+  ASSERT_EQ(generate(kSmallTraining, false).status, 0);
+  auto write = [](const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+  };
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  // A run directory of an older gcompile (it wrote run/ inside the tree), notes, a file among the sources.
+  write(tree() / "run" / "checkpoints" / "step_000010" / "state.json", "{\"step\": 10}\n");
+  write(tree() / "run" / "metrics.jsonl", "{\"step\": 1, \"loss\": 7.5}\n");
+  write(tree() / "notes.txt", "my notes\n");
+  write(tree() / "src" / "model" / "scratch.txt", "scratch\n");
+  const auto inode_before = sh("stat -c %i " + tree().string()).output;
+
+  std::atomic<bool> done{false}, missing{false};
+  std::thread watcher([&] {
+    while (!done) {
+      if (!fs::exists(tree() / "manifest.json")) missing = true;
+    }
+  });
+  const Outcome again = generate(kSmallTraining, false);
+  done = true;
+  watcher.join();
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_FALSE(missing) << "the tree was missing during regeneration";
+  EXPECT_NE(sh("stat -c %i " + tree().string()).output, inode_before) << "the tree was replaced, not edited in place";
+  EXPECT_NE(again.output.find("kept what you added"), std::string::npos) << again.output;
+  EXPECT_EQ(read(tree() / "run" / "metrics.jsonl"), "{\"step\": 1, \"loss\": 7.5}\n");
+  EXPECT_EQ(read(tree() / "run" / "checkpoints" / "step_000010" / "state.json"), "{\"step\": 10}\n");
+  EXPECT_EQ(read(tree() / "notes.txt"), "my notes\n");
+  EXPECT_EQ(read(tree() / "src" / "model" / "scratch.txt"), "scratch\n");
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find(".tree.gcompile-"), std::string::npos) << "staging left behind";
+  }
+
+  // A generated file edited by hand: refused, named, and left as edited.
+  const fs::path config = tree() / "src" / "config.hpp";
+  const std::string edited = read(config) + "// my change\n";
+  write(config, edited);
+  const Outcome refused = generate(kSmallTraining, false);
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.output.find("src/config.hpp"), std::string::npos) << refused.output;
+  EXPECT_EQ(read(config), edited);
+  EXPECT_EQ(read(tree() / "notes.txt"), "my notes\n");
+
+  // A directory gcompile did not write is never replaced.
+  const fs::path mine = dir_ / "mine";
+  write(mine / "data.txt", "precious\n");
+  const Outcome foreign = sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " --no-build -o " +
+                             mine.string());
+  EXPECT_EQ(foreign.status, 1);
+  EXPECT_NE(foreign.output.find("not a tree generated by gcompile"), std::string::npos) << foreign.output;
+  EXPECT_EQ(read(mine / "data.txt"), "precious\n");
 }
 
 // `gcompile diff`: an init ablation changes init constants only; gating adds

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,10 +35,15 @@ namespace fs = std::filesystem;
 using gc::test::Outcome;
 using gc::test::sh;
 
-const char* const kPython = "/usr/bin/python3";
+// Debian's python3 (python3-torch); GCOMPILE_TEST_PYTHON overrides it (the
+// test below uses that to show a missing torch fails in CI).
+const std::string kPython = [] {
+  const char* p = std::getenv("GCOMPILE_TEST_PYTHON");
+  return std::string(p != nullptr && *p != '\0' ? p : "/usr/bin/python3");
+}();
 
 bool torch_available() {
-  static const bool ok = sh(std::string(kPython) + " -c 'import torch, numpy'").status == 0;
+  static const bool ok = sh(kPython + " -c 'import torch, numpy'").status == 0;
   return ok;
 }
 
@@ -48,14 +54,23 @@ class Reference : public gc::test::TreeTest {
     return sh((env.empty() ? "" : env + " ") + (tree() / "probe").string() + " " + args);
   }
   Outcome reference(const fs::path& out) {
-    return sh(std::string(kPython) + " " + GCOMPILE_SOURCE_DIR + "/tests/reference/reference_model.py " +
+    return sh(kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/reference/reference_model.py " +
               tree().string() + " " + out.string());
   }
 
   // gcompile, probe, the PyTorch reference: all must succeed, with the norm
   // gains as initialized (all 1) and moved off 1 (so their use is compared too).
   void compare_with_pytorch(const std::string& spec_text) {
-    if (!torch_available()) GTEST_SKIP() << kPython << " cannot import torch (apt install python3-torch)";
+    if (!torch_available()) {
+      // In CI the oracle must run: scripts/setup installs python3-torch, so a
+      // missing torch is a broken setup, not a reason to skip.
+      const char* ci = std::getenv("CI");
+      if (ci != nullptr && *ci != '\0' && std::string(ci) != "false" && std::string(ci) != "0") {
+        FAIL() << "CI is set and " << kPython << " cannot import torch and numpy: the PyTorch oracle must not be "
+               << "skipped in CI (scripts/setup installs python3-torch)";
+      }
+      GTEST_SKIP() << kPython << " cannot import torch (apt install python3-torch)";
+    }
     const Outcome gen = generate(spec_text);
     ASSERT_EQ(gen.status, 0) << gen.output;
     for (const std::string flags : {"", " --perturb-norms"}) {
@@ -280,6 +295,20 @@ TEST_F(Reference, InitialWeightsHaveThePlannedStatistics) {
     if (p.name == "model.layers.1.mlp.down_proj.weight") down1 = p.std;
   }
   EXPECT_NEAR(down1 / down0, std::sqrt(0.5), 1e-12);
+}
+
+// The oracle cannot vanish: with CI set and no torch, the reference test
+// fails (it only skips outside CI).
+TEST(ReferenceOracle, MissingTorchFailsInCiAndSkipsOutside) {
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string run = " GCOMPILE_TEST_PYTHON=/bin/false " + self +
+                          " --gtest_filter=Reference.MatchesPyTorchWithEveryFeature 2>&1";
+  const Outcome in_ci = sh("CI=true" + run);
+  EXPECT_NE(in_ci.status, 0) << in_ci.output;
+  EXPECT_NE(in_ci.output.find("must not be skipped in CI"), std::string::npos) << in_ci.output;
+  const Outcome outside = sh("env -u CI" + run);
+  EXPECT_EQ(outside.status, 0) << outside.output;
+  EXPECT_NE(outside.output.find("SKIPPED"), std::string::npos) << outside.output;
 }
 
 }  // namespace

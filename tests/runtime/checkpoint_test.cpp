@@ -1,4 +1,5 @@
 #include "runtime/checkpoint.hpp"
+#include "runtime/sha256.hpp"
 
 #include <gtest/gtest.h>
 
@@ -264,9 +265,70 @@ TEST(RuntimeCheckpoint, CorruptModelFileNamesIt) {
   const std::string model = dir + "/model.safetensors";
   const std::string bytes = read_bytes(model);
   write_bytes(model, bytes.substr(0, bytes.size() - 4));
+  EXPECT_EQ(error_of([&] { load_checkpoint(dir, m.params(), kHash); }),
+            model + ": is corrupted: " + std::to_string(bytes.size() - 4) + " bytes, but state.json records " +
+                std::to_string(bytes.size()) + " (resume an older checkpoint with --checkpoint)");
+  // A checkpoint of format_version 1 (no fingerprints) still loads, and the
+  // safetensors checks still catch a truncation.
+  const std::string state = dir + "/state.json";
+  auto j = nlohmann::json::parse(read_bytes(state));
+  j["format_version"] = 1;
+  j.erase("files");
+  write_bytes(state, j.dump());
   EXPECT_EQ(
       error_of([&] { load_checkpoint(dir, m.params(), kHash); }),
       model + ": tensor 'model.norm.weight': data_offsets [48, 60] run past the end of the data section (56 bytes)");
+  write_bytes(model, bytes);
+  Model loaded(0);
+  EXPECT_EQ(load_checkpoint(dir, loaded.params(), kHash).step, 3);
+  EXPECT_TRUE(loaded == m);
+}
+
+TEST(RuntimeCheckpoint, OneFlippedByteIsNamedAndNothingIsLoaded) {
+  TempDir run;
+  Model m(1);
+  const std::string dir = save_checkpoint(run.str(), m.params(), state_at(3), 0);
+  for (const char* name : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string file = dir + "/" + name;
+    const std::string good = read_bytes(file);
+    std::string bad = good;
+    bad[bad.size() - 3] = char(bad[bad.size() - 3] ^ 1);  // inside the last tensor's data
+    write_bytes(file, bad);
+    Model loaded(0);
+    const std::string err = error_of([&] { load_checkpoint(dir, loaded.params(), kHash); });
+    EXPECT_EQ(err.rfind(file + ": is corrupted: its SHA-256 ", 0), 0u) << err;
+    EXPECT_TRUE(loaded == Model(0));
+    write_bytes(file, good);
+  }
+  Model loaded(0);
+  load_checkpoint(dir, loaded.params(), kHash);
+  EXPECT_TRUE(loaded == m);
+}
+
+TEST(RuntimeCheckpoint, StateJsonFingerprintsAreValidated) {
+  TempDir run;
+  Model m(1);
+  const std::string dir = save_checkpoint(run.str(), m.params(), state_at(3), 0);
+  const std::string state = dir + "/state.json";
+  const auto j = nlohmann::json::parse(read_bytes(state));
+  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["files"]["model.safetensors"]["sha256"], sha256_file_hex(dir + "/model.safetensors"));
+  const auto with = [&](const nlohmann::json& v) {
+    write_bytes(state, v.dump());
+    return error_of([&] { load_checkpoint(dir, m.params(), kHash); });
+  };
+  auto k = j;
+  k["files"].erase("optimizer.safetensors");
+  EXPECT_EQ(with(k), state + ": missing \"files.optimizer.safetensors\"");
+  k = j;
+  k["files"]["model.safetensors"]["sha256"] = "xyz";
+  EXPECT_EQ(with(k), state + ": \"files.model.safetensors.sha256\" is not 64 lowercase hex digits: \"xyz\"");
+  k = j;
+  k.erase("files");
+  EXPECT_EQ(with(k), state + ": missing \"files\"");
+  k = j;
+  k["format_version"] = 3;
+  EXPECT_EQ(with(k), state + ": unsupported format_version 3 (expected 1 or 2)");
 }
 
 }  // namespace
