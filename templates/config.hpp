@@ -15,9 +15,16 @@ enum class GatedAttention { none, headwise, elementwise };
 enum class Precision { bf16, fp32 };
 enum class Decay { cosine, linear, constant };
 
-// --- experiment
-inline constexpr const char* kExperimentName = gc::knob<const char*>("experiment.name", "template");
-inline constexpr std::uint64_t kSeed = gc::knob<std::uint64_t>("experiment.seed", 1234);
+// --- experiment identity, seed, data and provenance: defined in experiment.cpp,
+// the one source file (with plan_init.cpp) that differs between trees of an
+// init or seed sweep, so their builds share every other compiled object.
+extern const char* const kExperimentName;
+extern const std::uint64_t kSeed;
+extern const char* const kTrainData;
+extern const char* const kValData;
+extern const char* const kVocabFile;
+extern const char* const kSpecHash;
+extern const char* const kGcompileVersion;
 
 // --- model (seed 000 Table 2 shapes: d_model, heads, head_dim, d_ff)
 inline constexpr int kVocab = gc::knob<int>("model.vocab_size", 256);
@@ -108,11 +115,3 @@ static_assert(kSeqLen <= kMaxSeqLen, "seq_len exceeds max_seq_len");
 
 }  // namespace gcm
 
-namespace gcm {
-// --- data and provenance (resolved by gcompile when it generates the tree)
-inline constexpr const char* kTrainData = gc::knob<const char*>("plan.train_data", "");
-inline constexpr const char* kValData = gc::knob<const char*>("plan.val_data", "");
-inline constexpr const char* kVocabFile = gc::knob<const char*>("plan.vocab_file", "");
-inline constexpr const char* kSpecHash = gc::knob<const char*>("plan.spec_hash", "");
-inline constexpr const char* kGcompileVersion = gc::knob<const char*>("plan.gcompile_version", "");
-}  // namespace gcm

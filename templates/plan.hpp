@@ -20,8 +20,7 @@ struct ParamInfo {
   int rank;
   std::int64_t shape[3];
   std::int64_t numel;
-  InitKind init;
-  double std;            // σ of the rule (trunc_normal: of the untruncated normal)
+  InitKind init;          // σ of the rule: kInitStd[row] (plan_init.cpp)
   double cutoff;         // trunc_normal: ±cutoff·σ
   double lr_mult;
   double weight_decay;   // decoupled λ (seed 003 eq. 1); 0 when exempt
@@ -36,28 +35,33 @@ inline constexpr std::int64_t kPlannedModelBufferBytes = 1925120;
 inline constexpr std::int64_t kPlannedDeviceBytes = 37195780;
 
 inline constexpr ParamInfo kParams[kNumParams] = {
-    {"model.embed_tokens.weight", "embedding", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.input_layernorm.weight", "norm", 0, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 0.0, 1.0, 0.0},
-    {"model.layers.0.self_attn.q_proj.weight", "attn_q", 0, 2, {64, 64, 1}, 4096, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.self_attn.k_proj.weight", "attn_k", 0, 2, {32, 64, 1}, 2048, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.self_attn.v_proj.weight", "attn_v", 0, 2, {32, 64, 1}, 2048, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.self_attn.o_proj.weight", "attn_o", 0, 2, {64, 64, 1}, 4096, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.post_attention_layernorm.weight", "norm", 0, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 0.0, 1.0, 0.0},
-    {"model.layers.0.mlp.gate_proj.weight", "mlp_gate", 0, 2, {128, 64, 1}, 8192, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.mlp.up_proj.weight", "mlp_up", 0, 2, {128, 64, 1}, 8192, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.0.mlp.down_proj.weight", "mlp_down", 0, 2, {64, 128, 1}, 8192, InitKind::normal, 0.08838834764831845, 0.0, 1.0, 0.1},
-    {"model.layers.1.input_layernorm.weight", "norm", 1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 0.0, 1.0, 0.0},
-    {"model.layers.1.self_attn.q_proj.weight", "attn_q", 1, 2, {64, 64, 1}, 4096, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.self_attn.k_proj.weight", "attn_k", 1, 2, {32, 64, 1}, 2048, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.self_attn.v_proj.weight", "attn_v", 1, 2, {32, 64, 1}, 2048, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.self_attn.o_proj.weight", "attn_o", 1, 2, {64, 64, 1}, 4096, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.post_attention_layernorm.weight", "norm", 1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 0.0, 1.0, 0.0},
-    {"model.layers.1.mlp.gate_proj.weight", "mlp_gate", 1, 2, {128, 64, 1}, 8192, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.mlp.up_proj.weight", "mlp_up", 1, 2, {128, 64, 1}, 8192, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
-    {"model.layers.1.mlp.down_proj.weight", "mlp_down", 1, 2, {64, 128, 1}, 8192, InitKind::normal, 0.08838834764831845, 0.0, 1.0, 0.1},
-    {"model.norm.weight", "norm", -1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 0.0, 1.0, 0.0},
-    {"lm_head.weight", "lm_head", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.125, 0.0, 1.0, 0.1},
+    {"model.embed_tokens.weight", "embedding", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.input_layernorm.weight", "norm", 0, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 1.0, 0.0},
+    {"model.layers.0.self_attn.q_proj.weight", "attn_q", 0, 2, {64, 64, 1}, 4096, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.self_attn.k_proj.weight", "attn_k", 0, 2, {32, 64, 1}, 2048, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.self_attn.v_proj.weight", "attn_v", 0, 2, {32, 64, 1}, 2048, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.self_attn.o_proj.weight", "attn_o", 0, 2, {64, 64, 1}, 4096, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.post_attention_layernorm.weight", "norm", 0, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 1.0, 0.0},
+    {"model.layers.0.mlp.gate_proj.weight", "mlp_gate", 0, 2, {128, 64, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.mlp.up_proj.weight", "mlp_up", 0, 2, {128, 64, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.0.mlp.down_proj.weight", "mlp_down", 0, 2, {64, 128, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.input_layernorm.weight", "norm", 1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 1.0, 0.0},
+    {"model.layers.1.self_attn.q_proj.weight", "attn_q", 1, 2, {64, 64, 1}, 4096, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.self_attn.k_proj.weight", "attn_k", 1, 2, {32, 64, 1}, 2048, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.self_attn.v_proj.weight", "attn_v", 1, 2, {32, 64, 1}, 2048, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.self_attn.o_proj.weight", "attn_o", 1, 2, {64, 64, 1}, 4096, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.post_attention_layernorm.weight", "norm", 1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 1.0, 0.0},
+    {"model.layers.1.mlp.gate_proj.weight", "mlp_gate", 1, 2, {128, 64, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.mlp.up_proj.weight", "mlp_up", 1, 2, {128, 64, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.layers.1.mlp.down_proj.weight", "mlp_down", 1, 2, {64, 128, 1}, 8192, InitKind::normal, 0.0, 1.0, 0.1},
+    {"model.norm.weight", "norm", -1, 1, {64, 1, 1}, 64, InitKind::ones, 0.0, 1.0, 0.0},
+    {"lm_head.weight", "lm_head", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.0, 1.0, 0.1},
 };
+
+// σ of each row's init rule (trunc_normal: of the untruncated normal). Defined in
+// plan_init.cpp, the one file an init ablation changes, so a sweep over γ recompiles
+// that file alone.
+extern const double kInitStd[kNumParams];
 
 // Row indices into kParams (-1: the model has no such tensor).
 inline constexpr int kParamEmbed = 0;

@@ -1,5 +1,7 @@
 #include "data/text_data.hpp"
 
+#include "common/cache_dir.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -34,18 +36,10 @@ fs::path resolve(const Spec& spec, const std::string& key, const std::string& pa
 }
 
 // Where prepared data is cached: data.cache_dir when the spec sets it, else
-// the user's cache directory ($GCOMPILE_CACHE_DIR, $XDG_CACHE_HOME/gcompile or
-// ~/.cache/gcompile), never beside the spec, where users keep committed records.
+// the user's cache directory (common/cache_dir.hpp), never beside the spec.
 fs::path cache_root(const Spec& spec) {
   if (!spec.data.cache_dir.empty()) return resolve(spec, "data.cache_dir", spec.data.cache_dir);
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v && *v ? std::optional<fs::path>(v) : std::nullopt;
-  };
-  if (auto dir = env("GCOMPILE_CACHE_DIR")) return fs::absolute(*dir);
-  if (auto dir = env("XDG_CACHE_HOME")) return fs::absolute(*dir / "gcompile");
-  if (auto home = env("HOME")) return *home / ".cache" / "gcompile";
-  return fs::absolute(".gcompile-cache");
+  return user_cache_dir();
 }
 
 // Moves a completely written staging directory to `cache`. When another
@@ -230,7 +224,7 @@ std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_
                                      std::to_string(spec.model.vocab_size) + "\n" + std::to_string(spec.train.seq_len) +
                                      "\n" + std::to_string(spec.experiment.seed) + "\n" + std::to_string(train_tokens))
                               .substr(0, 16);
-  const fs::path cache = cache_root(spec) / (spec.experiment.name + "-synthetic-" + key);
+  const fs::path cache = cache_root(spec) / ("synthetic-" + key);
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   std::error_code ec;
@@ -292,7 +286,7 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
     }
     tokenizer = std::move(*model);
   }
-  const fs::path cache = cache_root(spec) / (spec.experiment.name + "-" + cache_key(spec, files, docs, tokenizer));
+  const fs::path cache = cache_root(spec) / ("text-" + cache_key(spec, files, docs, tokenizer));
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   out.vocab_file = (cache / "vocab.txt").string();

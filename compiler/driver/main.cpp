@@ -14,6 +14,7 @@
 #include "driver/build.hpp"
 #include "explain/explain.hpp"
 #include "plan/plan.hpp"
+#include "driver/sweep.hpp"
 #include "report/page.hpp"
 #include "spec/schema.hpp"
 #include "spec/spec.hpp"
@@ -39,6 +40,10 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
     -j N                  build with N parallel jobs
 
 commands:
+  sweep BASE.toml --set KEY=V1,V2,... [--set ...] -o DIR [--train] [--steps N]
+                          one spec per grid point in DIR (each extends BASE),
+                          every tree generated and built (sharing compiled
+                          objects), with --train trained and DIR/report.html
   diff A.toml B.toml      unified diff of the two generated trees
   report RUN_DIR... [-o FILE] [--compare FILE.json]...
                           write one self-contained HTML page (default
@@ -252,12 +257,13 @@ int run(const Args& a) {
     }
     return kOk;
   }
-  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, report, schema, presets; or a SPEC.toml to generate and build)");
+  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, sweep, report, schema, presets; or a SPEC.toml to generate and build)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "sweep") return gc::sweep_command(argc - 2, argv + 2);
   int status = kOk;
   auto args = parse_args(argc, argv, status);
   if (!args) return status;

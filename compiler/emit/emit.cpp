@@ -133,7 +133,11 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
     return std::nullopt;
   }
   if (!check_single_process(plan.spec, diags)) return std::nullopt;
-  const std::string plan_hpp = plan_header(plan, banner(plan, "//", "") + "\n");
+  // The parser sees plan.hpp without its banner, which names the spec: the
+  // same plan table then specializes (and is cached) the same for every tree.
+  const std::string plan_body = plan_header(plan, "");
+  const std::string plan_hpp = banner(plan, "//", "") + "\n" + plan_body;
+  const std::string plan_init = plan_init_source(plan, banner(plan, "//", "") + "\n");
   std::vector<TemplateFile> inputs = template_inputs();
   // The runtime is visible to the parser as "runtime/..." (as in the tree).
   std::map<std::string, std::string> runtime;
@@ -142,8 +146,8 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   toolchain.include_dirs.push_back("/gcompile");
   // Knobs fold against the templates' default plan.hpp (it matches the
   // default knobs); pruning then sees this plan's table.
-  auto specialized = specialize(inputs, "/gcompile/templates", "templates", knob_table(plan, data), toolchain, diags,
-                                runtime, {{"plan.hpp", plan_hpp}});
+  auto specialized =
+      specialize_templates(inputs, runtime, knob_table(plan, data), {{"plan.hpp", plan_body}}, toolchain, diags);
   if (!specialized || !check_keys_consumed(plan, specialized->used_knobs, diags)) return std::nullopt;
 
   Tree tree;
@@ -151,7 +155,11 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   for (const auto& f : specialized->files) {
     if (f.path == "gc/knob.hpp") continue;  // knobs are folded; nothing includes it any more
     const std::string path = "src/" + f.path;
-    tree.files[path] = f.path == "plan.hpp" ? plan_hpp : banner(plan, "//", "template templates/" + f.path) + "\n" + f.text;
+    if (f.path == "plan.hpp" || f.path == "plan_init.cpp") {
+      tree.files[path] = f.path == "plan.hpp" ? plan_hpp : plan_init;
+    } else {
+      tree.files[path] = banner(plan, "//", "template templates/" + f.path) + "\n" + f.text;
+    }
     if (ends_with(path, ".cu")) cuda_sources.push_back(path);
     if (ends_with(path, ".cpp")) sources.push_back(path);
   }

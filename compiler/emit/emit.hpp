@@ -33,6 +33,14 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
 // directory is kept for incremental builds.
 bool write_tree(const Tree& tree, const std::string& dir, Diagnostics& diags, std::vector<std::string>* kept = nullptr);
 
+// specialize() over the embedded templates, with the work that is the same
+// across a sweep's trees cached on disk (specialize_cache.cpp).
+std::optional<SpecializeResult> specialize_templates(const std::vector<TemplateFile>& templates,
+                                                     const std::map<std::string, std::string>& runtime,
+                                                     const KnobTable& knobs,
+                                                     const std::map<std::string, std::string>& after_knobs,
+                                                     const Toolchain& toolchain, Diagnostics& diags);
+
 // The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
 KnobTable knob_table(const Plan& plan, const PreparedData& data);
 
@@ -45,6 +53,9 @@ std::string sha256_hex(const std::string& text);
 
 // plan.hpp: the parameter table as constexpr arrays.
 std::string plan_header(const Plan& plan, const std::string& banner);
+// plan_init.cpp: kInitStd, the per-tensor init σ (kept out of plan.hpp so a γ
+// sweep changes one small source file).
+std::string plan_init_source(const Plan& plan, const std::string& banner);
 // CMakeLists.txt of the generated tree.
 std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources,
                        const std::vector<std::string>& cuda_sources);

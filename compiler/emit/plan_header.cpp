@@ -137,6 +137,18 @@ void metric_tables(std::ostringstream& o, const Plan& plan) {
 
 }  // namespace
 
+std::string plan_init_source(const Plan& plan, const std::string& banner) {
+  std::ostringstream o;
+  o << banner;
+  o << "// σ of every parameter's init rule, in kParams order (seed 000 §4.2: σ = fan^-γ unless\n"
+       "// the spec gives a std expression; trunc_normal: σ of the untruncated normal).\n"
+       "#include \"plan.hpp\"\n\nnamespace gcm {\n\n"
+       "const double kInitStd[kNumParams] = {\n";
+  for (const auto& p : plan.params) o << "    " << literal(p.std) << ",  // " << p.name << "\n";
+  o << "};\n\n}  // namespace gcm\n";
+  return o.str();
+}
+
 std::string plan_header(const Plan& plan, const std::string& banner) {
   std::ostringstream o;
   o << banner;
@@ -152,8 +164,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
        "  int rank;\n"
        "  std::int64_t shape[3];\n"
        "  std::int64_t numel;\n"
-       "  InitKind init;\n"
-       "  double std;            // σ of the rule (trunc_normal: of the untruncated normal)\n"
+       "  InitKind init;          // σ of the rule: kInitStd[row] (plan_init.cpp)\n"
        "  double cutoff;         // trunc_normal: ±cutoff·σ\n"
        "  double lr_mult;\n"
        "  double weight_decay;   // decoupled λ (seed 003 eq. 1); 0 when exempt\n"
@@ -170,10 +181,14 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
     o << "    {" << cpp_string_literal(p.name) << ", " << cpp_string_literal(class_name(p.cls)) << ", " << p.layer << ", "
       << p.shape.size() << ", {";
     for (std::size_t i = 0; i < 3; ++i) o << (i ? ", " : "") << (i < p.shape.size() ? p.shape[i] : 1);
-    o << "}, " << p.numel() << ", " << dist_enum(p) << ", " << literal(p.std) << ", " << literal(p.cutoff) << ", "
+    o << "}, " << p.numel() << ", " << dist_enum(p) << ", " << literal(p.cutoff) << ", "
       << literal(p.lr_mult) << ", " << literal(p.weight_decay) << "},\n";
   }
   o << "};\n\n";
+  o << "// σ of each row's init rule (trunc_normal: of the untruncated normal). Defined in\n"
+       "// plan_init.cpp, the one file an init ablation changes, so a sweep over γ recompiles\n"
+       "// that file alone.\n"
+       "extern const double kInitStd[kNumParams];\n\n";
   layer_index_tables(o, plan);
   metric_tables(o, plan);
   o << "}  // namespace gcm\n";

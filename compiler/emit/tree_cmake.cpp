@@ -32,7 +32,18 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
     << "# compiler and the CUDA toolkit) it builds with its portable GEMM, serially.\n"
     << "option(GC_BLAS \"Use OpenBLAS for the CPU backend's GEMMs when found\" ON)\n"
     << "find_package(OpenMP)\nset(BLA_VENDOR OpenBLAS)\nfind_package(BLAS)\n"
-    << "find_path(GC_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu aarch64-linux-gnu)\n\n";
+    << "find_path(GC_CBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu aarch64-linux-gnu)\n\n"
+    << "# ccache, when installed, reuses objects across trees: paths are made relative to the tree\n"
+    << "# (CCACHE_BASEDIR), so two trees that differ only in src/experiment.cpp and src/plan_init.cpp\n"
+    << "# (a sweep over γ, the seed or the name) compile those two files and link.\n"
+    << "option(GC_CCACHE \"Compile through ccache when it is installed\" ON)\n"
+    << "find_program(GC_CCACHE_PROGRAM ccache)\n"
+    << "if(GC_CCACHE AND GC_CCACHE_PROGRAM)\n"
+    << "  set(GC_LAUNCHER ${CMAKE_COMMAND} -E env CCACHE_BASEDIR=${CMAKE_CURRENT_SOURCE_DIR} CCACHE_NOHASHDIR=1\n"
+    << "    ${GC_CCACHE_PROGRAM})\n"
+    << "  set(CMAKE_CXX_COMPILER_LAUNCHER ${GC_LAUNCHER})\n"
+    << "  set(CMAKE_CUDA_COMPILER_LAUNCHER ${GC_LAUNCHER})\n"
+    << "endif()\n\n";
   o << "add_library(gc_common STATIC";
   for (const auto& s : sources) {
     if (!is_main(s)) o << "\n  " << s;

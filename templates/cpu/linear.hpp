@@ -14,7 +14,13 @@
 #ifndef GC_NO_CBLAS
 #include <cblas.h>
 #endif
+#if defined(_OPENMP) && __has_include(<omp.h>)
+#include <omp.h>
+#elif defined(_OPENMP)
+extern "C" int omp_get_max_threads(void);  // gcompile's Clang parse has no omp.h of its own
+#endif
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common.hpp"
@@ -57,16 +63,63 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
   portable_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 #else
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                 int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-              A, lda, B, ldb, beta, C, ldc);
+// OpenBLAS's own thread pool and OpenMP's would fight over the same cores
+// (OpenMP workers spin between parallel regions while BLAS threads want the
+// cores): BLAS runs single-threaded, and gemm() below splits C into one block
+// per OpenMP thread instead. Weak: any other CBLAS simply lacks the call.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+inline void single_threaded_blas_once() {
+  static const bool done = [] {
+    if (openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
 }
 
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
-                 const double* B, int ldb, double beta, double* C, int ldc) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-              A, lda, B, ldb, beta, C, ldc);
+inline void cblas_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                       int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+inline void cblas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, int lda, const double* B,
+                       int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+// C = alpha·op(A)·op(B) + beta·C with C split along its larger dimension into
+// one block per OpenMP thread (multiples of 16), each a single-threaded BLAS
+// call over the full K: every element of C is computed by one call.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+          T* C, int ldc) {
+  single_threaded_blas_once();
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  const double flops = 2.0 * M * N * K;
+  if (threads <= 1 || flops < 4e5 || (M < 32 && N < 32)) {
+    cblas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const bool split_rows = M >= N;
+  const int extent = split_rows ? M : N;
+  const int chunk = ((extent + threads - 1) / threads + 15) / 16 * 16;
+  const int blocks = (extent + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(blocks)
+  for (int b = 0; b < blocks; ++b) {
+    const int begin = b * chunk, size = std::min(chunk, extent - begin);
+    if (split_rows) {
+      const T* a = trans_a ? A + begin : A + std::int64_t(begin) * lda;
+      cblas_gemm(trans_a, trans_b, size, N, K, alpha, a, lda, B, ldb, beta, C + std::int64_t(begin) * ldc, ldc);
+    } else {
+      const T* bb = trans_b ? B + std::int64_t(begin) * ldb : B + begin;
+      cblas_gemm(trans_a, trans_b, M, size, K, alpha, A, lda, bb, ldb, beta, C + begin, ldc);
+    }
+  }
 }
 #endif
 

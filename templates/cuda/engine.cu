@@ -64,7 +64,7 @@ class CudaEngine final : public Engine {
   void initialize(std::uint64_t seed) override {
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
-      cuda::init_tensor(master().data() + kOffsets.at[i], p.numel, p.init, p.std, p.cutoff, seed, std::uint32_t(i));
+      cuda::init_tensor(master().data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
     }
     if constexpr (kSeparateMaster) {
       cuda::cast_copy(model_.params.data(), master_.data(), kOffsets.at[kNumParams]);

@@ -56,11 +56,11 @@ void init_parameters(T* params, std::uint64_t seed) {
     const ParamInfo& p = kParams[i];
     T* out = params + kOffsets.at[i];
     switch (p.init) {
-      case InitKind::normal: cpu::fill_normal(out, p.numel, p.std, seed, std::uint32_t(i)); break;
+      case InitKind::normal: cpu::fill_normal(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
       case InitKind::trunc_normal:
-        cpu::fill_truncated_normal(out, p.numel, p.std, p.cutoff, seed, std::uint32_t(i));
+        cpu::fill_truncated_normal(out, p.numel, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
         break;
-      case InitKind::uniform: cpu::fill_uniform(out, p.numel, p.std, seed, std::uint32_t(i)); break;
+      case InitKind::uniform: cpu::fill_uniform(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
       case InitKind::ones:
         for (std::int64_t j = 0; j < p.numel; ++j) out[j] = T(1);
         break;

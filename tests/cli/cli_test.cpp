@@ -170,6 +170,9 @@ TEST(Templates, DefaultPlanHeaderIsTheEmittersOutputForTheDefaultsSpec) {
   EXPECT_EQ(without_banner(read_text(dir / "tree/src/plan.hpp")),
             without_banner(read_text(fs::path(GCOMPILE_SOURCE_DIR) / "templates/plan.hpp")))
       << "templates/plan.hpp is stale: regenerate it from specs/template_defaults.toml";
+  EXPECT_EQ(without_banner(read_text(dir / "tree/src/plan_init.cpp")),
+            without_banner(read_text(fs::path(GCOMPILE_SOURCE_DIR) / "templates/plan_init.cpp")))
+      << "templates/plan_init.cpp is stale: regenerate it from specs/template_defaults.toml";
   fs::remove_all(dir);
 }
 
