@@ -42,7 +42,7 @@ TEST(Cli, UsageErrorsExitTwo) {
   auto unknown = gcompile("frobnicate specs/tiny.toml");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_EQ(unknown.err,
-            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, diff, report, schema, presets; or "
+            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, diff, sweep, report, schema, presets; or "
             "a SPEC.toml to generate and build)\n"
             "Run 'gcompile --help' for usage.\n");
   EXPECT_EQ(gcompile("check").status, 2);
@@ -184,7 +184,7 @@ namespace {
 
 TEST(Templates, HostileStringsLandInGeneratedCodeAsInertLiterals) {
   // A data path full of C++ syntax must reach the program byte for byte, as
-  // data: compile the generated config.hpp and print the literal back.
+  // data: compile the generated experiment.cpp and print the literal back.
   const fs::path dir = fs::temp_directory_path() / ("gcompile_hostile_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string hostile = R"(x"; system("rm -rf /"); /* ??= */ // \ )";
@@ -196,7 +196,7 @@ TEST(Templates, HostileStringsLandInGeneratedCodeAsInertLiterals) {
   ASSERT_EQ(r.status, 0) << r.err;
   std::ofstream(dir / "print.cpp") << "#include <cstdio>\n#include \"config.hpp\"\n"
                                       "int main() { std::fputs(gcm::kTrainData, stdout); }\n";
-  const std::string build = "cd " + dir.string() + " && c++ -std=c++17 -Itree/src print.cpp -o print 2>&1";
+  const std::string build = "cd " + dir.string() + " && c++ -std=c++17 -Itree/src print.cpp tree/src/experiment.cpp -o print 2>&1";
   ASSERT_EQ(std::system(build.c_str()), 0);
   FILE* p = ::popen((dir / "print").c_str(), "r");
   std::string printed;
