@@ -3,7 +3,6 @@
 #include "common/cache_dir.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <glob.h>

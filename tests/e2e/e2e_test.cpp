@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/sha256.hpp"
+#include "test_util.hpp"
 #include "tree_test_util.hpp"
 
 namespace {
@@ -405,23 +406,8 @@ namespace {
 class Sweep : public gc::test::TreeTest {};
 
 TEST_F(Sweep, WritesOneSpecPerPointAndTreesThatDifferOnlyWhereTheyMust) {
-  const std::string base = R"toml([experiment]
-name = "base"
-[model]
-vocab_size = 64
-d_model = 16
-n_layers = 1
-n_heads = 2
-d_ff = 32
-[optim]
-lr = 1e-3
-[train]
-seq_len = 8
-global_batch = 2
-steps = 2
-[data]
-format = "synthetic"
-)toml";
+  std::string base = gc::test::minimal_spec_sections();
+  base.replace(base.find("name = \"t\""), 10, "name = \"base\"");
   std::ofstream(dir_ / "base.toml") << base;
   const std::string gcompile = std::string(GCOMPILE_BINARY);
   const Outcome out = sh("cd " + dir_.string() + " && " + gcompile +
