@@ -217,6 +217,15 @@ std::vector<std::int32_t> Batch::targets() const {
   return out;
 }
 
+void Batch::split(std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) const {
+  inputs.resize(std::size_t(B * T));
+  targets.resize(std::size_t(B * T));
+  for (std::int64_t b = 0; b < B; ++b) {
+    std::copy(row(b), row(b) + T, inputs.begin() + b * T);
+    std::copy(row(b) + 1, row(b) + 1 + T, targets.begin() + b * T);
+  }
+}
+
 ShardSet::ShardSet(const std::string& source, std::int64_t vocab_size)
     : source_(source), vocab_size_(vocab_size), files_(expand_shard_paths(source)) {
   for (const auto& f : files_) counts_.push_back(read_shard_header(f).count);
@@ -271,17 +280,21 @@ void ShardSet::read_sequence(Cursor& cursor, std::int64_t T, std::int32_t* out) 
   pos.offset += std::uint64_t(T);
 }
 
-Batch ShardSet::read_batch(Cursor& cursor, std::int64_t B, std::int64_t T) const {
+void ShardSet::read_batch(Cursor& cursor, std::int64_t B, std::int64_t T, Batch& out) const {
   check_shape(B, T);
+  out.B = B;
+  out.T = T;
+  out.tokens.resize(std::size_t(B * (T + 1)));
+  for (std::int64_t b = 0; b < B; ++b) read_sequence(cursor, T, out.tokens.data() + b * (T + 1));
+}
+
+Batch ShardSet::next_batch(std::int64_t B, std::int64_t T) {
   Batch batch;
-  batch.B = B;
-  batch.T = T;
-  batch.tokens.resize(std::size_t(B * (T + 1)));
-  for (std::int64_t b = 0; b < B; ++b) read_sequence(cursor, T, batch.tokens.data() + b * (T + 1));
+  read_batch(cursor_, B, T, batch);
   return batch;
 }
 
-Batch ShardSet::next_batch(std::int64_t B, std::int64_t T) { return read_batch(cursor_, B, T); }
+void ShardSet::next_batch(std::int64_t B, std::int64_t T, Batch& out) { read_batch(cursor_, B, T, out); }
 
 DataPosition ShardSet::position() const {
   DataPosition p = cursor_.pos;
@@ -311,8 +324,8 @@ void ShardSet::seek(const DataPosition& p) {
 
 std::vector<Batch> ShardSet::validation_batches(std::int64_t B, std::int64_t T, std::int64_t n_batches) const {
   Cursor cursor;
-  std::vector<Batch> out;
-  for (std::int64_t i = 0; i < n_batches; ++i) out.push_back(read_batch(cursor, B, T));
+  std::vector<Batch> out(std::size_t(n_batches > 0 ? n_batches : 0));
+  for (Batch& batch : out) read_batch(cursor, B, T, batch);
   return out;
 }
 

@@ -79,6 +79,8 @@ struct Batch {
   const std::int32_t* row(std::int64_t b) const { return tokens.data() + b * (T + 1); }
   std::vector<std::int32_t> inputs() const;   // B * T
   std::vector<std::int32_t> targets() const;  // B * T
+  // Both at once into the caller's buffers (no allocation once they are sized).
+  void split(std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) const;
 };
 
 // Where the reader stands: the next sequence starts at token `offset` of shard
@@ -113,6 +115,8 @@ class ShardSet {
   std::uint64_t total_tokens() const;
 
   Batch next_batch(std::int64_t B, std::int64_t T);
+  // The same into `out`, reusing its storage (the training loop: no allocation per step).
+  void next_batch(std::int64_t B, std::int64_t T, Batch& out);
   DataPosition position() const;
   // Restores a saved position exactly; throws if it does not fit this set.
   void seek(const DataPosition& position);
@@ -128,7 +132,7 @@ class ShardSet {
     std::optional<TokenShard> open;
   };
   void read_sequence(Cursor& cursor, std::int64_t T, std::int32_t* out) const;
-  Batch read_batch(Cursor& cursor, std::int64_t B, std::int64_t T) const;
+  void read_batch(Cursor& cursor, std::int64_t B, std::int64_t T, Batch& out) const;
   const TokenShard& shard(Cursor& cursor) const;
   void check_shape(std::int64_t B, std::int64_t T) const;
 

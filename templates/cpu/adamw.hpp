@@ -50,11 +50,15 @@ void adamw_step(T* param, T* m, T* v, const T* grad, std::int64_t n, const AdamW
 
 inline constexpr std::int64_t kNormChunk = std::int64_t(1) << 16;
 
-// Σ x² in double, deterministic. Allocates one double per 65536 elements.
+// Σ x² in double, deterministic: one partial per 65536 elements, added in
+// chunk order. The partials live in a per-thread buffer that only grows (no
+// allocation per call once the largest tensor has been seen).
 template <typename T>
 double sum_of_squares(const T* x, std::int64_t n) {
   const std::int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
-  std::vector<double> partial(std::size_t(chunks > 0 ? chunks : 0), 0.0);
+  thread_local std::vector<double> buffer;  // the calling thread's: the workers write through `partial`
+  if (buffer.size() < std::size_t(chunks > 0 ? chunks : 0)) buffer.resize(std::size_t(chunks));
+  double* const partial = buffer.data();
 #pragma omp parallel for
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t end = (c + 1) * kNormChunk < n ? (c + 1) * kNormChunk : n;
@@ -62,11 +66,11 @@ double sum_of_squares(const T* x, std::int64_t n) {
     for (std::int64_t i = c * kNormChunk; i < end; ++i) {
       s += double(x[i]) * double(x[i]);
     }
-    partial[std::size_t(c)] = s;
+    partial[c] = s;
   }
   double total = 0.0;
-  for (double s : partial) {
-    total += s;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    total += partial[c];
   }
   return total;
 }

@@ -103,13 +103,13 @@ class CudaEngine final : public Engine {
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets);
   }
-  std::vector<double> grad_squares() override {
+  const std::vector<double>& grad_squares() override {
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data(), tensors_.data(),
                                  kNumParams, kOffsets.at[kNumParams]);
-    std::vector<double> out(static_cast<std::size_t>(kNumParams));
+    host_squares_.resize(std::size_t(kNumParams));
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    squares_.download(out.data(), out.size());
-    return out;
+    squares_.download(host_squares_.data(), host_squares_.size());
+    return host_squares_;
   }
   void adamw_step(double lr, double clip, std::int64_t t) override {
     ComputeType* working = nullptr;
@@ -171,6 +171,7 @@ class CudaEngine final : public Engine {
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
+  std::vector<double> host_squares_;  // grad_squares() result, reused every step
 };
 
 }  // namespace

@@ -46,7 +46,8 @@ class Engine {
   // the engine's own; on a GPU, `host` after copying every forward buffer).
   virtual const Model<float>& activations(Model<float>& host) = 0;
   // Σ g² of each tensor, in kParams order (fixed summation order: repeatable).
-  virtual std::vector<double> grad_squares() = 0;
+  // The engine's own buffer, valid until the next call (no allocation per step).
+  virtual const std::vector<double>& grad_squares() = 0;
   // AdamW on every tensor with η = lr · lr_mult, gradients scaled by clip; t ≥ 1.
   virtual void adamw_step(double lr, double clip, std::int64_t t) = 0;
   // Bytes of the model's buffers besides parameters and gradients.
@@ -61,7 +62,8 @@ class Engine {
 // The CPU engine: the trainer's host model and moments are the state.
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v) : model_(model), m_(m), v_(v) {}
+  CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v)
+      : model_(model), m_(m), v_(v), squares_(std::size_t(kNumParams)) {}
   std::string describe() const override { return "CPU backend"; }
   void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
   void upload(const float*, const float*, const float*) override {}
@@ -80,10 +82,11 @@ class CpuEngine final : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   const Model<float>& activations(Model<float>&) override { return model_; }
-  std::vector<double> grad_squares() override {
-    std::vector<double> out(static_cast<std::size_t>(kNumParams));
-    for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
-    return out;
+  const std::vector<double>& grad_squares() override {
+    for (int i = 0; i < kNumParams; ++i) {
+      squares_[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+    }
+    return squares_;
   }
   void adamw_step(double lr, double clip, std::int64_t t) override {
     for (int i = 0; i < kNumParams; ++i) {
@@ -98,6 +101,7 @@ class CpuEngine final : public Engine {
   Model<float>& model_;
   std::vector<float>& m_;
   std::vector<float>& v_;
+  std::vector<double> squares_;
 };
 
 // Defined in cuda/engine.cu, so only in a tree built with the CUDA backend

@@ -20,6 +20,7 @@
 #include "config.hpp"
 #include "cpu/adamw.hpp"
 #include "train/engine.hpp"
+#include "train/host_allocations.hpp"
 #include "metrics/collector.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
@@ -93,6 +94,9 @@ class Trainer {
   std::vector<double> step_seconds_;  // wall time of each step of this process (summary)
   std::int64_t peak_device_bytes_ = 0;
   std::int64_t allocations_after_first_step_ = 0;
+  std::int64_t host_allocations_in_steps_ = 0;  // operator new calls inside train_step after the first step
+  gc::rt::Batch batch_;                         // the micro-batch being trained on, reused
+  std::vector<std::int32_t> inputs_, targets_;  // its inputs and targets, reused
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
 };
 

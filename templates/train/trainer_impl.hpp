@@ -149,12 +149,11 @@ inline double Trainer::train_step(std::int64_t step) {
   engine_->zero_grads();
   double loss = 0.0;
   for (int micro = 0; micro < kGradAccum; ++micro) {
-    const gc::rt::Batch batch = train_.next_batch(kMicroBatch, kSeqLen);
-    const auto inputs = batch.inputs();
-    const auto targets = batch.targets();
-    loss += engine_->forward_backward(inputs.data(), targets.data(), 1.0 / kGradAccum) / kGradAccum;
+    train_.next_batch(kMicroBatch, kSeqLen, batch_);
+    batch_.split(inputs_, targets_);
+    loss += engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum) / kGradAccum;
   }
-  const std::vector<double> squares = engine_->grad_squares();
+  const std::vector<double>& squares = engine_->grad_squares();
   last_grad_norm_ = cpu::global_norm(squares);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
@@ -205,9 +204,8 @@ inline double Trainer::train_step(std::int64_t step) {
 inline double Trainer::evaluate(ActivationMetrics* metrics) {
   double total = 0.0;
   for (const auto& batch : val_batches_) {
-    const auto inputs = batch.inputs();
-    const auto targets = batch.targets();
-    total += engine_->forward_loss(inputs.data(), targets.data());
+    batch.split(inputs_, targets_);
+    total += engine_->forward_loss(inputs_.data(), targets_.data());
     if (metrics) metrics->add_batch(engine_->activations(metrics_model()));
   }
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
@@ -277,10 +275,13 @@ inline int Trainer::run() {
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
   if (start_step_ == 0) measure(0, false, log);
+  step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
   for (std::int64_t step = start_step_; step < opt_.steps; ++step) {
     const auto t0 = Clock::now();
     const double lr = learning_rate(step);
+    const std::int64_t allocations_before = host_allocations();
     const double loss = train_step(step);
+    if (step > start_step_) host_allocations_in_steps_ += host_allocations() - allocations_before;
     if (!std::isfinite(loss)) {
       if (opt_.progress) std::fprintf(stderr, "\n");
       std::fprintf(stderr,
@@ -329,7 +330,9 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"step_ms_median", median * 1e3},
             {"tokens_per_s_median", tokens_per_step / median},
             {"flops_per_token", kFlopsPerToken},
-            {"model_buffer_bytes", engine_->model_buffer_bytes()}};
+            {"model_buffer_bytes", engine_->model_buffer_bytes()},
+            // Host heap allocations inside the training steps after the first (0 unless metrics were due).
+            {"host_allocations_in_steps", host_allocations_in_steps_}};
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
   if (on_device_ || kPrecision == Precision::fp32) r["planned_model_buffer_bytes"] = kPlannedModelBufferBytes;
   if (on_device_) {

@@ -126,6 +126,8 @@ TEST_F(CudaTree, CpuOnlyTreeRejectsDeviceCudaAndMatchesThePlannedMemory) {
   ASSERT_EQ(records.back()["event"], "summary");
   EXPECT_GT(records.back()["model_buffer_bytes"].get<std::int64_t>(), 0);
   EXPECT_EQ(records.back()["model_buffer_bytes"], records.back()["planned_model_buffer_bytes"]);
+  // Steps 2 and 3 reuse every host buffer: batches, scratch, the gradient sums.
+  EXPECT_EQ(records.back()["host_allocations_in_steps"], 0);
 }
 
 }  // namespace
