@@ -14,6 +14,8 @@ enum class NormPlacement { pre, sandwich };
 enum class GatedAttention { none, headwise, elementwise };
 enum class Precision { bf16, fp32 };
 enum class Decay { cosine, linear, constant };
+enum class RouterScoring { softmax, sigmoid };
+enum class LoadBalance { none, aux_loss, aux_free };
 
 // --- experiment identity, seed, data and provenance: defined in experiment.cpp,
 // the one source file (with plan_init.cpp) that differs between trees of an
@@ -33,7 +35,7 @@ inline constexpr int kLayers = gc::knob<int>("model.n_layers", 2);
 inline constexpr int kHeads = gc::knob<int>("model.n_heads", 4);
 inline constexpr int kKvHeads = gc::knob<int>("model.n_kv_heads", 2);
 inline constexpr int kHeadDim = gc::knob<int>("model.head_dim", 16);
-inline constexpr int kDff = gc::knob<int>("model.d_ff", 128);
+inline constexpr int kDff = gc::knob<int>("plan.dense_d_ff", 128);  // dense MLP layers (moe.dense_d_ff in MoE models)
 inline constexpr int kMaxSeqLen = gc::knob<int>("model.max_seq_len", 64);
 // RMSNorm ε (seed 000 eq. 2); the norm accumulates in double, so 1e-12 matters.
 inline constexpr float kNormEps = gc::knob<float>("model.norm_eps", 1e-5f);
@@ -49,6 +51,19 @@ inline constexpr GatedAttention kGatedAttention =
 inline constexpr float kEmbeddingScale = gc::knob<float>("plan.embedding_scale", 1.0f);
 inline constexpr float kAttnScale = gc::knob<float>("plan.attn_scale", 0.25f);
 inline constexpr float kLogitScale = gc::knob<float>("plan.logit_scale", 1.0f);
+
+// --- mixture of experts (seed 000 Table 3; model/moe_block.hpp). A dense model
+// has kMoe = false and one expert of width 1: every MoE branch is pruned.
+inline constexpr bool kMoe = gc::knob<bool>("plan.moe", false);
+inline constexpr int kExperts = gc::knob<int>("plan.moe_experts", 1);
+inline constexpr int kTopK = gc::knob<int>("plan.moe_top_k", 1);
+inline constexpr int kExpertDff = gc::knob<int>("plan.moe_expert_d_ff", 1);
+inline constexpr int kSharedDff = gc::knob<int>("plan.moe_shared_d_ff", 0);  // n_shared_experts · shared_d_ff
+inline constexpr RouterScoring kRouterScoring =
+    gc::knob<RouterScoring>("plan.moe_router_scoring", RouterScoring::softmax);
+inline constexpr LoadBalance kLoadBalance = gc::knob<LoadBalance>("plan.moe_load_balance", LoadBalance::aux_loss);
+inline constexpr double kLoadBalanceCoef = gc::knob<double>("plan.moe_load_balance_coef", 0.01);
+inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", false);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)
@@ -111,6 +126,7 @@ inline constexpr int kGateDim = kGatedAttention == GatedAttention::elementwise ?
                                 : kGatedAttention == GatedAttention::headwise  ? kHeads
                                                                                : 0;
 static_assert(kHeads % kKvHeads == 0, "n_heads must be divisible by n_kv_heads");
+static_assert(kTopK >= 1 && kTopK <= kExperts, "moe.top_k must be between 1 and moe.n_experts");
 static_assert(kSeqLen <= kMaxSeqLen, "seq_len exceeds max_seq_len");
 
 }  // namespace gcm

@@ -84,12 +84,19 @@ struct LayerParams {
   int mlp_up;
   int mlp_down;
   int mlp_out_norm;
+  int router;
+  int experts_gate;
+  int experts_up;
+  int experts_down;
+  int shared_gate;
+  int shared_up;
+  int shared_down;
 };
 
 inline constexpr int kNumLayers = 2;
 inline constexpr LayerParams kLayerParams[kNumLayers] = {
-    {1, 2, 3, 4, -1, -1, -1, 5, -1, 6, 7, 8, 9, -1},
-    {10, 11, 12, 13, -1, -1, -1, 14, -1, 15, 16, 17, 18, -1},
+    {1, 2, 3, 4, -1, -1, -1, 5, -1, 6, 7, 8, 9, -1, -1, -1, -1, -1, -1, -1, -1},
+    {10, 11, 12, 13, -1, -1, -1, 14, -1, 15, 16, 17, 18, -1, -1, -1, -1, -1, -1, -1, -1},
 };
 
 // What each metric measures ([metrics.NAME] layers and classes in the spec).

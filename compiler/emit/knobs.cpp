@@ -5,6 +5,30 @@
 
 namespace gc {
 
+namespace {
+
+// The MoE layout as plan.* knobs, with neutral values for a dense model (one
+// expert of width 1, no shared experts) so the templates' arrays stay valid
+// and every MoE branch is pruned by `if constexpr (kMoe)`.
+void add_moe_knobs(const Spec& s, KnobTable& t) {
+  const bool moe = s.model.arch == Arch::moe;
+  const MoeSpec& e = s.moe;
+  t["plan.moe"] = Value::boolean(moe);
+  t["plan.dense_d_ff"] = Value::integer(moe ? e.dense_d_ff : s.model.d_ff);
+  t["plan.moe_experts"] = Value::integer(moe ? e.n_experts : 1);
+  t["plan.moe_top_k"] = Value::integer(moe ? e.top_k : 1);
+  t["plan.moe_expert_d_ff"] = Value::integer(moe ? e.expert_d_ff : 1);
+  t["plan.moe_shared_d_ff"] = Value::integer(moe ? e.n_shared_experts * e.shared_d_ff : 0);
+  t["plan.moe_router_scoring"] = Value::string(e.router_scoring == RouterScoring::sigmoid ? "sigmoid" : "softmax");
+  t["plan.moe_load_balance"] = Value::string(e.load_balance == LoadBalance::aux_loss   ? "aux_loss"
+                                             : e.load_balance == LoadBalance::aux_free ? "aux_free"
+                                                                                       : "none");
+  t["plan.moe_load_balance_coef"] = Value::number(e.load_balance_coef);
+  t["plan.moe_norm_topk_prob"] = Value::boolean(e.norm_topk_prob);
+}
+
+}  // namespace
+
 KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   KnobTable t;
   for (const auto& [key, value] : plan.spec.resolved) {
@@ -24,6 +48,7 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   t["plan.vocab_file"] = Value::string(data.vocab_file);
   t["plan.spec_hash"] = Value::string(sha256_hex(resolved_toml(plan.spec)));
   t["plan.gcompile_version"] = Value::string(kVersion);
+  add_moe_knobs(plan.spec, t);
   return t;
 }
 
@@ -41,7 +66,8 @@ struct Consumer {
 constexpr Consumer kConsumers[] = {
     {"experiment.description", "README.md and manifest.json of the tree"},
     {"experiment.extends", "the spec loader, which merges the base spec (compiler/spec/load.cpp)"},
-    {"model.arch", "template selection (emit.cpp; MoE code generation is not implemented)"},
+    {"model.arch", "the plan.moe knob (emit/knobs.cpp) and template selection (emit.cpp: no CUDA sources for MoE)"},
+    {"model.d_ff", "the plan.dense_d_ff knob"},
     {"model.activation", "SwiGLU, the only activation (templates/cpu/swiglu.hpp)"},
     {"model.embedding_scale", "the plan.embedding_scale knob"},
     {"model.attn_scale", "the plan.attn_scale knob"},
@@ -61,7 +87,7 @@ constexpr Consumer kConsumers[] = {
     {"metrics.*.classes", "plan.hpp: the metric's tensor selection"},
     {"metrics.cosine_similarity.image_steps", "plan.hpp: kCosineImageSteps"},
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
-    {"moe.*", "the plan's MoE layer layout (compiler/plan); generation rejects model.arch = \"moe\" for now"},
+    {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},
     {"distributed.*", "generation, which rejects values other than one process's (not implemented yet)"},
     {"preset.*", "the header of preset files (gcompile presets)"},
 };

@@ -47,6 +47,13 @@ const std::vector<std::pair<const char*, const char*>>& layer_fields() {
       {"mlp_up", "mlp.up_proj.weight"},
       {"mlp_down", "mlp.down_proj.weight"},
       {"mlp_out_norm", "mlp.out_norm.weight"},
+      {"router", "mlp.router.weight"},
+      {"experts_gate", "mlp.experts.gate_proj.weight"},
+      {"experts_up", "mlp.experts.up_proj.weight"},
+      {"experts_down", "mlp.experts.down_proj.weight"},
+      {"shared_gate", "mlp.shared_experts.gate_proj.weight"},
+      {"shared_up", "mlp.shared_experts.up_proj.weight"},
+      {"shared_down", "mlp.shared_experts.down_proj.weight"},
   };
   return fields;
 }

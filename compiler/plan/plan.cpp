@@ -215,27 +215,43 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const ModelSpec& m = spec.model;
   const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0, f32 = 4.0;
   const double N = double(spec.train.micro_batch) * double(spec.train.seq_len);
-  const double D = double(m.d_model), F = double(m.d_ff), V = double(m.vocab_size);
+  const bool moe = m.arch == Arch::moe;
+  const auto& e = spec.moe;
+  const double D = double(m.d_model), F = double(moe ? e.dense_d_ff : m.d_ff), V = double(m.vocab_size);
   const double Q = double(m.n_heads * m.head_dim), KV = double(m.n_kv_heads * m.head_dim);
   const double H = double(m.n_heads), KVH = double(m.n_kv_heads);
   const double G = m.gated_attention == GatedAttention::none       ? 0.0
                    : m.gated_attention == GatedAttention::headwise ? H
                                                                    : Q;
   const bool sandwich = m.norm_placement == NormPlacement::sandwich;
-  // Per layer: x a h2 b proj m; q qr o; k v kr; u w s; [qn kn]; [z og]; [pn mn].
-  double layer = 6 * D + 3 * Q + 3 * KV + 3 * F;
+  // Per layer: x a h2 b proj m; q qr o; k v kr; [qn kn]; [z og]; [pn mn]; dense: u w s.
+  double layer = 6 * D + 3 * Q + 3 * KV;
   if (m.qk_norm) layer += Q + KV;
   if (G > 0) layer += G + Q;
   if (sandwich) layer += 2 * D;
   // rstd_a rstd_b, lse (one per head), [rstd_q rstd_k], [rstd_p rstd_m].
   double layer_stats = 2 + H + (m.qk_norm ? H + KVH : 0.0) + (sandwich ? 2.0 : 0.0);
-  double elems = double(m.n_layers) * layer;
+  // MoE layers (model/moe_block.hpp), per row, k assignments each: scores (E),
+  // weights (k), xs ys (k·D), eu ew es (k·Fe), [shared su sw ss]; int32 expert,
+  // order, position (k each). Scratch once: logits (E), dweight (k), dys dxs,
+  // des deu dew, [dsu dsw dss].
+  std::int64_t moe_layers = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    moe_layers += moe && l >= e.n_dense_layers && (l - e.n_dense_layers) % e.layer_interval == 0;
+  }
+  const double dense_layers = double(m.n_layers - moe_layers);
+  const double E = double(e.n_experts), k = double(e.top_k), Fe = double(e.expert_d_ff);
+  const double S = double(e.n_shared_experts * e.shared_d_ff);
+  const double moe_layer = E + k + 2 * k * D + 3 * k * Fe + 3 * S;
+  const double moe_scratch = moe_layers > 0 ? E + k + 2 * k * D + 3 * k * Fe + 3 * S : 0.0;
+  const double moe_ints = double(moe_layers) * 3 * k;
+  double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
   elems += 2 * D + V;  // final hidden, final norm, logits
-  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; dff_a dff_b dff_s; dlogits.
-  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + 3 * F + V;
+  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; [dff_a dff_b dff_s]; dlogits.
+  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0) + V;
   double stats = double(m.n_layers) * layer_stats + (m.embedding_norm ? 1.0 : 0.0) + 3.0;  // rstd_f, losses, p_target
-  return N * (elems * act + stats * f32);
+  return N * (elems * act + stats * f32 + moe_ints * 4.0);
 }
 
 // The CUDA backend's own scratch next to the model's buffers.

@@ -219,6 +219,11 @@ void add_moe(Builder& b) {
                           Value::string("aux_loss"));
   lb.choices = {"none", "aux_loss", "aux_free"};
   example(lb, "\"aux_free\"");
+  example(with_default(b.add("moe.norm_topk_prob", KeyType::boolean,
+                             "Renormalize the top-k routing weights of each token to sum to 1 (Mixtral, DeepSeek-V3); "
+                             "false multiplies the experts' outputs by the raw scores (Qwen2-MoE)."),
+                       Value::boolean(false)),
+          "true");
   example(at_least(with_default(b.add("moe.load_balance_coef", KeyType::number,
                                       "Auxiliary-loss weight (aux_loss) or bias update rate (aux_free)."),
                                 Value::number(0.01)),

@@ -62,6 +62,7 @@ struct MoeSpec {
   RouterScoring router_scoring = RouterScoring::softmax;
   LoadBalance load_balance = LoadBalance::aux_loss;
   double load_balance_coef = 0.01;
+  bool norm_topk_prob = false;
 };
 
 // A class's own rule; unset fields fall back (class -> mlp class for experts

@@ -227,6 +227,7 @@ void build_moe(Reader& r, Spec& spec) {
   e.load_balance = r.choice<LoadBalance>(
       "moe.load_balance", {{"none", LoadBalance::none}, {"aux_loss", LoadBalance::aux_loss}, {"aux_free", LoadBalance::aux_free}});
   e.load_balance_coef = r.number("moe.load_balance_coef");
+  e.norm_topk_prob = r.boolean("moe.norm_topk_prob");
   if (!moe) return;
   r.derive("moe.shared_d_ff", Value::integer(e.shared_d_ff));
   r.derive("moe.dense_d_ff", Value::integer(e.dense_d_ff));

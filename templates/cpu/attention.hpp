@@ -23,6 +23,8 @@
 #include <limits>
 #include <vector>
 
+#include "common.hpp"
+
 namespace gcm::cpu {
 
 struct AttentionDims {
@@ -53,15 +55,6 @@ inline double default_attention_scale(int head_dim) { return 1.0 / std::sqrt(dou
 
 namespace detail {
 
-// Per-thread accumulators that only grow: the kernels allocate nothing once
-// the first step has sized them (the OpenMP threads persist between calls).
-template <int Slot>
-double* scratch(int n) {
-  thread_local std::vector<double> buffer;
-  if (buffer.size() < std::size_t(n)) buffer.resize(std::size_t(n));
-  return buffer.data();
-}
-
 template <typename A, typename Bv>
 double dot(const A* a, const Bv* b, int n) {
   double s = 0.0;
@@ -79,8 +72,8 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
   const std::int64_t rows = std::int64_t(d.batch) * d.heads * d.seq_len;
 #pragma omp parallel
   {
-    double* p = detail::scratch<0>(d.seq_len);
-    double* acc = detail::scratch<1>(hd);
+    double* p = thread_scratch<0>(std::size_t(d.seq_len));
+    double* acc = thread_scratch<1>(std::size_t(hd));
 #pragma omp for schedule(dynamic, 8)
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto [b, h, i, g] = d.query_row(r);
@@ -121,7 +114,7 @@ void attention_backward_dq(T* dq, const T* dout, const T* out, const T* lse, con
   const std::int64_t rows = std::int64_t(d.batch) * d.heads * d.seq_len;
 #pragma omp parallel
   {
-    double* acc = detail::scratch<1>(hd);
+    double* acc = thread_scratch<1>(std::size_t(hd));
 #pragma omp for schedule(dynamic, 8)
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto [b, h, i, g] = d.query_row(r);
@@ -156,8 +149,8 @@ void attention_backward_dkv(T* dk, T* dv, const T* dout, const T* out, const T* 
   const std::int64_t rows = std::int64_t(d.batch) * d.kv_heads * d.seq_len;
 #pragma omp parallel
   {
-    double* acc_k = detail::scratch<1>(hd);
-    double* acc_v = detail::scratch<2>(hd);
+    double* acc_k = thread_scratch<1>(std::size_t(hd));
+    double* acc_v = thread_scratch<2>(std::size_t(hd));
 #pragma omp for schedule(dynamic, 8)
     for (std::int64_t r = 0; r < rows; ++r) {
       const int j = int(r % d.seq_len);

@@ -19,6 +19,7 @@
 #include "cpu/embedding.hpp"
 #include "cpu/gate.hpp"
 #include "cpu/linear.hpp"
+#include "cpu/moe.hpp"
 #include "cpu/rmsnorm.hpp"
 #include "cpu/rope.hpp"
 #include "cpu/swiglu.hpp"
@@ -100,6 +101,57 @@ class Backend {
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
     cpu::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
   }
+  // --- mixture of experts (cpu/moe.hpp). offsets: E+1 host entries.
+  static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
+  void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, int N) {
+    cpu::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
+  }
+  void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
+                    int N) {
+    cpu::moe_dispatch(order, position, offsets, expert, N, kExperts, kTopK);
+  }
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
+    cpu::moe_gather(xs, x, order, std::int64_t(N) * kTopK, dim, kTopK);
+  }
+  void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
+                   bool accumulate) {
+    cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);
+  }
+  void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight,
+                            const std::int32_t* order, int N, int dim) {
+    cpu::moe_combine_backward(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK, dim, kTopK);
+  }
+  void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
+    cpu::moe_scatter_add(dx, dxs, position, N, dim, kTopK);
+  }
+  void moe_mean_probs(double* mean_prob, const T* scores, int N) { cpu::moe_mean_probs(mean_prob, scores, N, kMoeShape); }
+  void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
+                          const double* aux_grad, int N) {
+    cpu::moe_route_backward(dlogits, dweight, scores, expert, weight, aux_grad, N, kMoeShape);
+  }
+  // Expert e: y[rows of e] = x[rows of e] · W_eᵀ, W stacked [E, out, in]. One
+  // expert per OpenMP thread (each GEMM single-threaded inside: no nesting).
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int e = 0; e < kExperts; ++e) {
+      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+      if (rows == 0) continue;
+      cpu::linear_forward(y + begin * out, x + begin * in, W + std::int64_t(e) * out * in, nullptr, int(rows), in, out);
+    }
+  }
+  // dx = dy·W_e per expert's rows (or +=); dW_e += dyᵀ·x.
+  void grouped_linear_backward(T* dx, T* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets, int in,
+                               int out, bool accumulate_dx = false) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int e = 0; e < kExperts; ++e) {
+      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+      if (rows == 0) continue;
+      const std::int64_t w = std::int64_t(e) * out * in;
+      cpu::linear_backward(dx + begin * in, dW + w, nullptr, dy + begin * out, x + begin * in, W + w, int(rows), in,
+                           out, accumulate_dx);
+    }
+  }
+
   void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) { cpu::swiglu_forward(h, a, b, n); }
   void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
     cpu::swiglu_backward(da, db, dh, a, b, n);

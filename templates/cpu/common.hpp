@@ -1,7 +1,21 @@
 // Small helpers shared by the CPU kernels.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 namespace gcm::cpu {
+
+// Per-thread scratch that only grows: kernels allocate nothing once the first
+// step has sized it (OpenMP's worker threads persist between calls). Slot
+// tells apart buffers a thread needs at the same time. Call it from the
+// thread that uses the buffer (inside the parallel region).
+template <int Slot>
+double* thread_scratch(std::size_t n) {
+  thread_local std::vector<double> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
 
 // Blocks template argument deduction, so an optional pointer argument such as a bias may be
 // passed as a plain nullptr: `linear_forward(y, x, W, nullptr, ...)` deduces T from the others.

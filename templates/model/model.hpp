@@ -13,6 +13,7 @@
 //   o = σ(a·Wg) ⊙ o                         (gated attention, seed 000 eq. 3-4)
 //   h = h + [RMSNorm](o·Wo)
 //   b = RMSNorm(h);  h = h + [RMSNorm](SwiGLU(b·Wgate, b·Wup)·Wdown)
+//     (an MoE layer: h = h + [RMSNorm](MoE(b)), model/moe_block.hpp)
 // Embedding: e = kEmbeddingScale · E[token], then [RMSNorm] (embedding norm).
 // Head: logits = kLogitScale · RMSNorm(h_L)·Wlm (Wlm = E when tied).
 #pragma once
@@ -24,6 +25,7 @@
 #include "cpu/attention.hpp"
 #include "cpu/backend.hpp"
 #include "cpu/philox.hpp"
+#include "model/moe_block.hpp"
 #include "plan.hpp"
 
 namespace gcm {
@@ -68,6 +70,13 @@ void init_parameters(T* params, std::uint64_t seed) {
   }
 }
 
+// Whether layer l has an MoE MLP (the plan's layer layout: moe.n_dense_layers, moe.layer_interval).
+constexpr bool is_moe_layer(int l) { return kLayerParams[l].router >= 0; }
+constexpr MoeParams moe_params(int l) {
+  const LayerParams& P = kLayerParams[l];
+  return {P.router, P.experts_gate, P.experts_up, P.experts_down, P.shared_gate, P.shared_up, P.shared_down};
+}
+
 template <typename Backend>
 class BasicModel {
  public:
@@ -85,9 +94,19 @@ class BasicModel {
   const Act* param(int i) const { return params.data() + kOffsets.at[i]; }
   Grad* grad(int i) { return grads.data() + kOffsets.at[i]; }
 
-  // Mean cross-entropy of next-token prediction; keeps the activations.
-  // tokens and targets are host arrays of rows() entries.
+  // Mean cross-entropy of next-token prediction plus the MoE balancing loss
+  // (aux_loss(); 0 for a dense model): the objective backward() differentiates.
+  // Keeps the activations. tokens and targets are host arrays of rows() entries.
   double forward(const std::int32_t* tokens, const std::int32_t* targets);
+  // Σ over MoE layers of L_aux from the last forward.
+  double aux_loss() const {
+    double total = 0.0;
+    for (const auto& m : moe_) total += m.aux_loss;
+    return total;
+  }
+  // An MoE layer's routing state (load, selection bias); only for is_moe_layer(l).
+  MoeLayer<Backend>& moe_layer(int l) { return moe_[std::size_t(l)]; }
+  const MoeLayer<Backend>& moe_layer(int l) const { return moe_[std::size_t(l)]; }
   // Adds dL/dθ · loss_scale to grads (call after forward).
   void backward(double loss_scale = 1.0);
   void zero_grads() { Backend::zero(grads); }
@@ -129,7 +148,9 @@ class BasicModel {
 
  private:
   void forward_layer(int l, const Act* h_in, Act* h_out);
-  void backward_layer(int l, Act* dh);  // dh: in = dL/dh_out, out = dL/dh_in
+  void backward_layer(int l, Act* dh, double loss_scale);  // dh: in = dL/dh_out, out = dL/dh_in
+  void dense_mlp_forward(Layer& L, const LayerParams& P);
+  void dense_mlp_backward(Layer& L, const LayerParams& P, const Act* dm);
   template <typename U>
   void allocate(Buffer<U>& buf, std::int64_t n) {
     Backend::allocate(buf, n);
@@ -145,6 +166,8 @@ class BasicModel {
   Buffer<Act> e_, e_norm_;  // embedding (scaled), after the embedding norm
   Buffer<Stat> rstd_e_;
   std::vector<Layer> layers_;
+  std::vector<MoeLayer<Backend>> moe_;  // per layer; allocated for MoE layers only
+  MoeScratch<Backend> moe_scratch_;
   Buffer<Act> h_final_, f_, logits_;
   Buffer<Stat> rstd_f_, losses_, p_target_;
   // Backward scratch.

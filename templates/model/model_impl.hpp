@@ -28,13 +28,26 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
     allocate(rstd_e_, N);
   }
   layers_.resize(kLayers);
-  for (auto& L : layers_) {
+  if constexpr (kMoe) {
+    const auto alloc = [this](auto& buf, std::int64_t n) { allocate(buf, n); };
+    moe_.resize(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      if (is_moe_layer(l)) allocate_moe_layer(moe_[std::size_t(l)], N, alloc);
+    }
+    allocate_moe_scratch(moe_scratch_, N, alloc);
+  }
+  bool any_dense = false;
+  for (int l = 0; l < kLayers; ++l) {
+    Layer& L = layers_[std::size_t(l)];
     for (auto* buf : {&L.x, &L.a, &L.h2, &L.b, &L.proj, &L.m}) allocate(*buf, N * D);
     for (auto* buf : {&L.rstd_a, &L.rstd_b}) allocate(*buf, N);
     for (auto* buf : {&L.q, &L.qr, &L.o}) allocate(*buf, N * kQDim);
     for (auto* buf : {&L.k, &L.v, &L.kr}) allocate(*buf, N * kKvDim);
     allocate(L.lse, std::int64_t(B_) * kHeads * seq_len);
-    for (auto* buf : {&L.u, &L.w, &L.s}) allocate(*buf, N * F);
+    if (!is_moe_layer(l)) {
+      for (auto* buf : {&L.u, &L.w, &L.s}) allocate(*buf, N * F);
+      any_dense = true;
+    }
     if constexpr (kQkNorm) {
       allocate(L.qn, N * kQDim);
       allocate(L.kn, N * kKvDim);
@@ -62,8 +75,30 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
   for (auto* buf : {&dq_, &dqr_, &do_}) allocate(*buf, N * kQDim);
   for (auto* buf : {&dk_, &dkr_, &dv_}) allocate(*buf, N * kKvDim);
   allocate(dz_, N * std::max(kGateDim, 1));
-  for (auto* buf : {&dff_a_, &dff_b_, &dff_s_}) allocate(*buf, N * F);
+  if (any_dense) {
+    for (auto* buf : {&dff_a_, &dff_b_, &dff_s_}) allocate(*buf, N * F);
+  }
   allocate(dlogits_, N * kVocab);
+}
+
+// m = SwiGLU(b·Wgateᵀ, b·Wupᵀ)·Wdownᵀ.
+template <typename Backend>
+void BasicModel<Backend>::dense_mlp_forward(Layer& L, const LayerParams& P) {
+  const int N = N_, D = kDModel;
+  ops_.linear_forward(L.u.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
+  ops_.linear_forward(L.w.data(), L.b.data(), param(P.mlp_up), N, D, kDff);
+  ops_.swiglu_forward(L.s.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
+  ops_.linear_forward(L.m.data(), L.s.data(), param(P.mlp_down), N, kDff, D);
+}
+
+// dx_ = dL/db (overwritten) from dm = dL/dm.
+template <typename Backend>
+void BasicModel<Backend>::dense_mlp_backward(Layer& L, const LayerParams& P, const Act* dm) {
+  const int N = N_, D = kDModel;
+  ops_.linear_backward(dff_s_.data(), grad(P.mlp_down), dm, L.s.data(), param(P.mlp_down), N, kDff, D);
+  ops_.swiglu_backward(dff_a_.data(), dff_b_.data(), dff_s_.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
+  ops_.linear_backward(dx_.data(), grad(P.mlp_gate), dff_a_.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
+  ops_.linear_backward(dx_.data(), grad(P.mlp_up), dff_b_.data(), L.b.data(), param(P.mlp_up), N, D, kDff, true);
 }
 
 template <typename Backend>
@@ -101,10 +136,16 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   }
   // h2 = h + branch and b = RMSNorm(h2), fused on the GPU.
   ops_.add_rmsnorm_forward(L.h2.data(), L.b.data(), L.rstd_b.data(), h_in, branch, param(P.post_attn_norm), N, D);
-  ops_.linear_forward(L.u.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
-  ops_.linear_forward(L.w.data(), L.b.data(), param(P.mlp_up), N, D, kDff);
-  ops_.swiglu_forward(L.s.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
-  ops_.linear_forward(L.m.data(), L.s.data(), param(P.mlp_down), N, kDff, D);
+  if constexpr (kMoe) {
+    if (is_moe_layer(l)) {
+      moe_forward(ops_, moe_[std::size_t(l)], moe_scratch_, L.m.data(), L.b.data(), moe_params(l),
+                  [this](int i) { return param(i); }, N);
+    } else {
+      dense_mlp_forward(L, P);
+    }
+  } else {
+    dense_mlp_forward(L, P);
+  }
   branch = L.m.data();
   if constexpr (detail::kSandwich) {
     ops_.rmsnorm_forward(L.mn.data(), L.rstd_m.data(), branch, param(P.mlp_out_norm), N, D);
@@ -137,12 +178,13 @@ double BasicModel<Backend>::forward(const std::int32_t* tokens, const std::int32
     head = param(kParamLmHead);
   }
   ops_.linear_forward(logits_.data(), f_.data(), head, N, D, kVocab);
-  return ops_.cross_entropy_forward(losses_.data(), p_target_.data(), logits_.data(), targets_, N, kVocab,
-                                    double(kLogitScale));
+  const double ce = ops_.cross_entropy_forward(losses_.data(), p_target_.data(), logits_.data(), targets_, N, kVocab,
+                                               double(kLogitScale));
+  return ce + aux_loss();
 }
 
 template <typename Backend>
-void BasicModel<Backend>::backward_layer(int l, Act* dh) {
+void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   Layer& L = layers_[l];
   const LayerParams& P = kLayerParams[l];
   const int N = N_, D = kDModel;
@@ -153,10 +195,17 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh) {
                           D);
     dm = dd_.data();
   }
-  ops_.linear_backward(dff_s_.data(), grad(P.mlp_down), dm, L.s.data(), param(P.mlp_down), N, kDff, D);
-  ops_.swiglu_backward(dff_a_.data(), dff_b_.data(), dff_s_.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
-  ops_.linear_backward(dx_.data(), grad(P.mlp_gate), dff_a_.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
-  ops_.linear_backward(dx_.data(), grad(P.mlp_up), dff_b_.data(), L.b.data(), param(P.mlp_up), N, D, kDff, true);
+  if constexpr (kMoe) {
+    if (is_moe_layer(l)) {
+      moe_backward(ops_, moe_[std::size_t(l)], moe_scratch_, dx_.data(), dm, L.b.data(), moe_params(l),
+                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, loss_scale);
+    } else {
+      dense_mlp_backward(L, P, dm);
+    }
+  } else {
+    (void)loss_scale;  // only the MoE balancing loss reads it here
+    dense_mlp_backward(L, P, dm);
+  }
   ops_.rmsnorm_backward(dh, grad(P.post_attn_norm), dx_.data(), L.h2.data(), param(P.post_attn_norm), L.rstd_b.data(),
                         N, D, true);  // dh is now dL/dh2
 
@@ -215,7 +264,7 @@ void BasicModel<Backend>::backward(double loss_scale) {
   ops_.linear_backward(dd_.data(), dhead, dlogits_.data(), f_.data(), head, N, D, kVocab);
   ops_.rmsnorm_backward(dh_.data(), grad(kParamFinalNorm), dd_.data(), h_final_.data(), param(kParamFinalNorm),
                         rstd_f_.data(), N, D);
-  for (int l = kLayers - 1; l >= 0; --l) backward_layer(l, dh_.data());
+  for (int l = kLayers - 1; l >= 0; --l) backward_layer(l, dh_.data(), loss_scale);
   const Act* de = dh_.data();
   if constexpr (kEmbeddingNorm) {
     ops_.rmsnorm_backward(dd_.data(), grad(kParamEmbedNorm), dh_.data(), e_.data(), param(kParamEmbedNorm),

@@ -37,9 +37,12 @@ class Engine {
   // One tensor's parameters to the host (update-ratio tracking).
   virtual void download_tensor(int i, float* out) = 0;
   virtual void zero_grads() = 0;
-  // Mean loss of the micro-batch; adds dL/dθ · loss_scale to the gradients.
+  // The micro-batch's objective (mean cross-entropy + the MoE balancing loss);
+  // adds dL/dθ · loss_scale to the gradients.
   virtual double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
-  // Mean loss, no gradients (evaluation).
+  // The balancing-loss part of the last forward_backward (0 for a dense model).
+  virtual double last_aux_loss() const { return 0.0; }
+  // Mean cross-entropy, no gradients (evaluation; no balancing loss).
   virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
   // After forward_loss: the activations of that batch as a host model holds
   // them, for the activation metrics. Returns the model to read (on the CPU,
@@ -77,8 +80,9 @@ class CpuEngine final : public Engine {
     model_.backward(loss_scale);
     return loss;
   }
+  double last_aux_loss() const override { return model_.aux_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
-    return model_.forward(inputs, targets);
+    return model_.forward(inputs, targets) - model_.aux_loss();
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   const Model<float>& activations(Model<float>&) override { return model_; }

@@ -21,6 +21,7 @@
 #include "cpu/adamw.hpp"
 #include "train/engine.hpp"
 #include "train/host_allocations.hpp"
+#include "train/moe_state.hpp"
 #include "metrics/collector.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
@@ -89,6 +90,7 @@ class Trainer {
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
   double last_grad_norm_ = 0.0;
+  double last_aux_loss_ = 0.0;  // MoE balancing loss of the last step (mean over micro-batches)
   std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
   std::vector<double> step_seconds_;  // wall time of each step of this process (summary)

@@ -34,9 +34,9 @@ inline std::string resume_checkpoint(const std::string& run_dir, const std::stri
 
 inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(options.train_data, kVocab) {
   const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
+  choose_engine();  // first: the memory check precedes every large allocation
   m_.assign(total, 0.0f);
   v_.assign(total, 0.0f);
-  choose_engine();
   gc::rt::ShardSet val(opt_.val_data, kVocab);
   val_batches_ = val.validation_batches(kMicroBatch, kSeqLen, kEvalBatches);
   if (opt_.resume) {
@@ -45,6 +45,9 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
     engine_->upload(host_params(), m_.data(), v_.data());
+    if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
+      restore_moe_bias(*host_model_, state.extra.value("moe_bias", Json::object()), from + "/state.json");
+    }
     // Bit-identical continuation needs the same backend (and, on a GPU, the same kind of GPU).
     const std::string saved_on = state.extra.value("engine", "");
     if (!saved_on.empty() && saved_on != engine_->describe()) {
@@ -64,20 +67,60 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
   }
 }
 
+// MemAvailable of /proc/meminfo in bytes; -1 where it cannot be read.
+inline std::int64_t available_host_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : std::int64_t(kib) * 1024;
+}
+
+// Before the CPU backend allocates: the fp32 state (parameters, gradients, two
+// AdamW moments) and the model's buffers must fit in the host's free memory.
+inline void check_host_memory() {
+  const double gib = double(1 << 30);
+  const double state = 16.0 * double(kOffsets.at[kNumParams]);
+  // The plan sizes buffers in the spec's precision; the CPU model holds them in fp32.
+  const double buffers = double(kPlannedModelBufferBytes) * (kPrecision == Precision::bf16 ? 2.0 : 1.0);
+  const std::int64_t available = available_host_bytes();
+  if (available < 0 || state + buffers <= double(available)) return;
+  char msg[512];
+  std::snprintf(msg, sizeof msg,
+                "the CPU backend needs %.1f GiB (fp32 parameters, gradients and AdamW moments %.1f GiB, activations "
+                "%.1f GiB for train.micro_batch = %d) but this machine has %.1f GiB available; train it on a GPU, "
+                "lower train.micro_batch, or shard the optimizer state across processes (distributed.zero_stage, "
+                "once multi-process training exists)",
+                (state + buffers) / gib, state / gib, buffers / gib, kMicroBatch, double(available) / gib);
+  throw gc::rt::RuntimeError(kExperimentName, msg);
+}
+
 inline void Trainer::choose_engine() {
+  if constexpr (kMoe) {
+    if (opt_.device == "cuda") {
+      throw gc::rt::RuntimeError("--device cuda: MoE models train on the CPU backend in this version (the CUDA "
+                                 "backend has no MoE kernels yet); use --device cpu or auto");
+    }
+  } else {
 #ifdef GC_HAVE_CUDA
-  if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
-    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
-    on_device_ = true;
-    params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
-    return;
-  }
+    if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
+      engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
+      on_device_ = true;
+      params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+      return;
+    }
 #else
-  if (opt_.device == "cuda") {
-    throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
-                               "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
-  }
+    if (opt_.device == "cuda") {
+      throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
+                                 "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
+    }
 #endif
+  }
+  check_host_memory();
   host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
   engine_ = std::make_unique<CpuEngine>(*host_model_, m_, v_);
 }
@@ -147,11 +190,18 @@ inline std::vector<gc::rt::ParamBuffers> Trainer::buffers() {
 
 inline double Trainer::train_step(std::int64_t step) {
   engine_->zero_grads();
-  double loss = 0.0;
+  if constexpr (kMoe) {
+    begin_moe_step(*host_model_);
+  }
+  double loss = 0.0;  // cross-entropy; the MoE balancing loss is logged apart
+  last_aux_loss_ = 0.0;
   for (int micro = 0; micro < kGradAccum; ++micro) {
     train_.next_batch(kMicroBatch, kSeqLen, batch_);
     batch_.split(inputs_, targets_);
-    loss += engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum) / kGradAccum;
+    const double objective = engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
+    const double aux = engine_->last_aux_loss();
+    loss += (objective - aux) / kGradAccum;
+    last_aux_loss_ += aux / kGradAccum;
   }
   const std::vector<double>& squares = engine_->grad_squares();
   last_grad_norm_ = cpu::global_norm(squares);
@@ -180,6 +230,12 @@ inline double Trainer::train_step(std::int64_t step) {
   const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
   engine_->adamw_step(learning_rate(step), clip, step + 1);
   host_fresh_ = false;
+  if constexpr (kMoe) {
+    end_moe_step(*host_model_);
+    if (opt_.metrics && ((step + 1) % opt_.log_every == 0 || step == 0 || step + 1 == opt_.steps)) {
+      step_records_.push_back(moe_record(*host_model_, step + 1, last_aux_loss_));
+    }
+  }
   if (update_ratio_due) {
     // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
     std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
@@ -252,6 +308,9 @@ inline void Trainer::save(std::int64_t step) {
   state.spec_hash = kSpecHash;
   state.gcompile_version = kGcompileVersion;
   state.extra["engine"] = engine_->describe();
+  if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
+    state.extra["moe_bias"] = moe_bias_state(*host_model_);
+  }
   gc::rt::save_checkpoint(opt_.run_dir, buffers(), state, 2);
 }
 
@@ -298,8 +357,14 @@ inline int Trainer::run() {
     if (step == start_step_) allocations_after_first_step_ = engine_->device_allocations();
     const bool last = step + 1 == opt_.steps;
     if ((step + 1) % opt_.log_every == 0 || step == 0 || last) {
-      log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", last_grad_norm_},
-                 {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed}, {"metrics_s", metrics_seconds_}});
+      Json record = {{"step", step + 1},          {"loss", loss},
+                     {"lr", lr},                  {"grad_norm", last_grad_norm_},
+                     {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed},
+                     {"metrics_s", metrics_seconds_}};
+      if constexpr (kMoe) {
+        record["aux_loss"] = last_aux_loss_;
+      }
+      log.write(record);
     }
     for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent PyTorch reference for a gcompile tree's dense Llama-style model.
+"""Independent PyTorch reference for a gcompile tree's Llama-style model (dense or MoE).
 
     /usr/bin/python3 tests/reference/reference_model.py TREE PROBE.safetensors
 
@@ -26,9 +26,27 @@ The model (written from the spec language's description, not from the C++):
     o = softmax(attn_scale * q k^T + causal mask) v, query head h reads kv head h // (H/KV)
     o = sigmoid(a Wg^T) * o   (headwise: one gate per head; elementwise: per channel)
     h = h + [RMSNorm](o Wo^T)
-    b = RMSNorm(h);  h = h + [RMSNorm]((silu(b Wgate^T) * (b Wup^T)) Wdown^T)
+    b = RMSNorm(h);  h = h + [RMSNorm](MLP(b))
+    dense layer: MLP(b) = (silu(b Wgate^T) * (b Wup^T)) Wdown^T
   logits = logit_scale * RMSNorm(h) W_lm^T   (W_lm = E when tied);  loss = mean CE
   RMSNorm(x) = g * x / sqrt(mean(x^2) + eps)
+
+Mixture of experts (model.arch = "moe", settings in [moe]):
+  layer l is MoE iff l >= n_dense_layers and (l - n_dense_layers) % layer_interval == 0;
+  the other layers are dense with MLP width dense_d_ff. In an MoE layer, per token t
+  (the rows of b over batch and time, N of them):
+    r_t = b_t Wrouter^T (E logits);  s_t = softmax(r_t) or sigmoid(r_t) (router_scoring)
+    e_1..e_k = the k largest s_t[e] (ties to the lower index; the aux_free selection
+      bias is zero at step 0, which is what the probe holds, so it is left out)
+    w_tj = s_t[e_j], divided by sum_j s_t[e_j] if norm_topk_prob
+    MLP(b_t) = sum_j w_tj * Expert_{e_j}(b_t) + Shared(b_t)
+    Expert_e(x) = (silu(x G_e^T) * (x U_e^T)) Dn_e^T; Shared is one SwiGLU MLP of width
+      n_shared_experts * shared_d_ff (absent when n_shared_experts = 0)
+  Gradients flow through w (so into the router) and the experts, not through the
+  selection. The selection is made once from the float64 scores and reused for the
+  float32 run. With load_balance = "aux_loss" the loss adds, per MoE layer,
+    coef * E * sum_e f_e * P_e,  f_e = (assignments to e) / (N k) (a constant),
+    P_e = mean_t p_t[e],  p_t = s_t (softmax) or s_t / sum_e s_t[e] (sigmoid).
 """
 
 import argparse
@@ -82,8 +100,9 @@ class Config:
     def __init__(self, tree, metadata):
         spec = tomllib.loads((Path(tree) / "spec.resolved.toml").read_text())
         m = spec["model"]
-        if m.get("arch", "dense") != "dense":
-            raise ValueError("the reference covers dense models only")
+        self.arch = m.get("arch", "dense")
+        if self.arch not in ("dense", "moe"):
+            raise ValueError(f"unsupported model.arch {self.arch!r}")
         if m.get("activation", "swiglu") != "swiglu":
             raise ValueError(f"unsupported activation {m['activation']}")
         self.V = int(m["vocab_size"])
@@ -92,7 +111,7 @@ class Config:
         self.H = int(m["n_heads"])
         self.KV = int(m.get("n_kv_heads", self.H))
         self.hd = int(m.get("head_dim", self.D // self.H))
-        self.F = int(m["d_ff"])
+        self.F = int(m["d_ff"])  # the MLP width of the dense layers
         self.eps = float(m["norm_eps"])
         self.sandwich = m.get("norm_placement", "pre") == "sandwich"
         self.embedding_norm = bool(m.get("embedding_norm", False))
@@ -109,6 +128,41 @@ class Config:
             value = float(metadata[key]) if key in metadata else config_scale(tree, knob)
             setattr(self, key, value)
         self.seed = spec.get("experiment", {}).get("seed")
+        self.moe_layers = set()
+        if self.arch == "moe":
+            mo = spec.get("moe", {})
+            self.n_dense_layers = int(mo.get("n_dense_layers", 0))
+            self.layer_interval = int(mo.get("layer_interval", 1))
+            self.n_experts = int(mo["n_experts"])
+            self.top_k = int(mo["top_k"])
+            self.n_shared = int(mo.get("n_shared_experts", 0))
+            self.Fe = int(mo["expert_d_ff"])
+            self.shared_d_ff = int(mo.get("shared_d_ff", self.Fe))
+            self.F = int(mo.get("dense_d_ff", self.F))
+            self.scoring = mo.get("router_scoring", "softmax")
+            self.balance = mo.get("load_balance", "aux_loss")
+            self.coef = float(mo.get("load_balance_coef", 0.01))
+            self.norm_topk = bool(mo.get("norm_topk_prob", False))
+            if self.scoring not in ("softmax", "sigmoid"):
+                raise ValueError(f"unknown moe.router_scoring {self.scoring!r}")
+            if self.balance not in ("none", "aux_loss", "aux_free"):
+                raise ValueError(f"unknown moe.load_balance {self.balance!r}")
+            if self.layer_interval < 1 or not 1 <= self.top_k <= self.n_experts:
+                raise ValueError("moe: need layer_interval >= 1 and 1 <= top_k <= n_experts")
+            self.moe_layers = {l for l in range(self.L) if l >= self.n_dense_layers
+                               and (l - self.n_dense_layers) % self.layer_interval == 0}
+
+    def is_moe(self, l):
+        return l in self.moe_layers
+
+    def moe_text(self):
+        """The MoE settings for the report's header line ("" for a dense model)."""
+        if self.arch != "moe":
+            return ""
+        layers = ",".join(str(l) for l in sorted(self.moe_layers))
+        return (f" moe_layers=[{layers}] experts={self.n_experts} top_k={self.top_k} Fe={self.Fe} "
+                f"shared={self.n_shared}x{self.shared_d_ff} scoring={self.scoring} balance={self.balance} "
+                f"coef={self.coef:g} norm_topk={self.norm_topk}")
 
     def expected_shapes(self):
         D, V, H, KV, hd, F = self.D, self.V, self.H, self.KV, self.hd, self.F
@@ -133,9 +187,21 @@ class Config:
                 shapes[p + "self_attn.out_norm.weight"] = (D,)
                 shapes[p + "mlp.out_norm.weight"] = (D,)
             shapes[p + "post_attention_layernorm.weight"] = (D,)
-            shapes[p + "mlp.gate_proj.weight"] = (F, D)
-            shapes[p + "mlp.up_proj.weight"] = (F, D)
-            shapes[p + "mlp.down_proj.weight"] = (D, F)
+            if self.is_moe(l):
+                E, Fe = self.n_experts, self.Fe
+                shapes[p + "mlp.router.weight"] = (E, D)
+                shapes[p + "mlp.experts.gate_proj.weight"] = (E, Fe, D)
+                shapes[p + "mlp.experts.up_proj.weight"] = (E, Fe, D)
+                shapes[p + "mlp.experts.down_proj.weight"] = (E, D, Fe)
+                if self.n_shared > 0:
+                    S = self.n_shared * self.shared_d_ff
+                    shapes[p + "mlp.shared_experts.gate_proj.weight"] = (S, D)
+                    shapes[p + "mlp.shared_experts.up_proj.weight"] = (S, D)
+                    shapes[p + "mlp.shared_experts.down_proj.weight"] = (D, S)
+            else:
+                shapes[p + "mlp.gate_proj.weight"] = (F, D)
+                shapes[p + "mlp.up_proj.weight"] = (F, D)
+                shapes[p + "mlp.down_proj.weight"] = (D, F)
         return shapes
 
 
@@ -162,8 +228,80 @@ def apply_rope(x, cos, sin):
     return x * cos + rotate_half(x) * sin
 
 
-def forward(cfg, W, tokens, targets):
-    """W: name -> tensor (leaf, requires_grad). Returns (logits [B*T, V], loss)."""
+def swiglu(x, gate_w, up_w, down_w):
+    return (torch.nn.functional.silu(x @ gate_w.T) * (x @ up_w.T)) @ down_w.T
+
+
+def select_experts(scores, k):
+    """The k largest scores per row, ties to the lower index: [N, k] int64 indices."""
+    s = scores.detach().to(torch.float64).numpy()
+    order = np.argsort(-s, axis=1, kind="stable")
+    return torch.from_numpy(order[:, :k].copy())
+
+
+def near_ties(scores, k):
+    """Rows whose k-th and (k+1)-th largest scores are within 1e-6 relative."""
+    s = np.sort(scores.detach().to(torch.float64).numpy(), axis=1)[:, ::-1]
+    if k >= s.shape[1]:
+        return []
+    a, b = s[:, k - 1], s[:, k]
+    return [int(t) for t in np.nonzero(a - b <= 1e-6 * np.abs(a))[0]]
+
+
+def moe_mlp(cfg, W, p, b, routes, l):
+    """An MoE layer's output for b [B, T, D] and its balancing loss (0 unless aux_loss).
+
+    routes: layer -> [N, k] expert indices. A layer missing from it is routed from
+    this run's scores (the float64 run) and recorded, so a later run reuses it."""
+    B, T, D = b.shape
+    N, E, k = B * T, cfg.n_experts, cfg.top_k
+    x = b.reshape(N, D)
+    r = x @ W[p + "mlp.router.weight"].T  # [N, E]
+    s = torch.softmax(r, dim=-1) if cfg.scoring == "softmax" else torch.sigmoid(r)
+    if l not in routes:
+        # The oracle routes from float64 scores (main runs float64 first); a lone caller
+        # (bench/cpu_vs_torch) routes from its own dtype, without the near-tie check.
+        ties = near_ties(s, k) if s.dtype == torch.float64 else []
+        if ties:
+            print(f"reference_model: warning: layer {l}: {len(ties)} token(s) (first {ties[0]}) have a near-tie "
+                  f"between the {k}th and {k + 1}th expert scores; the fp32 C++ model may route differently",
+                  file=sys.stderr)
+        routes[l] = select_experts(s, k)
+    sel = routes[l]  # [N, k]
+    w = torch.gather(s, 1, sel)  # [N, k], differentiable through s
+    if cfg.norm_topk:
+        w = w / w.sum(dim=-1, keepdim=True)
+    y = torch.zeros_like(x)
+    G = W[p + "mlp.experts.gate_proj.weight"]
+    U = W[p + "mlp.experts.up_proj.weight"]
+    Dn = W[p + "mlp.experts.down_proj.weight"]
+    for e in range(E):
+        rows, slots = torch.nonzero(sel == e, as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        out = swiglu(x[rows], G[e], U[e], Dn[e]) * w[rows, slots].unsqueeze(-1)
+        y = y.index_add(0, rows, out)
+    if cfg.n_shared > 0:
+        y = y + swiglu(x, W[p + "mlp.shared_experts.gate_proj.weight"], W[p + "mlp.shared_experts.up_proj.weight"],
+                       W[p + "mlp.shared_experts.down_proj.weight"])
+    aux = torch.zeros((), dtype=x.dtype)
+    if cfg.balance == "aux_loss":
+        counts = torch.bincount(sel.reshape(-1), minlength=E).to(x.dtype)
+        f = counts / (N * k)  # a constant
+        prob = s if cfg.scoring == "softmax" else s / s.sum(dim=-1, keepdim=True)
+        P = prob.mean(dim=0)
+        aux = cfg.coef * E * (f * P).sum()
+    return y.reshape(B, T, D), aux
+
+
+def forward(cfg, W, tokens, targets, routes=None, extras=None):
+    """W: name -> tensor (leaf, requires_grad). Returns (logits [B*T, V], loss).
+
+    MoE models: routes (layer -> expert indices) is filled by the first run and reused
+    by later ones (see moe_mlp); extras, if given, receives "aux" (the balancing loss)."""
+    if routes is None:
+        routes = {}
+    aux_total = None
     B, T = tokens.shape
     H, KV, hd = cfg.H, cfg.KV, cfg.hd
     dtype = W["model.embed_tokens.weight"].dtype
@@ -204,9 +342,11 @@ def forward(cfg, W, tokens, targets):
             attn = rms_norm(attn, W[p + "self_attn.out_norm.weight"], cfg.eps)
         h = h + attn
         b = rms_norm(h, W[p + "post_attention_layernorm.weight"], cfg.eps)
-        gate = torch.nn.functional.silu(b @ W[p + "mlp.gate_proj.weight"].T)
-        up = b @ W[p + "mlp.up_proj.weight"].T
-        mlp = (gate * up) @ W[p + "mlp.down_proj.weight"].T
+        if cfg.is_moe(l):
+            mlp, aux = moe_mlp(cfg, W, p, b, routes, l)
+            aux_total = aux if aux_total is None else aux_total + aux
+        else:
+            mlp = swiglu(b, W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"], W[p + "mlp.down_proj.weight"])
         if cfg.sandwich:
             mlp = rms_norm(mlp, W[p + "mlp.out_norm.weight"], cfg.eps)
         h = h + mlp
@@ -214,12 +354,16 @@ def forward(cfg, W, tokens, targets):
     head = E if cfg.tied else W["lm_head.weight"]
     logits = (f @ head.T).reshape(B * T, cfg.V) * cfg.logit_scale
     loss = torch.nn.functional.cross_entropy(logits, targets.reshape(-1), reduction="mean")
+    if aux_total is not None:
+        loss = loss + aux_total
+    if extras is not None:
+        extras["aux"] = float(aux_total) if aux_total is not None else 0.0
     return logits, loss
 
 
-def run_reference(cfg, params, tokens, targets, dtype):
+def run_reference(cfg, params, tokens, targets, dtype, routes, extras=None):
     W = {name: torch.tensor(arr, dtype=dtype, requires_grad=True) for name, arr in params.items()}
-    logits, loss = forward(cfg, W, tokens, targets)
+    logits, loss = forward(cfg, W, tokens, targets, routes, extras)
     loss.backward()
     grads = {name: (t.grad if t.grad is not None else torch.zeros_like(t)) for name, t in W.items()}
     return logits.detach(), loss.detach(), grads
@@ -282,7 +426,10 @@ def main():
         return 2
 
     params = {name: tensors[name] for name in shapes}
-    ref = {dt: run_reference(cfg, params, tokens, targets, dt) for dt in (torch.float32, torch.float64)}
+    # float64 first: it makes the MoE expert selection, which the float32 run reuses.
+    routes, extras = {}, {}
+    ref = {torch.float64: run_reference(cfg, params, tokens, targets, torch.float64, routes, extras)}
+    ref[torch.float32] = run_reference(cfg, params, tokens, targets, torch.float32, routes)
 
     our_loss = float(meta["loss"]) if "loss" in meta else float(tensors["loss"][0])
     rows = [("logits", list(tensors["logits"].shape), tensors["logits"], lambda r: r[0].numpy())]
@@ -294,10 +441,11 @@ def main():
     print(f"reference: {args.tree}")
     print(f"  V={cfg.V} d={cfg.D} L={cfg.L} H={cfg.H} KV={cfg.KV} hd={cfg.hd} F={cfg.F} eps={cfg.eps:g} "
           f"sandwich={cfg.sandwich} emb_norm={cfg.embedding_norm} qk_norm={cfg.qk_norm} tied={cfg.tied} "
-          f"gate={cfg.gate} theta={cfg.theta:g}")
+          f"gate={cfg.gate} theta={cfg.theta:g}{cfg.moe_text()}")
+    aux_text = f" (aux {extras['aux']:.9f})" if cfg.arch == "moe" else ""
     print(f"  embedding_scale={cfg.embedding_scale:.9g} attn_scale={cfg.attn_scale:.9g} "
           f"logit_scale={cfg.logit_scale:.9g}; batch {B}x{T}; loss ours {our_loss:.9f} "
-          f"fp64 ref {float(ref[torch.float64][1]):.9f}")
+          f"fp64 ref {float(ref[torch.float64][1]):.9f}{aux_text}")
     print(f"  {'tensor':<52} {'shape':<12} {'|ref|':>10} {'rel fp32':>10} {'rel fp64':>10}")
     worst32 = worst64 = 0.0
     failed = []

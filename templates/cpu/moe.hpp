@@ -1,0 +1,287 @@
+// Mixture-of-experts routing on the CPU: router scores, top-k selection, the
+// deterministic dispatch (a stable counting sort by expert), the weighted
+// combine, and their backward. The experts themselves are GEMMs over each
+// expert's rows (cpu/backend.hpp grouped_linear_*).
+//
+// Per token t with router logits r_t (E entries):
+//   scores      s_t = softmax(r_t)  or  sigmoid(r_t)        (moe.router_scoring)
+//   selection   the k largest s_t[e] + bias[e]; ties go to the lower index.
+//               The bias (aux_free balancing, DeepSeek-V3) only selects.
+//   weights     w_tj = s_t[e_j], divided by Σ_j s_t[e_j] when norm_topk_prob
+//   output      y_t = Σ_j w_tj · Expert_{e_j}(x_t)            (j in rank order)
+// Balancing loss (Switch / Megatron form, moe.load_balance = "aux_loss"):
+//   L_aux = coef · E · Σ_e f_e · P_e,  f_e = (assignments to e)/(N·k),
+//   P_e = mean_t p_t[e], p_t = s_t (softmax) or s_t/Σ_e s_t[e] (sigmoid);
+//   exactly coef when the load is uniform. f is a count (no gradient).
+// Assignment a = t·k + j (token t, rank j); its row in expert order is
+// position[a]; order[p] is the assignment at row p.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common.hpp"
+
+namespace gcm::cpu {
+
+struct MoeShape {
+  int experts;
+  int top_k;
+  bool sigmoid;    // scoring: sigmoid (else softmax)
+  bool norm_topk;  // renormalize the selected weights
+};
+
+namespace detail {
+
+// Whether (v, e) ranks after (v_prev, e_prev): lower value, or equal value and higher index.
+inline bool ranks_after(double v, int e, double v_prev, int e_prev) { return v < v_prev || (v == v_prev && e > e_prev); }
+
+}  // namespace detail
+
+// scores [N, E], expert and weight [N, k]. bias: E entries or nullptr.
+template <typename T>
+void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, std::int64_t N,
+                       const MoeShape& m) {
+  const int E = m.experts, k = m.top_k;
+#pragma omp parallel for
+  for (std::int64_t t = 0; t < N; ++t) {
+    const T* r = logits + t * E;
+    T* s = scores + t * E;
+    if (m.sigmoid) {
+      for (int e = 0; e < E; ++e) {
+        s[e] = T(1.0 / (1.0 + std::exp(-double(r[e]))));
+      }
+    } else {
+      double max_r = double(r[0]);
+      for (int e = 1; e < E; ++e) {
+        max_r = double(r[e]) > max_r ? double(r[e]) : max_r;
+      }
+      double sum = 0.0;
+      for (int e = 0; e < E; ++e) {
+        sum += std::exp(double(r[e]) - max_r);
+      }
+      for (int e = 0; e < E; ++e) {
+        s[e] = T(std::exp(double(r[e]) - max_r) / sum);
+      }
+    }
+    // Rank j: the best (value, index) that ranks after rank j-1's.
+    double prev_v = INFINITY;
+    int prev_e = -1;
+    double selected = 0.0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      double best_v = 0.0;
+      for (int e = 0; e < E; ++e) {
+        const double v = double(s[e]) + (bias ? double(bias[e]) : 0.0);
+        if (!detail::ranks_after(v, e, prev_v, prev_e)) continue;
+        if (best < 0 || v > best_v) {
+          best = e;
+          best_v = v;
+        }
+      }
+      expert[t * k + j] = best;
+      weight[t * k + j] = s[best];
+      selected += double(s[best]);
+      prev_v = best_v;
+      prev_e = best;
+    }
+    if (m.norm_topk) {
+      for (int j = 0; j < k; ++j) {
+        weight[t * k + j] = T(double(weight[t * k + j]) / selected);
+      }
+    }
+  }
+}
+
+// Stable counting sort of the N·k assignments by expert: expert e's rows are
+// offsets[e] .. offsets[e+1] (offsets has E+1 entries), in token order.
+inline void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
+                         std::int64_t N, int experts, int top_k) {
+  const std::int64_t A = N * top_k;
+  for (int e = 0; e <= experts; ++e) {
+    offsets[e] = 0;
+  }
+  for (std::int64_t a = 0; a < A; ++a) {
+    ++offsets[expert[a] + 1];
+  }
+  for (int e = 0; e < experts; ++e) {
+    offsets[e + 1] += offsets[e];
+  }
+  // Fill each expert's rows in assignment order (offsets[e] advances; restored below).
+  for (std::int64_t a = 0; a < A; ++a) {
+    const std::int64_t p = offsets[expert[a]]++;
+    order[p] = std::int32_t(a);
+    position[a] = std::int32_t(p);
+  }
+  for (int e = experts; e > 0; --e) {
+    offsets[e] = offsets[e - 1];
+  }
+  offsets[0] = 0;
+}
+
+// xs[p] = x[token of order[p]]: each expert's input rows, contiguous.
+template <typename T>
+void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
+#pragma omp parallel for
+  for (std::int64_t p = 0; p < rows; ++p) {
+    const T* src = x + std::int64_t(order[p] / top_k) * dim;
+    T* dst = xs + p * dim;
+    for (int c = 0; c < dim; ++c) {
+      dst[c] = src[c];
+    }
+  }
+}
+
+// out[t] (+)= Σ_j w_tj · ys[position[t·k+j]], j ascending.
+template <typename T>
+void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N, int dim, int top_k,
+                 bool accumulate) {
+#pragma omp parallel for
+  for (std::int64_t t = 0; t < N; ++t) {
+    T* o = out + t * dim;
+    if (!accumulate) {
+      for (int c = 0; c < dim; ++c) {
+        o[c] = T(0);
+      }
+    }
+    for (int j = 0; j < top_k; ++j) {
+      const T w = weight[t * top_k + j];
+      const T* y = ys + std::int64_t(position[t * top_k + j]) * dim;
+      for (int c = 0; c < dim; ++c) {
+        o[c] += w * y[c];
+      }
+    }
+  }
+}
+
+// dys[p] = w_a · dout[t] and dweight[a] = dout[t] · ys[p], for a = order[p].
+template <typename T>
+void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight, const std::int32_t* order,
+                          std::int64_t rows, int dim, int top_k) {
+#pragma omp parallel for
+  for (std::int64_t p = 0; p < rows; ++p) {
+    const std::int32_t a = order[p];
+    const T* g = dout + std::int64_t(a / top_k) * dim;
+    const T* y = ys + p * dim;
+    T* dy = dys + p * dim;
+    double dot = 0.0;
+    for (int c = 0; c < dim; ++c) {
+      dy[c] = weight[a] * g[c];
+      dot += double(g[c]) * double(y[c]);
+    }
+    dweight[a] = T(dot);
+  }
+}
+
+// dx[t] += Σ_j dxs[position[t·k+j]], j ascending.
+template <typename T>
+void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim, int top_k) {
+#pragma omp parallel for
+  for (std::int64_t t = 0; t < N; ++t) {
+    T* d = dx + t * dim;
+    for (int j = 0; j < top_k; ++j) {
+      const T* src = dxs + std::int64_t(position[t * top_k + j]) * dim;
+      for (int c = 0; c < dim; ++c) {
+        d[c] += src[c];
+      }
+    }
+  }
+}
+
+// P_e = mean over tokens of p_t[e] (the balancing loss's router probability),
+// summed in token order per expert.
+template <typename T>
+void moe_mean_probs(double* mean_prob, const T* scores, std::int64_t N, const MoeShape& m) {
+  const int E = m.experts;
+  double* const row_total = thread_scratch<1>(std::size_t(N));  // Σ_e s_t[e] (sigmoid scores)
+  if (m.sigmoid) {
+#pragma omp parallel for
+    for (std::int64_t t = 0; t < N; ++t) {
+      double total = 0.0;
+      for (int e = 0; e < E; ++e) {
+        total += double(scores[t * E + e]);
+      }
+      row_total[t] = total;
+    }
+  }
+#pragma omp parallel for
+  for (int e = 0; e < E; ++e) {
+    double sum = 0.0;
+    for (std::int64_t t = 0; t < N; ++t) {
+      sum += m.sigmoid ? double(scores[t * E + e]) / row_total[t] : double(scores[t * E + e]);
+    }
+    mean_prob[e] = sum / double(N);
+  }
+}
+
+// dlogits [N, E] from dweight [N, k] and the balancing loss's dL/dp_t[e] =
+// aux_grad[e] (the same for every token; nullptr: no balancing loss).
+template <typename T>
+void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
+                        const double* aux_grad, std::int64_t N, const MoeShape& m) {
+  const int E = m.experts, k = m.top_k;
+#pragma omp parallel
+  {
+    double* ds = thread_scratch<0>(std::size_t(E));  // dL/ds_t
+#pragma omp for
+    for (std::int64_t t = 0; t < N; ++t) {
+      const T* s = scores + t * E;
+      const T* w = weight + t * k;
+      const T* dw = dweight + t * k;
+      const std::int32_t* sel = expert + t * k;
+      for (int e = 0; e < E; ++e) {
+        ds[e] = 0.0;
+      }
+      if (m.norm_topk) {
+        // w_j = s_j / S:  ds_j = (dw_j − Σ_i dw_i·w_i) / S.
+        double S = 0.0, dot = 0.0;
+        for (int j = 0; j < k; ++j) {
+          S += double(s[sel[j]]);
+          dot += double(dw[j]) * double(w[j]);
+        }
+        for (int j = 0; j < k; ++j) {
+          ds[sel[j]] += (double(dw[j]) - dot) / S;
+        }
+      } else {
+        for (int j = 0; j < k; ++j) {
+          ds[sel[j]] += double(dw[j]);
+        }
+      }
+      if (aux_grad) {
+        if (m.sigmoid) {
+          // p_e = s_e / Σs:  ds_e += (a_e − Σ_f a_f·p_f) / Σs.
+          double total = 0.0, dot = 0.0;
+          for (int e = 0; e < E; ++e) {
+            total += double(s[e]);
+          }
+          for (int e = 0; e < E; ++e) {
+            dot += aux_grad[e] * double(s[e]) / total;
+          }
+          for (int e = 0; e < E; ++e) {
+            ds[e] += (aux_grad[e] - dot) / total;
+          }
+        } else {
+          for (int e = 0; e < E; ++e) {
+            ds[e] += aux_grad[e];
+          }
+        }
+      }
+      T* dr = dlogits + t * E;
+      if (m.sigmoid) {
+        for (int e = 0; e < E; ++e) {
+          dr[e] = T(ds[e] * double(s[e]) * (1.0 - double(s[e])));
+        }
+      } else {
+        double dot = 0.0;
+        for (int e = 0; e < E; ++e) {
+          dot += ds[e] * double(s[e]);
+        }
+        for (int e = 0; e < E; ++e) {
+          dr[e] = T(double(s[e]) * (ds[e] - dot));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace gcm::cpu

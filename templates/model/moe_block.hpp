@@ -1,0 +1,179 @@
+// The mixture-of-experts MLP of one layer (seed 000 Table 3), composed from a
+// backend's kernels like the rest of the model (cpu/moe.hpp has the math):
+//
+//   r = b·Wrᵀ; s, top-k experts e_j and weights w_j from r (moe.router_scoring,
+//   moe.norm_topk_prob; the aux_free bias only selects)
+//   rows of b sorted by expert (stable counting sort: deterministic, dropless)
+//   y_t = Σ_j w_tj · SwiGLU_{e_j}(b_t) + SharedSwiGLU(b_t)
+//   L_aux = coef · E · Σ_e f_e · P_e (moe.load_balance = "aux_loss")
+//
+// MoeLayer holds what the backward needs; MoeScratch is shared by all layers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config.hpp"
+
+namespace gcm {
+
+// Row indices of one MoE layer's tensors (kParams; shared_* are -1 without shared experts).
+struct MoeParams {
+  int router, gate, up, down, shared_gate, shared_up, shared_down;
+};
+
+template <typename Backend>
+struct MoeLayer {
+  using Act = typename Backend::Act;
+  template <typename U>
+  using Buffer = typename Backend::template Buffer<U>;
+
+  Buffer<Act> scores, weight, xs, eu, ew, es, ys, su, sw, ss;
+  Buffer<std::int32_t> expert, order, position;
+  std::vector<std::int64_t> offsets;    // expert e's rows: offsets[e] .. offsets[e+1] (host)
+  std::vector<float> bias;              // aux_free selection bias (host; saved in checkpoints)
+  std::vector<double> mean_prob;        // P_e of the last forward
+  std::vector<std::int64_t> load;       // assignments per expert in this step (aux_free's update)
+  std::vector<std::int64_t> window_load;  // since the last routing record (metrics)
+  double aux_loss = 0.0;                // L_aux of the last forward (0 unless aux_loss)
+};
+
+template <typename Backend>
+struct MoeScratch {
+  using Act = typename Backend::Act;
+  template <typename U>
+  using Buffer = typename Backend::template Buffer<U>;
+  Buffer<Act> logits, dweight, dys, des, deu, dew, dxs, dsu, dsw, dss;
+};
+
+// Allocates a layer's buffers for N rows through `alloc(buffer, elements)`.
+template <typename Backend, typename Alloc>
+void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, Alloc&& alloc) {
+  const std::int64_t A = N * kTopK, D = kDModel;
+  alloc(L.scores, N * kExperts);
+  alloc(L.weight, A);
+  for (auto* buf : {&L.xs, &L.ys}) alloc(*buf, A * D);
+  for (auto* buf : {&L.eu, &L.ew, &L.es}) alloc(*buf, A * kExpertDff);
+  if constexpr (kSharedDff > 0) {
+    for (auto* buf : {&L.su, &L.sw, &L.ss}) alloc(*buf, N * kSharedDff);
+  }
+  for (auto* buf : {&L.expert, &L.order, &L.position}) alloc(*buf, A);
+  L.offsets.assign(std::size_t(kExperts) + 1, 0);
+  L.bias.assign(std::size_t(kExperts), 0.0f);
+  L.mean_prob.assign(std::size_t(kExperts), 0.0);
+  L.load.assign(std::size_t(kExperts), 0);
+  L.window_load.assign(std::size_t(kExperts), 0);
+}
+
+template <typename Backend, typename Alloc>
+void allocate_moe_scratch(MoeScratch<Backend>& S, std::int64_t N, Alloc&& alloc) {
+  const std::int64_t A = N * kTopK, D = kDModel;
+  alloc(S.logits, N * kExperts);
+  alloc(S.dweight, A);
+  for (auto* buf : {&S.dys, &S.dxs}) alloc(*buf, A * D);
+  for (auto* buf : {&S.des, &S.deu, &S.dew}) alloc(*buf, A * kExpertDff);
+  if constexpr (kSharedDff > 0) {
+    for (auto* buf : {&S.dsu, &S.dsw, &S.dss}) alloc(*buf, N * kSharedDff);
+  }
+}
+
+// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i.
+template <typename Backend, typename Weights>
+void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
+                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N) {
+  const int D = kDModel;
+  const std::int64_t A = std::int64_t(N) * kTopK;
+  ops.linear_forward(S.logits.data(), b, W(P.router), N, D, kExperts);
+  const float* bias = nullptr;
+  if constexpr (kLoadBalance == LoadBalance::aux_free) {
+    bias = L.bias.data();
+  }
+  ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
+  ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
+  ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
+  ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
+  ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
+  ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+  ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+  bool accumulate = false;
+  if constexpr (kSharedDff > 0) {
+    ops.linear_forward(L.su.data(), b, W(P.shared_gate), N, D, kSharedDff);
+    ops.linear_forward(L.sw.data(), b, W(P.shared_up), N, D, kSharedDff);
+    ops.swiglu_forward(L.ss.data(), L.su.data(), L.sw.data(), std::int64_t(N) * kSharedDff);
+    ops.linear_forward(m, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+    accumulate = true;
+  }
+  ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
+  for (int e = 0; e < kExperts; ++e) {
+    const std::int64_t rows = L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
+    L.load[std::size_t(e)] += rows;
+    L.window_load[std::size_t(e)] += rows;
+  }
+  L.aux_loss = 0.0;
+  if constexpr (kLoadBalance == LoadBalance::aux_loss) {
+    ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N);
+    double sum = 0.0;  // Σ_e f_e · P_e
+    for (int e = 0; e < kExperts; ++e) {
+      const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
+      sum += f * L.mean_prob[std::size_t(e)];
+    }
+    L.aux_loss = kLoadBalanceCoef * kExperts * sum;
+  }
+}
+
+// db = dL/db of the block (overwritten) from dm = dL/dm; parameter gradients
+// accumulate. loss_scale multiplies the balancing loss's gradient (dm already
+// carries it for the rest).
+template <typename Backend, typename Weights, typename Grads>
+void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* db,
+                  const typename Backend::Act* dm, const typename Backend::Act* b, const MoeParams& P, Weights&& W,
+                  Grads&& G, int N, double loss_scale) {
+  const int D = kDModel;
+  const std::int64_t A = std::int64_t(N) * kTopK;
+  ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
+  ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
+                              kExpertDff, D);
+  ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+  ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
+                              kExpertDff);
+  ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
+                              kExpertDff, /*accumulate_dx=*/true);
+  const double* aux_grad = nullptr;
+  double aux[kExperts];
+  if constexpr (kLoadBalance == LoadBalance::aux_loss) {
+    // dL_aux/dp_t[e] = coef · E · f_e / N for every token t.
+    for (int e = 0; e < kExperts; ++e) {
+      const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
+      aux[e] = loss_scale * kLoadBalanceCoef * kExperts * f / double(N);
+    }
+    aux_grad = aux;
+  }
+  ops.moe_route_backward(S.logits.data(), S.dweight.data(), L.scores.data(), L.expert.data(), L.weight.data(),
+                         aux_grad, N);
+  ops.linear_backward(db, G(P.router), S.logits.data(), b, W(P.router), N, D, kExperts);
+  ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
+  if constexpr (kSharedDff > 0) {
+    ops.linear_backward(S.dss.data(), G(P.shared_down), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+    ops.swiglu_backward(S.dsu.data(), S.dsw.data(), S.dss.data(), L.su.data(), L.sw.data(),
+                        std::int64_t(N) * kSharedDff);
+    ops.linear_backward(db, G(P.shared_gate), S.dsu.data(), b, W(P.shared_gate), N, D, kSharedDff, true);
+    ops.linear_backward(db, G(P.shared_up), S.dsw.data(), b, W(P.shared_up), N, D, kSharedDff, true);
+  }
+}
+
+// aux_free (DeepSeek-V3): after each step, raise the bias of under-loaded
+// experts and lower it for over-loaded ones by the update rate
+// (moe.load_balance_coef): b_e += rate · sign(mean load − load_e).
+template <typename Backend>
+void update_selection_bias(MoeLayer<Backend>& L) {
+  double mean = 0.0;
+  for (std::int64_t c : L.load) mean += double(c);
+  mean /= double(kExperts);
+  for (int e = 0; e < kExperts; ++e) {
+    const double c = double(L.load[std::size_t(e)]);
+    const float step = float(kLoadBalanceCoef);
+    L.bias[std::size_t(e)] += c < mean ? step : c > mean ? -step : 0.0f;
+  }
+}
+
+}  // namespace gcm
