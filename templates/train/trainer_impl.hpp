@@ -19,9 +19,11 @@ inline std::string resume_checkpoint(const std::string& run_dir, const std::stri
     if (!latest) throw gc::rt::RuntimeError(run_dir, "--resume: the run has no complete checkpoint");
     return *latest;
   }
+  // N, step_N and step_00000N all name the checkpoint after step N.
   std::string dir_name = name;
-  if (name.find_first_not_of("0123456789") == std::string::npos && name.size() < 19) {
-    dir_name = gc::rt::checkpoint_dir_name(std::stoll(name));
+  const std::string digits = name.rfind("step_", 0) == 0 ? name.substr(5) : name;
+  if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 19) {
+    dir_name = gc::rt::checkpoint_dir_name(std::stoll(digits));
   }
   const std::string dir = (std::filesystem::path(gc::rt::checkpoints_dir(run_dir)) / dir_name).string();
   std::error_code ec;

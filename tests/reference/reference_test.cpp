@@ -160,6 +160,53 @@ TEST_F(Reference, MatchesPyTorchWithEveryFeature) { compare_with_pytorch(kAllFea
 
 TEST_F(Reference, MatchesPyTorchWithHeadwiseGateAndTiedEmbeddings) { compare_with_pytorch(kHeadwiseTied); }
 
+// Mixture of experts: a dense first layer, then MoE layers with sigmoid
+// routing, renormalized top-k weights, two shared experts and the balancing
+// loss (a large coefficient, so its gradient is visible in the router's).
+const char* const kMoe = R"toml([experiment]
+name = "ref_moe"
+seed = 11
+
+[model]
+arch = "moe"
+vocab_size = 97
+d_model = 24
+n_layers = 3
+n_heads = 4
+n_kv_heads = 2
+d_ff = 40
+gated_attention = "elementwise"
+
+[moe]
+n_dense_layers = 1
+n_experts = 6
+top_k = 2
+n_shared_experts = 2
+expert_d_ff = 16
+shared_d_ff = 8
+router_scoring = "sigmoid"
+norm_topk_prob = true
+load_balance = "aux_loss"
+load_balance_coef = 0.5
+
+[init]
+gamma = 0.5
+
+[optim]
+lr = 1e-3
+
+[train]
+seq_len = 16
+global_batch = 2
+steps = 2
+precision = "fp32"
+
+[data]
+format = "synthetic"
+)toml";
+
+TEST_F(Reference, MatchesPyTorchWithMixtureOfExperts) { compare_with_pytorch(kMoe); }
+
 // Large enough tensors for tight statistics; every distribution and depth scaling.
 const char* const kInitStats = R"toml([experiment]
 name = "ref_init_stats"
