@@ -91,13 +91,16 @@ inline void check_host_memory() {
   const double buffers = double(kPlannedModelBufferBytes) * (kPrecision == Precision::bf16 ? 2.0 : 1.0);
   const std::int64_t available = available_host_bytes();
   if (available < 0 || state + buffers <= double(available)) return;
-  char msg[512];
+  const char* remedy = kMoe ? "MoE models train on the CPU backend only in this version: use a machine with that "
+                               "much memory or lower train.micro_batch (multi-process training with ZeRO, once it "
+                               "exists, will shard the optimizer state)"
+                             : "train it on a GPU, lower train.micro_batch, or shard the optimizer state across "
+                               "processes (distributed.zero_stage, once multi-process training exists)";
+  char msg[768];
   std::snprintf(msg, sizeof msg,
                 "the CPU backend needs %.1f GiB (fp32 parameters, gradients and AdamW moments %.1f GiB, activations "
-                "%.1f GiB for train.micro_batch = %d) but this machine has %.1f GiB available; train it on a GPU, "
-                "lower train.micro_batch, or shard the optimizer state across processes (distributed.zero_stage, "
-                "once multi-process training exists)",
-                (state + buffers) / gib, state / gib, buffers / gib, kMicroBatch, double(available) / gib);
+                "%.1f GiB for train.micro_batch = %d) but this machine has %.1f GiB available; %s",
+                (state + buffers) / gib, state / gib, buffers / gib, kMicroBatch, double(available) / gib, remedy);
   throw gc::rt::RuntimeError(kExperimentName, msg);
 }
 

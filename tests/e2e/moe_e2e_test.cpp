@@ -195,4 +195,25 @@ TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
   EXPECT_EQ(summary["host_allocations_in_steps"], 0);
 }
 
+// A plan no machine holds (16M rows of 50k logits: terabytes of activations):
+// train stops before allocating, with the planned and available bytes.
+TEST_F(MoeTree, StopsBeforeAllocatingWhenThePlanExceedsTheMemory) {
+  std::string spec = kMoeAuxFree;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"vocab_size = 64", "vocab_size = 50000"},
+                          {"seq_len = 32", "seq_len = 4096"},
+                          {"global_batch = 8", "global_batch = 4096"},
+                          {"micro_batch = 4", "micro_batch = 4096"},
+                          {"d_ff = 64", "d_ff = 64\nmax_seq_len = 4096"}}) {
+    spec.replace(spec.find(from), from.size(), to);
+  }
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const Outcome run = train("--steps 1 --out " + (dir_ / "run").string());
+  EXPECT_EQ(run.status, 1) << run.output;
+  EXPECT_NE(run.output.find("the CPU backend needs"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("GiB available; MoE models train on the CPU backend only"), std::string::npos)
+      << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "metrics.jsonl"));
+}
+
 }  // namespace
