@@ -1,0 +1,307 @@
+// Mixture-of-experts routing on the GPU, the semantics of templates/cpu/moe.hpp
+// (scores, top-k with ties to the lower index, the stable counting sort by
+// expert, gather, weighted combine and their backward). No atomics: every sum
+// has one owner and a fixed order, so results do not depend on scheduling.
+//
+//   route            one thread per token (scores in double, as on the CPU)
+//   dispatch         per expert one block: count its assignments, then place
+//                    them in token order with a block-wide prefix sum
+//   gather/combine   one thread per output element, ranks added in order
+//   combine backward one warp per expert row (the dweight dot product)
+//   route backward   one thread per token, E partials in registers (E fixed)
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+#include "cpu/moe.hpp"
+
+namespace gcm::cuda {
+
+using cpu::MoeShape;
+
+inline constexpr int kMoeThreads = 256;
+
+template <typename T>
+__global__ void moe_route_kernel(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias,
+                                 std::int64_t N, MoeShape m) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  const int E = m.experts, k = m.top_k;
+  const T* r = logits + t * E;
+  T* s = scores + t * E;
+  if (m.sigmoid) {
+    for (int e = 0; e < E; ++e) s[e] = from_float<T>(float(1.0 / (1.0 + exp(-double(to_float(r[e]))))));
+  } else {
+    double max_r = double(to_float(r[0]));
+    for (int e = 1; e < E; ++e) max_r = fmax(max_r, double(to_float(r[e])));
+    double sum = 0.0;
+    for (int e = 0; e < E; ++e) sum += exp(double(to_float(r[e])) - max_r);
+    for (int e = 0; e < E; ++e) s[e] = from_float<T>(float(exp(double(to_float(r[e])) - max_r) / sum));
+  }
+  double prev_v = 0.0, selected = 0.0;
+  int prev_e = -1;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    double best_v = 0.0;
+    for (int e = 0; e < E; ++e) {
+      const double v = double(to_float(s[e])) + (bias ? double(bias[e]) : 0.0);
+      const bool after = prev_e < 0 || v < prev_v || (v == prev_v && e > prev_e);
+      if (after && (best < 0 || v > best_v)) {
+        best = e;
+        best_v = v;
+      }
+    }
+    expert[t * k + j] = best;
+    weight[t * k + j] = s[best];
+    selected += double(to_float(s[best]));
+    prev_v = best_v;
+    prev_e = best;
+  }
+  if (m.norm_topk) {
+    for (int j = 0; j < k; ++j) weight[t * k + j] = from_float<T>(float(double(to_float(weight[t * k + j])) / selected));
+  }
+}
+
+// The dispatch kernels are templates only so that a header can define them
+// for several translation units.
+
+// counts[e] = assignments to expert e (block e).
+template <int Unused = 0>
+__global__ void moe_count_kernel(std::int64_t* counts, const std::int32_t* expert, std::int64_t A) {
+  __shared__ int scratch[kWarp];
+  const int e = blockIdx.x;
+  int c = 0;
+  for (std::int64_t a = threadIdx.x; a < A; a += blockDim.x) c += expert[a] == e;
+  c = block_sum(c, scratch);
+  if (threadIdx.x == 0) counts[e] = c;
+}
+
+// offsets[0] = 0, offsets[e+1] = offsets[e] + counts[e] (E is small: one thread).
+template <int Unused = 0>
+__global__ void moe_offsets_kernel(std::int64_t* offsets, const std::int64_t* counts, int experts) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  offsets[0] = 0;
+  for (int e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
+}
+
+// Block e writes expert e's rows: the a-th assignment with expert e (in a's
+// order) goes to row offsets[e] + (how many came before it).
+template <int Unused = 0>
+__global__ void moe_place_kernel(std::int32_t* order, std::int32_t* position, const std::int64_t* offsets,
+                                 const std::int32_t* expert, std::int64_t A) {
+  __shared__ int flags[kMoeThreads];
+  const int e = blockIdx.x;
+  std::int64_t base = offsets[e];
+  for (std::int64_t start = 0; start < A; start += blockDim.x) {
+    const std::int64_t a = start + threadIdx.x;
+    const int mine = a < A && expert[a] == e;
+    flags[threadIdx.x] = mine;
+    __syncthreads();
+    // Inclusive prefix sum over the tile (Hillis–Steele).
+    for (int step = 1; step < int(blockDim.x); step *= 2) {
+      const int add = int(threadIdx.x) >= step ? flags[threadIdx.x - step] : 0;
+      __syncthreads();
+      flags[threadIdx.x] += add;
+      __syncthreads();
+    }
+    if (mine) {
+      const std::int64_t p = base + flags[threadIdx.x] - 1;
+      order[p] = std::int32_t(a);
+      position[a] = std::int32_t(p);
+    }
+    const int tile_total = flags[blockDim.x - 1];
+    __syncthreads();
+    base += tile_total;
+  }
+}
+
+template <typename T>
+__global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim,
+                                  int top_k) {
+  const std::int64_t n = rows * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t p = i / dim;
+    xs[i] = x[std::int64_t(order[p] / top_k) * dim + i % dim];
+  }
+}
+
+template <typename T>
+__global__ void moe_combine_kernel(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N,
+                                   int dim, int top_k, bool accumulate) {
+  const std::int64_t n = N * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t t = i / dim;
+    float acc = accumulate ? to_float(out[i]) : 0.0f;
+    for (int j = 0; j < top_k; ++j) {
+      acc += to_float(weight[t * top_k + j]) * to_float(ys[std::int64_t(position[t * top_k + j]) * dim + i % dim]);
+    }
+    out[i] = from_float<T>(acc);
+  }
+}
+
+// One warp per row p: dys[p] = w_a·dout[t], dweight[a] = dout[t]·ys[p].
+template <typename T>
+__global__ void moe_combine_backward_kernel(T* dys, T* dweight, const T* dout, const T* ys, const T* weight,
+                                            const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
+  const std::int64_t p = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (p >= rows) return;
+  const std::int32_t a = order[p];
+  const T* g = dout + std::int64_t(a / top_k) * dim;
+  const float w = to_float(weight[a]);
+  float dot = 0.0f;
+  for (int c = lane; c < dim; c += kWarp) {
+    dys[p * dim + c] = from_float<T>(w * to_float(g[c]));
+    dot += to_float(g[c]) * to_float(ys[p * dim + c]);
+  }
+  dot = warp_sum(dot);
+  if (lane == 0) dweight[a] = from_float<T>(dot);
+}
+
+template <typename T>
+__global__ void moe_scatter_add_kernel(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim,
+                                       int top_k) {
+  const std::int64_t n = N * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const std::int64_t t = i / dim;
+    float acc = to_float(dx[i]);
+    for (int j = 0; j < top_k; ++j) acc += to_float(dxs[std::int64_t(position[t * top_k + j]) * dim + i % dim]);
+    dx[i] = from_float<T>(acc);
+  }
+}
+
+// Σ_e s_t[e] per token (sigmoid scores' normalization for P).
+template <typename T>
+__global__ void moe_row_total_kernel(double* total, const T* scores, std::int64_t N, int experts) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  double s = 0.0;
+  for (int e = 0; e < experts; ++e) s += double(to_float(scores[t * experts + e]));
+  total[t] = s;
+}
+
+// Block e: P_e = mean_t p_t[e] (row_total null for softmax scores).
+template <typename T>
+__global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const double* row_total, std::int64_t N,
+                                      int experts) {
+  __shared__ double scratch[kWarp];
+  const int e = blockIdx.x;
+  double sum = 0.0;
+  for (std::int64_t t = threadIdx.x; t < N; t += blockDim.x) {
+    const double s = double(to_float(scores[t * experts + e]));
+    sum += row_total ? s / row_total[t] : s;
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) mean_prob[e] = sum / double(N);
+}
+
+// dlogits from dweight and the balancing loss's dL/dp (aux_grad: E values or null).
+template <typename T, int E>
+__global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert,
+                                          const T* weight, const double* aux_grad, std::int64_t N, MoeShape m) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  const int k = m.top_k;
+  const T* s = scores + t * E;
+  double ds[E];
+  for (int e = 0; e < E; ++e) ds[e] = 0.0;
+  if (m.norm_topk) {
+    double S = 0.0, dot = 0.0;
+    for (int j = 0; j < k; ++j) {
+      S += double(to_float(s[expert[t * k + j]]));
+      dot += double(to_float(dweight[t * k + j])) * double(to_float(weight[t * k + j]));
+    }
+    for (int j = 0; j < k; ++j) ds[expert[t * k + j]] += (double(to_float(dweight[t * k + j])) - dot) / S;
+  } else {
+    for (int j = 0; j < k; ++j) ds[expert[t * k + j]] += double(to_float(dweight[t * k + j]));
+  }
+  if (aux_grad) {
+    if (m.sigmoid) {
+      double total = 0.0, dot = 0.0;
+      for (int e = 0; e < E; ++e) total += double(to_float(s[e]));
+      for (int e = 0; e < E; ++e) dot += aux_grad[e] * double(to_float(s[e])) / total;
+      for (int e = 0; e < E; ++e) ds[e] += (aux_grad[e] - dot) / total;
+    } else {
+      for (int e = 0; e < E; ++e) ds[e] += aux_grad[e];
+    }
+  }
+  T* dr = dlogits + t * E;
+  if (m.sigmoid) {
+    for (int e = 0; e < E; ++e) {
+      const double se = double(to_float(s[e]));
+      dr[e] = from_float<T>(float(ds[e] * se * (1.0 - se)));
+    }
+  } else {
+    double dot = 0.0;
+    for (int e = 0; e < E; ++e) dot += ds[e] * double(to_float(s[e]));
+    for (int e = 0; e < E; ++e) dr[e] = from_float<T>(float(double(to_float(s[e])) * (ds[e] - dot)));
+  }
+}
+
+// ---- launchers (device pointers unless named _host) ----------------------------------------
+
+template <typename T>
+void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias,
+                       std::int64_t N, const MoeShape& m) {
+  if (N <= 0) return;
+  launch(moe_route_kernel<T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, scores, expert, weight, logits, bias, N, m);
+}
+
+// counts: E device scratch; offsets: E+1 on the device. The caller copies offsets to the host.
+inline void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, std::int64_t* counts,
+                         const std::int32_t* expert, std::int64_t N, int experts, int top_k) {
+  const std::int64_t A = N * top_k;
+  launch(moe_count_kernel<0>, unsigned(experts), kMoeThreads, 0, counts, expert, A);
+  launch(moe_offsets_kernel<0>, 1u, 1, 0, offsets, counts, experts);
+  launch(moe_place_kernel<0>, unsigned(experts), kMoeThreads, 0, order, position, offsets, expert, A);
+}
+
+template <typename T>
+void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
+  if (rows <= 0) return;
+  launch(moe_gather_kernel<T>, blocks_for(rows * dim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows, dim, top_k);
+}
+
+template <typename T>
+void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N, int dim,
+                 int top_k, bool accumulate) {
+  if (N <= 0) return;
+  launch(moe_combine_kernel<T>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position, N, dim,
+         top_k, accumulate);
+}
+
+template <typename T>
+void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight, const std::int32_t* order,
+                          std::int64_t rows, int dim, int top_k) {
+  if (rows <= 0) return;
+  launch(moe_combine_backward_kernel<T>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight, dout, ys,
+         weight, order, rows, dim, top_k);
+}
+
+template <typename T>
+void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim, int top_k) {
+  if (N <= 0) return;
+  launch(moe_scatter_add_kernel<T>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, dx, dxs, position, N, dim,
+         top_k);
+}
+
+// mean_prob: E doubles on the device; row_total: N doubles of scratch (sigmoid only).
+template <typename T>
+void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N, const MoeShape& m) {
+  if (m.sigmoid) {
+    launch(moe_row_total_kernel<T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, row_total, scores, N, m.experts);
+  }
+  launch(moe_mean_probs_kernel<T>, unsigned(m.experts), kMoeThreads, 0, mean_prob, scores,
+         m.sigmoid ? static_cast<const double*>(row_total) : nullptr, N, m.experts);
+}
+
+template <int E, typename T>
+void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
+                        const double* aux_grad, std::int64_t N, const MoeShape& m) {
+  if (N <= 0) return;
+  launch(moe_route_backward_kernel<T, E>, blocks_for(N, kMoeThreads), kMoeThreads, 0, dlogits, dweight, scores,
+         expert, weight, aux_grad, N, m);
+}
+
+}  // namespace gcm::cuda

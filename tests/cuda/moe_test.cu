@@ -1,0 +1,210 @@
+// CUDA MoE routing kernels (cuda/moe.cuh) against the CPU kernels of
+// templates/cpu/moe.hpp in double on the same (T-rounded) random inputs: the
+// router and top-k, the counting-sort dispatch (exactly equal), gather,
+// combine, their backward, the balancing loss's mean probabilities, the
+// router backward; and two runs bitwise equal.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/moe.hpp"
+#include "cuda/cuda_test_util.hpp"
+#include "cuda/moe.cuh"
+
+namespace {
+
+using ct::bf16;
+using ct::DeviceBuffer;
+using ct::download_double;
+using ct::expect_close;
+using ct::rounded;
+using ct::type_name;
+using ct::upload_as;
+using gcm::cpu::MoeShape;
+
+constexpr int kE = 7, kK = 3;
+
+template <typename T>
+void check_route_and_dispatch(bool sigmoid, bool norm) {
+  const int N = 45;
+  const MoeShape m{kE, kK, sigmoid, norm};
+  const std::string what = type_name<T>() + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "");
+  const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 41, 2.0));
+  const std::vector<float> bias = {0.01f, -0.02f, 0.0f, 0.03f, 0.0f, -0.01f, 0.02f};
+  auto logits_d = upload_as<T>(logits);
+  DeviceBuffer<float> bias_d = ct::upload(bias);
+  DeviceBuffer<T> scores_d(static_cast<std::size_t>(N * kE)), weight_d(static_cast<std::size_t>(N * kK));
+  DeviceBuffer<std::int32_t> expert_d(static_cast<std::size_t>(N * kK));
+  gcm::cuda::moe_route_forward(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(), bias_d.data(), N,
+                               m);
+  // Scores against the CPU in double; selection and weights against the CPU
+  // applied to the GPU's own scores (a near-tie may round either way).
+  std::vector<double> scores_ref(static_cast<std::size_t>(N * kE)), w_ref(static_cast<std::size_t>(N * kK));
+  std::vector<std::int32_t> expert_ref(static_cast<std::size_t>(N * kK));
+  gcm::cpu::moe_route_forward(scores_ref.data(), expert_ref.data(), w_ref.data(), logits.data(), bias.data(), N, m);
+  const auto scores = download_double(scores_d);
+  expect_close(scores, scores_ref, ct::tolerance<T>(), "moe route scores " + what);
+  const auto expert = ct::download(expert_d);
+  const auto weight = download_double(weight_d);
+  for (int t = 0; t < N; ++t) {
+    std::vector<std::pair<double, int>> ranked;
+    for (int e = 0; e < kE; ++e) ranked.push_back({scores[std::size_t(t * kE + e)] + double(bias[std::size_t(e)]), e});
+    std::stable_sort(ranked.begin(), ranked.end(), [](auto a, auto b) { return a.first > b.first; });
+    double selected = 0.0;
+    for (int j = 0; j < kK; ++j) {
+      EXPECT_EQ(expert[std::size_t(t * kK + j)], ranked[std::size_t(j)].second) << what << " token " << t;
+      selected += scores[std::size_t(t * kE + ranked[std::size_t(j)].second)];
+    }
+    for (int j = 0; j < kK; ++j) {
+      const double w = scores[std::size_t(t * kE + ranked[std::size_t(j)].second)] / (norm ? selected : 1.0);
+      EXPECT_NEAR(weight[std::size_t(t * kK + j)], w, ct::tolerance<T>() * w) << what;
+    }
+  }
+
+  // Dispatch: the same stable counting sort as the CPU's, exactly.
+  DeviceBuffer<std::int32_t> order_d(static_cast<std::size_t>(N * kK)), position_d(static_cast<std::size_t>(N * kK));
+  DeviceBuffer<std::int64_t> offsets_d(kE + 1), counts_d(kE);
+  gcm::cuda::moe_dispatch(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), expert_d.data(), N, kE,
+                          kK);
+  std::vector<std::int32_t> order_ref(static_cast<std::size_t>(N * kK)), position_ref(static_cast<std::size_t>(N * kK));
+  std::vector<std::int64_t> offsets_ref(kE + 1);
+  gcm::cpu::moe_dispatch(order_ref.data(), position_ref.data(), offsets_ref.data(), expert.data(), N, kE, kK);
+  EXPECT_EQ(ct::download(order_d), order_ref) << what;
+  EXPECT_EQ(ct::download(position_d), position_ref) << what;
+  EXPECT_EQ(ct::download(offsets_d), offsets_ref) << what;
+}
+
+TEST(CudaMoe, RouteAndDispatchMatchTheCpu) {
+  GC_REQUIRE_GPU();
+  for (bool sigmoid : {false, true}) {
+    for (bool norm : {false, true}) {
+      check_route_and_dispatch<float>(sigmoid, norm);
+      check_route_and_dispatch<bf16>(sigmoid, norm);
+    }
+  }
+}
+
+// A fixed routing of N tokens (distinct experts per token) and its dispatch.
+struct Routing {
+  std::vector<std::int32_t> expert, order, position;
+  std::vector<std::int64_t> offsets;
+};
+
+Routing make_routing(int N) {
+  Routing r;
+  for (int t = 0; t < N; ++t) {
+    for (int j = 0; j < kK; ++j) r.expert.push_back((t * 5 + j * 2 + (t % 3)) % kE);
+  }
+  r.order.resize(r.expert.size());
+  r.position.resize(r.expert.size());
+  r.offsets.resize(kE + 1);
+  gcm::cpu::moe_dispatch(r.order.data(), r.position.data(), r.offsets.data(), r.expert.data(), N, kE, kK);
+  return r;
+}
+
+template <typename T>
+void check_gather_combine(int D) {
+  const int N = 33, A = N * kK;
+  const std::string what = type_name<T>() + " D=" + std::to_string(D);
+  const Routing r = make_routing(N);
+  auto order_d = ct::upload(r.order);
+  auto position_d = ct::upload(r.position);
+  const auto x = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 51));
+  const auto ys = rounded<T>(kt::random_normal(static_cast<std::size_t>(A * D), 52));
+  const auto w = rounded<T>(kt::random_vector(static_cast<std::size_t>(A), 53));
+  const auto dout = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 54));
+  const auto prior = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 55));
+  auto x_d = upload_as<T>(x), ys_d = upload_as<T>(ys), w_d = upload_as<T>(w), dout_d = upload_as<T>(dout);
+
+  DeviceBuffer<T> xs_d(static_cast<std::size_t>(A * D));
+  gcm::cuda::moe_gather(xs_d.data(), x_d.data(), order_d.data(), A, D, kK);
+  std::vector<double> xs_ref(static_cast<std::size_t>(A * D));
+  gcm::cpu::moe_gather(xs_ref.data(), x.data(), r.order.data(), A, D, kK);
+  EXPECT_EQ(download_double(xs_d), xs_ref) << what;  // a copy: exact
+
+  auto out_d = upload_as<T>(prior);
+  gcm::cuda::moe_combine(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, D, kK, true);
+  std::vector<double> out_ref = prior;
+  gcm::cpu::moe_combine(out_ref.data(), ys.data(), w.data(), r.position.data(), N, D, kK, true);
+  expect_close(download_double(out_d), out_ref, ct::tolerance<T>(), "moe combine " + what);
+
+  DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D)), dweight_d(static_cast<std::size_t>(A));
+  gcm::cuda::moe_combine_backward(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                  order_d.data(), A, D, kK);
+  std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(A));
+  gcm::cpu::moe_combine_backward(dys_ref.data(), dweight_ref.data(), dout.data(), ys.data(), w.data(), r.order.data(),
+                                 A, D, kK);
+  expect_close(download_double(dys_d), dys_ref, ct::tolerance<T>(), "moe combine backward dys " + what);
+  expect_close(download_double(dweight_d), dweight_ref, ct::tolerance<T>(), "moe combine backward dweight " + what);
+
+  auto dx_d = upload_as<T>(prior);
+  gcm::cuda::moe_scatter_add(dx_d.data(), ys_d.data(), position_d.data(), N, D, kK);
+  std::vector<double> dx_ref = prior;
+  gcm::cpu::moe_scatter_add(dx_ref.data(), ys.data(), r.position.data(), N, D, kK);
+  expect_close(download_double(dx_d), dx_ref, ct::tolerance<T>(), "moe scatter add " + what);
+
+  // Determinism: the same launch twice gives the same bits.
+  DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D)), dweight2_d(static_cast<std::size_t>(A));
+  gcm::cuda::moe_combine_backward(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                  order_d.data(), A, D, kK);
+  EXPECT_TRUE(ct::bitwise_equal(ct::download(dweight_d), ct::download(dweight2_d))) << what;
+}
+
+TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
+  GC_REQUIRE_GPU();
+  for (int D : {24, 70}) {  // below and above one warp's width
+    check_gather_combine<float>(D);
+    check_gather_combine<bf16>(D);
+  }
+}
+
+template <typename T>
+void check_route_backward(bool sigmoid, bool norm, bool aux) {
+  const int N = 29;
+  const MoeShape m{kE, kK, sigmoid, norm};
+  const std::string what = type_name<T>() + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "") +
+                           (aux ? " aux" : "");
+  const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 61, 1.5));
+  std::vector<double> scores(static_cast<std::size_t>(N * kE)), w(static_cast<std::size_t>(N * kK));
+  std::vector<std::int32_t> expert(static_cast<std::size_t>(N * kK));
+  gcm::cpu::moe_route_forward(scores.data(), expert.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
+                              N, m);
+  scores = rounded<T>(scores);
+  w = rounded<T>(w);
+  const auto dweight = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kK), 62));
+  const auto aux_grad = kt::random_normal(static_cast<std::size_t>(kE), 63, 0.1);
+  auto scores_d = upload_as<T>(scores), w_d = upload_as<T>(w), dweight_d = upload_as<T>(dweight);
+  auto expert_d = ct::upload(expert);
+  auto aux_d = ct::upload(aux_grad);
+  DeviceBuffer<T> dlogits_d(static_cast<std::size_t>(N * kE));
+  gcm::cuda::moe_route_backward<kE>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
+                                    aux ? aux_d.data() : nullptr, N, m);
+  std::vector<double> ref(static_cast<std::size_t>(N * kE));
+  gcm::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
+                               aux ? aux_grad.data() : nullptr, N, m);
+  expect_close(download_double(dlogits_d), ref, ct::tolerance<T>(), "moe route backward " + what);
+
+  if (aux) {
+    DeviceBuffer<double> mean_d(kE), row_total_d(static_cast<std::size_t>(N));
+    gcm::cuda::moe_mean_probs(mean_d.data(), row_total_d.data(), scores_d.data(), N, m);
+    std::vector<double> mean_ref(kE);
+    gcm::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, m);
+    expect_close(ct::download(mean_d), mean_ref, 1e-6, "moe mean probs " + what);
+  }
+}
+
+TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
+  GC_REQUIRE_GPU();
+  for (bool sigmoid : {false, true}) {
+    for (bool norm : {false, true}) {
+      for (bool aux : {false, true}) {
+        check_route_backward<float>(sigmoid, norm, aux);
+        check_route_backward<bf16>(sigmoid, norm, aux);
+      }
+    }
+  }
+}
+
+}  // namespace
