@@ -134,13 +134,6 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   const std::string plan_hpp = banner(plan, "//", "") + "\n" + plan_body;
   const std::string plan_init = plan_init_source(plan, banner(plan, "//", "") + "\n");
   std::vector<TemplateFile> inputs = template_inputs();
-  if (plan.spec.model.arch == Arch::moe) {
-    // The CUDA backend has no MoE kernels yet: an MoE tree is a CPU tree
-    // (train --device cuda says so).
-    inputs.erase(std::remove_if(inputs.begin(), inputs.end(),
-                                [](const TemplateFile& f) { return f.path.rfind("cuda/", 0) == 0; }),
-                 inputs.end());
-  }
   // The runtime is visible to the parser as "runtime/..." (as in the tree).
   std::map<std::string, std::string> runtime;
   for (const auto& f : embedded_runtime()) runtime["/gcompile/runtime/" + f.path] = f.text;

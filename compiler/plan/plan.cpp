@@ -231,10 +231,10 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   if (sandwich) layer += 2 * D;
   // rstd_a rstd_b, lse (one per head), [rstd_q rstd_k], [rstd_p rstd_m].
   double layer_stats = 2 + H + (m.qk_norm ? H + KVH : 0.0) + (sandwich ? 2.0 : 0.0);
-  // MoE layers (model/moe_block.hpp), per row, k assignments each: scores (E),
-  // weights (k), xs ys (k·D), eu ew es (k·Fe), [shared su sw ss]; int32 expert,
-  // order, position (k each). Scratch once: logits (E), dweight (k), dys dxs,
-  // des deu dew, [dsu dsw dss].
+  // MoE layers (model/moe_block.hpp), per row, k assignments each: xs ys (k·D),
+  // eu ew es (k·Fe), [shared su sw ss]; fp32 router scores (E) and weights (k);
+  // int32 expert, order, position (k each). Scratch once: dys dxs, des deu dew,
+  // [dsu dsw dss]; fp32 logits (E) and dweight (k).
   std::int64_t moe_layers = 0;
   for (int l = 0; l < m.n_layers; ++l) {
     moe_layers += moe && l >= e.n_dense_layers && (l - e.n_dense_layers) % e.layer_interval == 0;
@@ -242,8 +242,9 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const double dense_layers = double(m.n_layers - moe_layers);
   const double E = double(e.n_experts), k = double(e.top_k), Fe = double(e.expert_d_ff);
   const double S = double(e.n_shared_experts * e.shared_d_ff);
-  const double moe_layer = E + k + 2 * k * D + 3 * k * Fe + 3 * S;
-  const double moe_scratch = moe_layers > 0 ? E + k + 2 * k * D + 3 * k * Fe + 3 * S : 0.0;
+  const double moe_layer = 2 * k * D + 3 * k * Fe + 3 * S;
+  const double moe_scratch = moe_layers > 0 ? 2 * k * D + 3 * k * Fe + 3 * S : 0.0;
+  const double moe_stats = (double(moe_layers) + (moe_layers > 0 ? 1.0 : 0.0)) * (E + k);
   const double moe_ints = double(moe_layers) * 3 * k;
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
@@ -251,6 +252,7 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; [dff_a dff_b dff_s]; dlogits.
   elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0) + V;
   double stats = double(m.n_layers) * layer_stats + (m.embedding_norm ? 1.0 : 0.0) + 3.0;  // rstd_f, losses, p_target
+  stats += moe_stats;
   return N * (elems * act + stats * f32 + moe_ints * 4.0);
 }
 
@@ -269,6 +271,14 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   bytes += N * H * f32;
   bytes += double(spec.train.seq_len) * double(m.head_dim) * f32;  // cos and sin, seq_len × head_dim/2 each
   bytes += double(32 << 20);                                        // cuBLASLt workspace
+  if (m.arch == Arch::moe) {
+    // MoE: bias (f32), balancing-loss gradient and mean probabilities (f64),
+    // counts and offsets (i64), per-row Σ scores (f64); bf16: the router's
+    // logit gradient as a GEMM operand.
+    const double E = double(spec.moe.n_experts);
+    bytes += E * 4.0 + 2 * E * 8.0 + (2 * E + 1) * 8.0 + N * 8.0;
+    if (spec.train.precision == Precision::bf16) bytes += N * E * 2.0;
+  }
   return bytes;
 }
 

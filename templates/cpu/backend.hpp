@@ -103,6 +103,10 @@ class Backend {
   }
   // --- mixture of experts (cpu/moe.hpp). offsets: E+1 host entries.
   static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
+  void router_forward(T* logits, const T* b, const T* W, int N) { linear_forward(logits, b, W, N, kDModel, kExperts); }
+  void router_backward(T* db, T* dW, const T* dlogits, const T* b, const T* W, int N) {
+    linear_backward(db, dW, dlogits, b, W, N, kDModel, kExperts);
+  }
   void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, int N) {
     cpu::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "config.hpp"
@@ -22,6 +23,7 @@
 #include "cuda/cross_entropy.cuh"
 #include "cuda/embedding.cuh"
 #include "cuda/gate.cuh"
+#include "cuda/moe.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/swiglu.cuh"
@@ -101,6 +103,17 @@ class Backend {
     const cpu::AttentionDims dims{batch, seq_len, kHeads, kKvHeads, kHeadDim};
     attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats(dims), 1));
     loss_sum_.resize(1);
+    if constexpr (kMoe) {
+      moe_bias_.resize(kExperts);
+      moe_aux_.resize(kExperts);
+      moe_mean_.resize(kExperts);
+      moe_counts_.resize(kExperts);
+      moe_offsets_.resize(std::size_t(kExperts) + 1);
+      moe_row_total_.resize(std::size_t(N));
+      if constexpr (!std::is_same_v<T, float>) {
+        moe_router_grad_.resize(std::size_t(N) * kExperts);
+      }
+    }
   }
 
   // Copies a host batch to the device; the embedding's inverse index is built
@@ -161,6 +174,87 @@ class Backend {
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
     cuda::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
   }
+  // --- mixture of experts (cuda/moe.cuh). As on the CPU, the bias, the
+  // balancing loss's gradient, the mean probabilities and the expert offsets
+  // are host arrays (E or E+1 entries): small copies, and the grouped GEMM
+  // needs each expert's row count on the host anyway.
+  static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
+  // Router logits in fp32 from bf16/fp32 operands; backward through a T copy of the fp32 gradient.
+  void router_forward(float* logits, const T* b, const T* W, int N) {
+    blas_.gemm(false, true, N, kExperts, kDModel, 1.0f, b, kDModel, W, kDModel, 0.0f, logits, kExperts);
+  }
+  void router_backward(T* db, float* dW, const float* dlogits, const T* b, const T* W, int N) {
+    const T* grad = nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      grad = dlogits;
+    } else {
+      cuda::moe_cast(moe_router_grad_.data(), dlogits, std::int64_t(N) * kExperts);
+      grad = moe_router_grad_.data();
+    }
+    linear_backward(db, dW, grad, b, W, N, kDModel, kExperts);
+  }
+  void moe_route_forward(float* scores, std::int32_t* expert, float* weight, const float* logits,
+                         const float* bias_host, int N) {
+    const float* bias = nullptr;
+    if (bias_host != nullptr) {
+      moe_bias_.upload(bias_host, std::size_t(kExperts));
+      bias = moe_bias_.data();
+    }
+    cuda::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
+  }
+  void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets_host, const std::int32_t* expert,
+                    int N) {
+    cuda::moe_dispatch(order, position, moe_offsets_.data(), moe_counts_.data(), expert, N, kExperts, kTopK);
+    moe_offsets_.download(offsets_host, std::size_t(kExperts) + 1);  // synchronizes
+  }
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
+    cuda::moe_gather(xs, x, order, std::int64_t(N) * kTopK, dim, kTopK);
+  }
+  void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
+                   bool accumulate) {
+    cuda::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);
+  }
+  void moe_combine_backward(T* dys, float* dweight, const T* dout, const T* ys, const float* weight,
+                            const std::int32_t* order, int N, int dim) {
+    cuda::moe_combine_backward(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK, dim, kTopK);
+  }
+  void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
+    cuda::moe_scatter_add(dx, dxs, position, N, dim, kTopK);
+  }
+  void moe_mean_probs(double* mean_host, const float* scores, int N) {
+    cuda::moe_mean_probs(moe_mean_.data(), moe_row_total_.data(), scores, N, kMoeShape);
+    moe_mean_.download(mean_host, std::size_t(kExperts));
+  }
+  void moe_route_backward(float* dlogits, const float* dweight, const float* scores, const std::int32_t* expert,
+                          const float* weight, const double* aux_host, int N) {
+    const double* aux = nullptr;
+    if (aux_host != nullptr) {
+      moe_aux_.upload(aux_host, std::size_t(kExperts));
+      aux = moe_aux_.data();
+    }
+    cuda::moe_route_backward<kExperts>(dlogits, dweight, scores, expert, weight, aux, N, kMoeShape);
+  }
+  // One cuBLASLt GEMM per expert with rows (W stacked [E, out, in]).
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
+    for (int e = 0; e < kExperts; ++e) {
+      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+      if (rows == 0) continue;
+      blas_.gemm(false, true, int(rows), out, in, 1.0f, x + begin * in, in, W + std::int64_t(e) * out * in, in, 0.0f,
+                 y + begin * out, out);
+    }
+  }
+  void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
+                               int in, int out, bool accumulate_dx = false) {
+    for (int e = 0; e < kExperts; ++e) {
+      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
+      if (rows == 0) continue;
+      const std::int64_t w = std::int64_t(e) * out * in;
+      blas_.gemm(false, false, int(rows), in, out, 1.0f, dy + begin * out, out, W + w, in,
+                 accumulate_dx ? 1.0f : 0.0f, dx + begin * in, in);
+      blas_.gemm(true, false, out, in, int(rows), 1.0f, dy + begin * out, out, x + begin * in, in, 1.0f, dW + w, in);
+    }
+  }
+
   void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) { cuda::swiglu_forward(h, a, b, n); }
   void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
     cuda::swiglu_backward(da, db, dh, a, b, n);
@@ -198,6 +292,10 @@ class Backend {
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;
   DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;
   DeviceBuffer<double> loss_sum_;
+  DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias
+  DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P_e, Σ_e s (sigmoid)
+  DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;
+  DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };
 
 }  // namespace gcm::cuda

@@ -101,7 +101,7 @@ class CudaEngine final : public Engine {
     return loss;
   }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
-    return model_.forward(inputs, targets);
+    return model_.forward(inputs, targets) - model_.aux_loss();
   }
   const std::vector<double>& grad_squares() override {
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data(), tensors_.data(),
@@ -122,6 +122,31 @@ class CudaEngine final : public Engine {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
+  double last_aux_loss() const override { return model_.aux_loss(); }
+  void moe_begin_step() override {
+    if constexpr (kMoe) {
+      begin_moe_step(model_);
+    }
+  }
+  void moe_end_step() override {
+    if constexpr (kMoe) {
+      end_moe_step(model_);
+    }
+  }
+  std::vector<MoeLayerStats> moe_take_stats() override {
+    if constexpr (kMoe) {
+      return take_moe_stats(model_, [this](int l) {
+        const auto& scores = model_.moe_layer(l).scores;  // fp32
+        std::vector<float> host(scores.size());
+        GC_CUDA_CHECK(cudaDeviceSynchronize());
+        scores.download(host.data(), host.size());
+        return router_entropy(host.data(), std::int64_t(host.size()) / kExperts);
+      });
+    }
+    return {};
+  }
+  std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
+  void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
 
   // Copies every forward buffer of the last batch into the host model
   // (converted to fp32), so the metrics measure the GPU's own activations.

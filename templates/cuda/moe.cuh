@@ -9,6 +9,9 @@
 //   gather/combine   one thread per output element, ranks added in order
 //   combine backward one warp per expert row (the dweight dot product)
 //   route backward   one thread per token, E partials in registers (E fixed)
+// The router runs in fp32 (scores, weights and their gradients are float:
+// a bf16 router gradient would lose most of its digits to cancellation); the
+// expert rows are T.
 #pragma once
 
 #include <cstdint>
@@ -126,8 +129,8 @@ __global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, 
   }
 }
 
-template <typename T>
-__global__ void moe_combine_kernel(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N,
+template <typename T, typename S>
+__global__ void moe_combine_kernel(T* out, const T* ys, const S* weight, const std::int32_t* position, std::int64_t N,
                                    int dim, int top_k, bool accumulate) {
   const std::int64_t n = N * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -141,8 +144,8 @@ __global__ void moe_combine_kernel(T* out, const T* ys, const T* weight, const s
 }
 
 // One warp per row p: dys[p] = w_a·dout[t], dweight[a] = dout[t]·ys[p].
-template <typename T>
-__global__ void moe_combine_backward_kernel(T* dys, T* dweight, const T* dout, const T* ys, const T* weight,
+template <typename T, typename S>
+__global__ void moe_combine_backward_kernel(T* dys, S* dweight, const T* dout, const T* ys, const S* weight,
                                             const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
   const std::int64_t p = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -156,7 +159,7 @@ __global__ void moe_combine_backward_kernel(T* dys, T* dweight, const T* dout, c
     dot += to_float(g[c]) * to_float(ys[p * dim + c]);
   }
   dot = warp_sum(dot);
-  if (lane == 0) dweight[a] = from_float<T>(dot);
+  if (lane == 0) dweight[a] = from_float<S>(dot);
 }
 
 template <typename T>
@@ -263,19 +266,19 @@ void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows,
   launch(moe_gather_kernel<T>, blocks_for(rows * dim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows, dim, top_k);
 }
 
-template <typename T>
-void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N, int dim,
+template <typename T, typename S>
+void moe_combine(T* out, const T* ys, const S* weight, const std::int32_t* position, std::int64_t N, int dim,
                  int top_k, bool accumulate) {
   if (N <= 0) return;
-  launch(moe_combine_kernel<T>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position, N, dim,
+  launch(moe_combine_kernel<T, S>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position, N, dim,
          top_k, accumulate);
 }
 
-template <typename T>
-void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight, const std::int32_t* order,
+template <typename T, typename S>
+void moe_combine_backward(T* dys, S* dweight, const T* dout, const T* ys, const S* weight, const std::int32_t* order,
                           std::int64_t rows, int dim, int top_k) {
   if (rows <= 0) return;
-  launch(moe_combine_backward_kernel<T>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight, dout, ys,
+  launch(moe_combine_backward_kernel<T, S>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight, dout, ys,
          weight, order, rows, dim, top_k);
 }
 
@@ -294,6 +297,21 @@ void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::
   }
   launch(moe_mean_probs_kernel<T>, unsigned(m.experts), kMoeThreads, 0, mean_prob, scores,
          m.sigmoid ? static_cast<const double*>(row_total) : nullptr, N, m.experts);
+}
+
+// fp32 gradient of the router logits → T, for the router's backward GEMMs.
+template <typename T>
+__global__ void moe_cast_kernel(T* out, const float* in, std::int64_t n) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = from_float<T>(in[i]);
+  }
+}
+
+template <typename T>
+void moe_cast(T* out, const float* in, std::int64_t n) {
+  if (n <= 0) return;
+  launch(moe_cast_kernel<T>, blocks_for(n, kMoeThreads), kMoeThreads, 0, out, in, n);
 }
 
 template <int E, typename T>

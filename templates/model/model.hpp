@@ -70,13 +70,6 @@ void init_parameters(T* params, std::uint64_t seed) {
   }
 }
 
-// Whether layer l has an MoE MLP (the plan's layer layout: moe.n_dense_layers, moe.layer_interval).
-constexpr bool is_moe_layer(int l) { return kLayerParams[l].router >= 0; }
-constexpr MoeParams moe_params(int l) {
-  const LayerParams& P = kLayerParams[l];
-  return {P.router, P.experts_gate, P.experts_up, P.experts_down, P.shared_gate, P.shared_up, P.shared_down};
-}
-
 template <typename Backend>
 class BasicModel {
  public:

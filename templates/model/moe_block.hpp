@@ -10,10 +10,13 @@
 // MoeLayer holds what the backward needs; MoeScratch is shared by all layers.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "config.hpp"
+#include "plan.hpp"
 
 namespace gcm {
 
@@ -22,13 +25,22 @@ struct MoeParams {
   int router, gate, up, down, shared_gate, shared_up, shared_down;
 };
 
+// Whether layer l has an MoE MLP (the plan's layer layout: moe.n_dense_layers, moe.layer_interval).
+constexpr bool is_moe_layer(int l) { return kLayerParams[l].router >= 0; }
+constexpr MoeParams moe_params(int l) {
+  const LayerParams& P = kLayerParams[l];
+  return {P.router, P.experts_gate, P.experts_up, P.experts_down, P.shared_gate, P.shared_up, P.shared_down};
+}
+
 template <typename Backend>
 struct MoeLayer {
   using Act = typename Backend::Act;
+  using Stat = typename Backend::Stat;
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
-  Buffer<Act> scores, weight, xs, eu, ew, es, ys, su, sw, ss;
+  Buffer<Stat> scores, weight;  // the router's, in fp32 on the GPU
+  Buffer<Act> xs, eu, ew, es, ys, su, sw, ss;
   Buffer<std::int32_t> expert, order, position;
   std::vector<std::int64_t> offsets;    // expert e's rows: offsets[e] .. offsets[e+1] (host)
   std::vector<float> bias;              // aux_free selection bias (host; saved in checkpoints)
@@ -41,9 +53,11 @@ struct MoeLayer {
 template <typename Backend>
 struct MoeScratch {
   using Act = typename Backend::Act;
+  using Stat = typename Backend::Stat;
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
-  Buffer<Act> logits, dweight, dys, des, deu, dew, dxs, dsu, dsw, dss;
+  Buffer<Stat> logits, dweight;  // router logits (then their gradient), dL/dw
+  Buffer<Act> dys, des, deu, dew, dxs, dsu, dsw, dss;
 };
 
 // Allocates a layer's buffers for N rows through `alloc(buffer, elements)`.
@@ -83,7 +97,7 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
                  const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N) {
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
-  ops.linear_forward(S.logits.data(), b, W(P.router), N, D, kExperts);
+  ops.router_forward(S.logits.data(), b, W(P.router), N);
   const float* bias = nullptr;
   if constexpr (kLoadBalance == LoadBalance::aux_free) {
     bias = L.bias.data();
@@ -150,7 +164,7 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   }
   ops.moe_route_backward(S.logits.data(), S.dweight.data(), L.scores.data(), L.expert.data(), L.weight.data(),
                          aux_grad, N);
-  ops.linear_backward(db, G(P.router), S.logits.data(), b, W(P.router), N, D, kExperts);
+  ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);
   ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
   if constexpr (kSharedDff > 0) {
     ops.linear_backward(S.dss.data(), G(P.shared_down), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
@@ -173,6 +187,82 @@ void update_selection_bias(MoeLayer<Backend>& L) {
     const double c = double(L.load[std::size_t(e)]);
     const float step = float(kLoadBalanceCoef);
     L.bias[std::size_t(e)] += c < mean ? step : c > mean ? -step : 0.0f;
+  }
+}
+
+// ---- the engine's view of a model's MoE layers (host side, any backend) ----
+
+// One MoE layer's routing since the previous take.
+struct MoeLayerStats {
+  int layer = 0;
+  std::vector<std::int64_t> load;  // assignments per expert
+  double router_entropy = 0.0;     // of the last micro-batch
+};
+
+// Mean over rows of −Σ_e p ln p with p the scores normalized per row (scores
+// [rows, E] on the host).
+inline double router_entropy(const float* scores, std::int64_t rows) {
+  double total = 0.0;
+  for (std::int64_t t = 0; t < rows; ++t) {
+    const float* s = scores + t * kExperts;
+    double sum = 0.0, h = 0.0;
+    for (int e = 0; e < kExperts; ++e) sum += double(s[e]);
+    for (int e = 0; e < kExperts; ++e) {
+      const double p = double(s[e]) / sum;
+      if (p > 0.0) h -= p * std::log(p);
+    }
+    total += h;
+  }
+  return rows > 0 ? total / double(rows) : 0.0;
+}
+
+// Zeroes the per-step loads (at the start of a step).
+template <typename Model>
+void begin_moe_step(Model& model) {
+  for (int l = 0; l < kLayers; ++l) {
+    if (is_moe_layer(l)) std::fill(model.moe_layer(l).load.begin(), model.moe_layer(l).load.end(), 0);
+  }
+}
+
+// After the optimizer step: the aux_free biases move toward balance.
+template <typename Model>
+void end_moe_step(Model& model) {
+  if constexpr (kLoadBalance == LoadBalance::aux_free) {
+    for (int l = 0; l < kLayers; ++l) {
+      if (is_moe_layer(l)) update_selection_bias(model.moe_layer(l));
+    }
+  }
+}
+
+// The loads since the previous take (then zeroed) and each layer's router
+// entropy, entropy_of(l) (it reads the scores where they are).
+template <typename Model, typename Entropy>
+std::vector<MoeLayerStats> take_moe_stats(Model& model, Entropy&& entropy_of) {
+  std::vector<MoeLayerStats> out;
+  for (int l = 0; l < kLayers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    auto& L = model.moe_layer(l);
+    out.push_back({l, L.window_load, entropy_of(l)});
+    std::fill(L.window_load.begin(), L.window_load.end(), 0);
+  }
+  return out;
+}
+
+// The aux_free selection biases, one vector per MoE layer in layer order.
+template <typename Model>
+std::vector<std::vector<float>> moe_biases(const Model& model) {
+  std::vector<std::vector<float>> out;
+  for (int l = 0; l < kLayers; ++l) {
+    if (is_moe_layer(l)) out.push_back(model.moe_layer(l).bias);
+  }
+  return out;
+}
+
+template <typename Model>
+void set_moe_biases(Model& model, const std::vector<std::vector<float>>& biases) {
+  std::size_t i = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    if (is_moe_layer(l) && i < biases.size()) model.moe_layer(l).bias = biases[i++];
   }
 }
 

@@ -55,6 +55,15 @@ class Engine {
   virtual void adamw_step(double lr, double clip, std::int64_t t) = 0;
   // Bytes of the model's buffers besides parameters and gradients.
   virtual std::int64_t model_buffer_bytes() const = 0;
+  // Mixture of experts (nothing for a dense model; model/moe_block.hpp): zero
+  // the step's expert loads, apply the aux_free bias update after the step,
+  // take the routing statistics since the previous take, and the selection
+  // biases a checkpoint keeps (one vector per MoE layer).
+  virtual void moe_begin_step() {}
+  virtual void moe_end_step() {}
+  virtual std::vector<MoeLayerStats> moe_take_stats() { return {}; }
+  virtual std::vector<std::vector<float>> moe_biases() const { return {}; }
+  virtual void set_moe_biases(const std::vector<std::vector<float>>&) {}
   // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
   // libraries), the peak of our own allocations, and how many we made.
   virtual std::int64_t device_used_bytes() const { return 0; }
@@ -86,6 +95,27 @@ class CpuEngine final : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   const Model<float>& activations(Model<float>&) override { return model_; }
+  void moe_begin_step() override {
+    if constexpr (kMoe) {
+      begin_moe_step(model_);
+    }
+  }
+  void moe_end_step() override {
+    if constexpr (kMoe) {
+      end_moe_step(model_);
+    }
+  }
+  std::vector<MoeLayerStats> moe_take_stats() override {
+    if constexpr (kMoe) {
+      return take_moe_stats(model_, [this](int l) {
+        const auto& scores = model_.moe_layer(l).scores;
+        return router_entropy(scores.data(), std::int64_t(scores.size()) / kExperts);
+      });
+    }
+    return {};
+  }
+  std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
+  void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
   const std::vector<double>& grad_squares() override {
     for (int i = 0; i < kNumParams; ++i) {
       squares_[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);

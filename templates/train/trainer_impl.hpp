@@ -48,7 +48,7 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
     train_.seek(state.data.at("train"));
     engine_->upload(host_params(), m_.data(), v_.data());
     if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
-      restore_moe_bias(*host_model_, state.extra.value("moe_bias", Json::object()), from + "/state.json");
+      engine_->set_moe_biases(moe_bias_from_json(state.extra.value("moe_bias", Json::object()), from + "/state.json"));
     }
     // Bit-identical continuation needs the same backend (and, on a GPU, the same kind of GPU).
     const std::string saved_on = state.extra.value("engine", "");
@@ -91,11 +91,9 @@ inline void check_host_memory() {
   const double buffers = double(kPlannedModelBufferBytes) * (kPrecision == Precision::bf16 ? 2.0 : 1.0);
   const std::int64_t available = available_host_bytes();
   if (available < 0 || state + buffers <= double(available)) return;
-  const char* remedy = kMoe ? "MoE models train on the CPU backend only in this version: use a machine with that "
-                               "much memory or lower train.micro_batch (multi-process training with ZeRO, once it "
-                               "exists, will shard the optimizer state)"
-                             : "train it on a GPU, lower train.micro_batch, or shard the optimizer state across "
-                               "processes (distributed.zero_stage, once multi-process training exists)";
+  const char* remedy = "train it on a GPU (a tree built with the CUDA backend), lower train.micro_batch, or shard "
+                       "the optimizer state across processes (distributed.zero_stage, once multi-process training "
+                       "exists)";
   char msg[768];
   std::snprintf(msg, sizeof msg,
                 "the CPU backend needs %.1f GiB (fp32 parameters, gradients and AdamW moments %.1f GiB, activations "
@@ -105,26 +103,19 @@ inline void check_host_memory() {
 }
 
 inline void Trainer::choose_engine() {
-  if constexpr (kMoe) {
-    if (opt_.device == "cuda") {
-      throw gc::rt::RuntimeError("--device cuda: MoE models train on the CPU backend in this version (the CUDA "
-                                 "backend has no MoE kernels yet); use --device cpu or auto");
-    }
-  } else {
 #ifdef GC_HAVE_CUDA
-    if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
-      engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
-      on_device_ = true;
-      params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
-      return;
-    }
-#else
-    if (opt_.device == "cuda") {
-      throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
-                                 "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
-    }
-#endif
+  if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
+    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
+    on_device_ = true;
+    params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+    return;
   }
+#else
+  if (opt_.device == "cuda") {
+    throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
+                               "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
+  }
+#endif
   check_host_memory();
   host_model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
   engine_ = std::make_unique<CpuEngine>(*host_model_, m_, v_);
@@ -196,7 +187,7 @@ inline std::vector<gc::rt::ParamBuffers> Trainer::buffers() {
 inline double Trainer::train_step(std::int64_t step) {
   engine_->zero_grads();
   if constexpr (kMoe) {
-    begin_moe_step(*host_model_);
+    engine_->moe_begin_step();
   }
   double loss = 0.0;  // cross-entropy; the MoE balancing loss is logged apart
   last_aux_loss_ = 0.0;
@@ -236,9 +227,9 @@ inline double Trainer::train_step(std::int64_t step) {
   engine_->adamw_step(learning_rate(step), clip, step + 1);
   host_fresh_ = false;
   if constexpr (kMoe) {
-    end_moe_step(*host_model_);
+    engine_->moe_end_step();
     if (opt_.metrics && ((step + 1) % opt_.log_every == 0 || step == 0 || step + 1 == opt_.steps)) {
-      step_records_.push_back(moe_record(*host_model_, step + 1, last_aux_loss_));
+      step_records_.push_back(moe_record(engine_->moe_take_stats(), step + 1, last_aux_loss_));
     }
   }
   if (update_ratio_due) {
@@ -314,7 +305,7 @@ inline void Trainer::save(std::int64_t step) {
   state.gcompile_version = kGcompileVersion;
   state.extra["engine"] = engine_->describe();
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
-    state.extra["moe_bias"] = moe_bias_state(*host_model_);
+    state.extra["moe_bias"] = moe_bias_json(engine_->moe_biases());
   }
   gc::rt::save_checkpoint(opt_.run_dir, buffers(), state, 2);
 }

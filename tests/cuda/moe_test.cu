@@ -26,6 +26,7 @@ using gcm::cpu::MoeShape;
 
 constexpr int kE = 7, kK = 3;
 
+// The router runs in fp32 (scores, weights); T only rounds the logits it reads.
 template <typename T>
 void check_route_and_dispatch(bool sigmoid, bool norm) {
   const int N = 45;
@@ -33,9 +34,9 @@ void check_route_and_dispatch(bool sigmoid, bool norm) {
   const std::string what = type_name<T>() + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "");
   const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 41, 2.0));
   const std::vector<float> bias = {0.01f, -0.02f, 0.0f, 0.03f, 0.0f, -0.01f, 0.02f};
-  auto logits_d = upload_as<T>(logits);
+  auto logits_d = upload_as<float>(logits);
   DeviceBuffer<float> bias_d = ct::upload(bias);
-  DeviceBuffer<T> scores_d(static_cast<std::size_t>(N * kE)), weight_d(static_cast<std::size_t>(N * kK));
+  DeviceBuffer<float> scores_d(static_cast<std::size_t>(N * kE)), weight_d(static_cast<std::size_t>(N * kK));
   DeviceBuffer<std::int32_t> expert_d(static_cast<std::size_t>(N * kK));
   gcm::cuda::moe_route_forward(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(), bias_d.data(), N,
                                m);
@@ -45,7 +46,7 @@ void check_route_and_dispatch(bool sigmoid, bool norm) {
   std::vector<std::int32_t> expert_ref(static_cast<std::size_t>(N * kK));
   gcm::cpu::moe_route_forward(scores_ref.data(), expert_ref.data(), w_ref.data(), logits.data(), bias.data(), N, m);
   const auto scores = download_double(scores_d);
-  expect_close(scores, scores_ref, ct::tolerance<T>(), "moe route scores " + what);
+  expect_close(scores, scores_ref, ct::tolerance<float>(), "moe route scores " + what);
   const auto expert = ct::download(expert_d);
   const auto weight = download_double(weight_d);
   for (int t = 0; t < N; ++t) {
@@ -113,10 +114,11 @@ void check_gather_combine(int D) {
   auto position_d = ct::upload(r.position);
   const auto x = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 51));
   const auto ys = rounded<T>(kt::random_normal(static_cast<std::size_t>(A * D), 52));
-  const auto w = rounded<T>(kt::random_vector(static_cast<std::size_t>(A), 53));
+  const auto w = rounded<float>(kt::random_vector(static_cast<std::size_t>(A), 53));
   const auto dout = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 54));
   const auto prior = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 55));
-  auto x_d = upload_as<T>(x), ys_d = upload_as<T>(ys), w_d = upload_as<T>(w), dout_d = upload_as<T>(dout);
+  auto x_d = upload_as<T>(x), ys_d = upload_as<T>(ys), dout_d = upload_as<T>(dout);
+  auto w_d = upload_as<float>(w);  // the router's weights are fp32
 
   DeviceBuffer<T> xs_d(static_cast<std::size_t>(A * D));
   gcm::cuda::moe_gather(xs_d.data(), x_d.data(), order_d.data(), A, D, kK);
@@ -130,7 +132,8 @@ void check_gather_combine(int D) {
   gcm::cpu::moe_combine(out_ref.data(), ys.data(), w.data(), r.position.data(), N, D, kK, true);
   expect_close(download_double(out_d), out_ref, ct::tolerance<T>(), "moe combine " + what);
 
-  DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D)), dweight_d(static_cast<std::size_t>(A));
+  DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D));
+  DeviceBuffer<float> dweight_d(static_cast<std::size_t>(A));
   gcm::cuda::moe_combine_backward(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
                                   order_d.data(), A, D, kK);
   std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(A));
@@ -146,7 +149,8 @@ void check_gather_combine(int D) {
   expect_close(download_double(dx_d), dx_ref, ct::tolerance<T>(), "moe scatter add " + what);
 
   // Determinism: the same launch twice gives the same bits.
-  DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D)), dweight2_d(static_cast<std::size_t>(A));
+  DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D));
+  DeviceBuffer<float> dweight2_d(static_cast<std::size_t>(A));
   gcm::cuda::moe_combine_backward(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
                                   order_d.data(), A, D, kK);
   EXPECT_TRUE(ct::bitwise_equal(ct::download(dweight_d), ct::download(dweight2_d))) << what;
@@ -160,6 +164,7 @@ TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
   }
 }
 
+// In fp32 (the router's precision on every backend); T rounds the inputs.
 template <typename T>
 void check_route_backward(bool sigmoid, bool norm, bool aux) {
   const int N = 29;
@@ -175,16 +180,16 @@ void check_route_backward(bool sigmoid, bool norm, bool aux) {
   w = rounded<T>(w);
   const auto dweight = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kK), 62));
   const auto aux_grad = kt::random_normal(static_cast<std::size_t>(kE), 63, 0.1);
-  auto scores_d = upload_as<T>(scores), w_d = upload_as<T>(w), dweight_d = upload_as<T>(dweight);
+  auto scores_d = upload_as<float>(scores), w_d = upload_as<float>(w), dweight_d = upload_as<float>(dweight);
   auto expert_d = ct::upload(expert);
   auto aux_d = ct::upload(aux_grad);
-  DeviceBuffer<T> dlogits_d(static_cast<std::size_t>(N * kE));
+  DeviceBuffer<float> dlogits_d(static_cast<std::size_t>(N * kE));
   gcm::cuda::moe_route_backward<kE>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
                                     aux ? aux_d.data() : nullptr, N, m);
   std::vector<double> ref(static_cast<std::size_t>(N * kE));
   gcm::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
                                aux ? aux_grad.data() : nullptr, N, m);
-  expect_close(download_double(dlogits_d), ref, ct::tolerance<T>(), "moe route backward " + what);
+  expect_close(download_double(dlogits_d), ref, ct::tolerance<float>(), "moe route backward " + what);
 
   if (aux) {
     DeviceBuffer<double> mean_d(kE), row_total_d(static_cast<std::size_t>(N));
