@@ -67,6 +67,15 @@ void add_metric_record(RunData& run, std::int64_t step, const json& r) {
     run.images.push_back(std::move(image));
     return;
   }
+  if (name == "moe_routing" && r.contains("load") && r["load"].is_object() && step >= run.expert_load_step) {
+    run.expert_load.clear();
+    for (const auto& [layer, counts] : r["load"].items()) {
+      if (!counts.is_array()) continue;
+      std::vector<double>& row = run.expert_load[layer];
+      for (const auto& c : counts) row.push_back(c.is_number() ? c.get<double>() : kNaN);
+    }
+    run.expert_load_step = step;
+  }
   for (const auto& [field, v] : r.items()) {
     if (field == "step" || field == "metric") continue;
     const std::string series = field == "value" || field == "values" ? name : name + "." + field;

@@ -54,6 +54,9 @@ struct RunData {
   // "NAME.FIELD" ("rmsnorm_factor.eps_free", "stable_rank.sigma_max").
   std::map<std::string, KeyedSeries> keyed;
   std::vector<CosineImage> images;
+  // MoE: assignments per expert by layer ("1": [...]) at the last moe_routing record.
+  std::map<std::string, std::vector<double>> expert_load;
+  std::int64_t expert_load_step = -1;
   std::vector<std::string> compare_files;  // RUN/*.compare.json, sorted
   std::int64_t last_step = 0;
   std::size_t records = 0;

@@ -3,6 +3,7 @@
 // out. Shared figure helpers live in sections_common.cpp.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct Section {
 
 // Data sections in page order (the header and spec table are built by page.cpp).
 std::vector<Section> training_sections(const std::vector<RunData>& runs);
+// Mixture of experts: expert load (layer × expert heatmap), imbalance, router
+// entropy and balancing loss over training (sections_moe.cpp).
+std::optional<Section> moe_section(const std::vector<RunData>& runs);
 std::vector<Section> matrix_sections(const std::vector<RunData>& runs);
 std::vector<Section> diagnostic_sections(const std::vector<RunData>& runs);
 std::vector<Section> other_metric_sections(const std::vector<RunData>& runs);

@@ -253,7 +253,10 @@ bool is_known_metric(const std::string& name) {
                                                "param_norm",
                                                "grad_norm",
                                                "update_ratio",
-                                               "cosine_image"};
+                                               "cosine_image",
+                                               "moe_routing.imbalance",
+                                               "moe_routing.router_entropy",
+                                               "moe_routing.aux_loss"};
   return kKnown.count(name) > 0;
 }
 

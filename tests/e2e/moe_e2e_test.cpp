@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -292,6 +293,26 @@ TEST_F(MoeParity, CudaBackendMatchesTheCpuUnderTheEmulatorInBf16) {
   const Outcome parity = emulated_parity();
   EXPECT_EQ(parity.status, 0) << parity.output;
   EXPECT_NE(parity.output.find("\"precision\": \"bf16\""), std::string::npos) << parity.output;
+}
+
+// Seed 000's MoE ablation pair: the diff is the init (plan_init.cpp), ε and the
+// gate (config.hpp, the model's gate branch, the gate tensors), nothing else.
+TEST(MoeDiff, PaperAblationDiffShowsExactlyTheInitAndTheSettings) {
+  const std::string dir = std::string(GCOMPILE_SOURCE_DIR) + "/specs/paper/seed000/";
+  const Outcome diff = sh(std::string(GCOMPILE_BINARY) + " diff " + dir + "moe_1.5b_a250m_g05_standard.toml " + dir +
+                          "moe_1.5b_a250m_g1_adjusted.toml");
+  ASSERT_EQ(diff.status, 0) << diff.output;
+  std::vector<std::string> files;
+  std::istringstream lines(diff.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("diff -ruN", 0) == 0) files.push_back(line.substr(line.rfind(" b/") + 3));
+  }
+  EXPECT_EQ(files, (std::vector<std::string>{"CMakeLists.txt", "README.md", "spec.resolved.toml", "src/config.hpp",
+                                             "src/experiment.cpp", "src/model/model_impl.hpp", "src/plan.hpp",
+                                             "src/plan_init.cpp"}))
+      << diff.output;
+  EXPECT_NE(diff.output.find("+inline constexpr float kNormEps = 1e-12f;"), std::string::npos) << diff.output;
+  EXPECT_NE(diff.output.find("mlp.experts.down_proj.weight"), std::string::npos) << "expert σ rows change";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "report/compare.hpp"
 #include "report/report.hpp"
+#include "report/sections.hpp"
 #include "report_test_util.hpp"
 
 namespace gc::report {
@@ -261,6 +262,39 @@ TEST(ReportData, FindsComparisonFilesInRunDirectories) {
   for (const auto& image : run.images) EXPECT_EQ(image.problem, "") << image.path;
   const RunData b = load_run(dirs[1]);
   EXPECT_EQ(b.nonfinite_step, 401);
+}
+
+}  // namespace
+}  // namespace gc::report
+
+namespace gc::report {
+namespace {
+
+// moe_routing records: the last record's loads per layer, imbalance and
+// entropy per layer as keyed series, the balancing loss as a scalar; the
+// report gets a Mixture-of-experts section with the load heatmap.
+TEST(ReportData, ReadsMoeRoutingRecordsAndDrawsTheLoad) {
+  rt::test::TempDir tmp;
+  const std::string dir = make_run(
+      tmp, "moe",
+      "{\"step\":1,\"metric\":\"moe_routing\",\"load\":{\"1\":[8,0,4,4],\"2\":[4,4,4,4]},"
+      "\"imbalance\":{\"1\":2.0,\"2\":1.0},\"router_entropy\":{\"1\":1.3,\"2\":1.38},\"aux_loss\":0.021}\n"
+      "{\"step\":10,\"metric\":\"moe_routing\",\"load\":{\"1\":[5,3,4,4],\"2\":[4,4,4,4]},"
+      "\"imbalance\":{\"1\":1.25,\"2\":1.0},\"router_entropy\":{\"1\":1.35,\"2\":1.38},\"aux_loss\":0.020}\n");
+  const std::vector<RunData> runs = load_runs({dir});
+  ASSERT_EQ(runs.size(), 1u);
+  const RunData& run = runs[0];
+  EXPECT_EQ(run.expert_load_step, 10);
+  EXPECT_EQ(run.expert_load.at("1"), (std::vector<double>{5, 3, 4, 4}));
+  ASSERT_EQ(run.keyed.at("moe_routing.imbalance").at("1").size(), 2u);
+  EXPECT_EQ(run.keyed.at("moe_routing.imbalance").at("1").back().y, 1.25);
+  EXPECT_EQ(run.scalars.at("moe_routing.aux_loss").back().y, 0.020);
+  const auto section = moe_section(runs);
+  ASSERT_TRUE(section.has_value());
+  EXPECT_EQ(section->id, "moe");
+  EXPECT_NE(section->html.find("Expert load at step 10"), std::string::npos);
+  EXPECT_NE(section->html.find("Expert load imbalance"), std::string::npos);
+  EXPECT_FALSE(moe_section(load_runs({make_run(tmp, "dense", "{\"step\":1,\"loss\":2.0}\n")})).has_value());
 }
 
 }  // namespace
