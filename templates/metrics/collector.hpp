@@ -150,6 +150,21 @@ class ActivationMetrics {
 inline int matrix_rows(const ParamInfo& p) { return int(p.shape[0]); }
 inline int matrix_cols(const ParamInfo& p) { return int(p.numel / p.shape[0]); }
 
+// A stacked expert tensor [E, out, in] is E matrices [out, in]; a 2-D tensor is one.
+inline int matrix_count(const ParamInfo& p) { return p.rank == 3 ? int(p.shape[0]) : 1; }
+inline int slice_rows(const ParamInfo& p) { return int(p.rank == 3 ? p.shape[1] : p.shape[0]); }
+inline int slice_cols(const ParamInfo& p) { return int(p.rank == 3 ? p.shape[2] : p.numel / p.shape[0]); }
+// Experts whose matrices are also recorded one by one, beside the mean over all.
+inline constexpr int kNamedExperts = 2;
+// "model.layers.1.mlp.experts.up_proj.weight", expert 3 -> "model.layers.1.mlp.experts.3.up_proj.weight"
+// (Hugging Face's per-expert naming).
+inline std::string expert_name(const char* stacked, int expert) {
+  std::string name = stacked;
+  const std::size_t at = name.find("experts.");
+  if (at != std::string::npos) name.insert(at + 8, std::to_string(expert) + ".");
+  return name;
+}
+
 // Rows a cosine matrix may have before rows are subsampled (evenly spaced).
 inline constexpr int kMaxCosineRows = 4096;
 
@@ -186,11 +201,24 @@ inline std::vector<Json> weight_records(std::int64_t step, const float* params, 
   if (due.stable_rank) {
     Json values = Json::object(), sigma = Json::object(), unconverged = Json::array();
     for (int i = 0; i < kNumParams; ++i) {
-      if (!kStableRankTensors[i] || kParams[i].rank != 2) continue;
-      const auto sr = metrics::stable_rank(param(i), matrix_rows(kParams[i]), matrix_cols(kParams[i]));
-      values[kParams[i].name] = sr.value;
-      sigma[kParams[i].name] = sr.sigma_max;
-      if (!sr.converged) unconverged.push_back(kParams[i].name);
+      if (!kStableRankTensors[i] || kParams[i].rank < 2) continue;
+      // Expert tensors: the mean over experts under the stacked name, and the first experts by name.
+      const ParamInfo& p = kParams[i];
+      const int count = matrix_count(p), rows = slice_rows(p), cols = slice_cols(p);
+      double sum_value = 0.0, sum_sigma = 0.0;
+      for (int e = 0; e < count; ++e) {
+        const auto sr = metrics::stable_rank(param(i) + std::int64_t(e) * rows * cols, rows, cols);
+        sum_value += sr.value;
+        sum_sigma += sr.sigma_max;
+        const std::string name = p.rank == 3 ? expert_name(p.name, e) : std::string(p.name);
+        if (!sr.converged) unconverged.push_back(name);
+        if (p.rank == 3 && e < kNamedExperts) {
+          values[name] = sr.value;
+          sigma[name] = sr.sigma_max;
+        }
+      }
+      values[p.name] = sum_value / count;
+      sigma[p.name] = sum_sigma / count;
     }
     Json r = {{"step", step}, {"metric", "stable_rank"}, {"values", values}, {"sigma_max", sigma}};
     if (!unconverged.empty()) r["unconverged"] = unconverged;
@@ -200,13 +228,31 @@ inline std::vector<Json> weight_records(std::int64_t step, const float* params, 
     Json values = Json::object(), mean = Json::object();
     std::vector<float> matrix;
     for (int i = 0; i < kNumParams; ++i) {
-      if (!kCosineSimilarityTensors[i] || kParams[i].rank != 2) continue;
-      const auto rows = metrics::cosine_rows(matrix_rows(kParams[i]), kMaxCosineRows);
-      const auto c = metrics::row_cosine_stats(param(i), matrix_cols(kParams[i]), rows,
-                                               due.cosine_images ? &matrix : nullptr);
-      values[kParams[i].name] = c.mean_abs;
-      mean[kParams[i].name] = c.mean;
-      if (due.cosine_images) save_image(kParams[i].name, matrix, c.rows_used);
+      if (!kCosineSimilarityTensors[i] || kParams[i].rank < 2) continue;
+      const ParamInfo& p = kParams[i];
+      if (p.rank == 2) {
+        const auto rows = metrics::cosine_rows(matrix_rows(p), kMaxCosineRows);
+        const auto c = metrics::row_cosine_stats(param(i), matrix_cols(p), rows, due.cosine_images ? &matrix : nullptr);
+        values[p.name] = c.mean_abs;
+        mean[p.name] = c.mean;
+        if (due.cosine_images) save_image(p.name, matrix, c.rows_used);
+        continue;
+      }
+      // Experts: the mean over experts, and the first experts by name (no images).
+      const int count = matrix_count(p), rows = slice_rows(p), cols = slice_cols(p);
+      const auto row_ids = metrics::cosine_rows(rows, kMaxCosineRows);
+      double sum_abs = 0.0, sum_mean = 0.0;
+      for (int e = 0; e < count; ++e) {
+        const auto c = metrics::row_cosine_stats(param(i) + std::int64_t(e) * rows * cols, cols, row_ids, nullptr);
+        sum_abs += c.mean_abs;
+        sum_mean += c.mean;
+        if (e < kNamedExperts) {
+          values[expert_name(p.name, e)] = c.mean_abs;
+          mean[expert_name(p.name, e)] = c.mean;
+        }
+      }
+      values[p.name] = sum_abs / count;
+      mean[p.name] = sum_mean / count;
     }
     out.push_back({{"step", step}, {"metric", "cosine_similarity"}, {"values", values}, {"mean", mean}});
   }

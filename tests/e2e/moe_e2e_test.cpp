@@ -126,6 +126,14 @@ log_every = 1
 
 [data]
 format = "synthetic"
+
+[metrics.stable_rank]
+classes = ["expert_up", "router"]
+interval = 20
+
+[metrics.cosine_similarity]
+classes = ["expert_down"]
+interval = 20
 )toml";
 
 std::string read_text(const fs::path& path) {
@@ -173,6 +181,24 @@ TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
     EXPECT_EQ(r["aux_loss"], 0.0);  // aux_free adds no loss
   }
   EXPECT_EQ(routing, 40);
+  // Matrix metrics of stacked expert tensors: the mean over experts, and experts 0 and 1 by name.
+  bool seen_rank = false, seen_cosine = false;
+  for (const auto& r : log1) {
+    if (r.value("metric", "") == "stable_rank" && r["step"] == 20) {
+      seen_rank = true;
+      const auto& v = r["values"];
+      for (const char* key : {"model.layers.0.mlp.experts.up_proj.weight", "model.layers.0.mlp.experts.0.up_proj.weight",
+                              "model.layers.1.mlp.experts.1.up_proj.weight", "model.layers.1.mlp.router.weight"}) {
+        EXPECT_TRUE(v.contains(key) && v[key].get<double>() >= 1.0) << key << " " << r.dump();
+      }
+      EXPECT_FALSE(v.contains("model.layers.0.mlp.experts.2.up_proj.weight"));
+    }
+    if (r.value("metric", "") == "cosine_similarity" && r["step"] == 20) {
+      seen_cosine = true;
+      EXPECT_TRUE(r["values"].contains("model.layers.1.mlp.experts.down_proj.weight")) << r.dump();
+    }
+  }
+  EXPECT_TRUE(seen_rank && seen_cosine);
   const auto state = nlohmann::json::parse(read_text(dir_ / "one" / "checkpoints" / "step_000040" / "state.json"));
   ASSERT_TRUE(state["extra"].contains("moe_bias")) << state.dump();
   double moved = 0.0;
