@@ -28,6 +28,7 @@
 #include "runtime/metrics_log.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/token_shard.hpp"
+#include "train/moe_state.hpp"
 #include "train/sample.hpp"
 
 namespace {
@@ -127,14 +128,21 @@ std::string checkpoint_dir(const std::string& path) {
   throw RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run with a checkpoint");
 }
 
-// Loads the weights (not the optimizer state); returns the checkpoint's step.
+// Loads the weights (not the optimizer state) and, for aux_free MoE routing,
+// the selection biases; returns the checkpoint's step.
 std::int64_t load_weights(const std::string& path, gcm::Model<float>& model) {
   std::vector<gc::rt::ParamBuffers> buffers;
   for (int i = 0; i < gcm::kNumParams; ++i) {
     const gcm::ParamInfo& p = gcm::kParams[i];
     buffers.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.param(i), nullptr, nullptr});
   }
-  return gc::rt::load_checkpoint(checkpoint_dir(path), buffers, gcm::kSpecHash).step;
+  const std::string dir = checkpoint_dir(path);
+  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, buffers, gcm::kSpecHash);
+  if constexpr (gcm::kMoe && gcm::kLoadBalance == gcm::LoadBalance::aux_free) {
+    gcm::set_moe_biases(model, gcm::moe_bias_from_json(state.extra.value("moe_bias", gcm::Json::object()),
+                                                       dir + "/" + gc::rt::kStateFile));
+  }
+  return state.step;
 }
 
 // Whole sequences available in the validation shards without wrapping around.
@@ -186,7 +194,8 @@ int run_metrics(const Args& a) {
   model.zero_grads();
   for (const auto& batch : batches) {
     const auto inputs = batch.inputs(), targets = batch.targets();
-    loss += model.forward(inputs.data(), targets.data()) / double(batches.size());
+    // Cross-entropy alone, as train logs val_loss (forward adds the MoE balancing loss).
+    loss += (model.forward(inputs.data(), targets.data()) - model.aux_loss()) / double(batches.size());
     activations.add_batch(model);
     model.backward(1.0 / double(batches.size()));
   }

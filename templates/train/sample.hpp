@@ -51,11 +51,13 @@ inline std::string decode(const std::vector<std::string>& pieces, const std::vec
   return out;
 }
 
-// Greedy continuation of `prompt` by `n_new` tokens, with the given weights.
+// Greedy continuation of `prompt` by `n_new` tokens, with the given weights
+// (and, for aux_free MoE routing, the selection biases).
 inline std::vector<std::int32_t> greedy_continue(const std::vector<float>& params, std::vector<std::int32_t> prompt,
-                                                 int n_new) {
+                                                 int n_new, const std::vector<std::vector<float>>& moe_biases = {}) {
   Model<float> model(1, kSeqLen);
   model.params = params;
+  set_moe_biases(model, moe_biases);
   std::vector<std::int32_t> window(static_cast<std::size_t>(kSeqLen)), unused(static_cast<std::size_t>(kSeqLen), 0);
   for (int i = 0; i < n_new; ++i) {
     const std::size_t len = std::min<std::size_t>(prompt.size(), std::size_t(kSeqLen));

@@ -417,7 +417,7 @@ inline void Trainer::print_sample() {
     return;
   }
   sync_host(false);
-  const std::vector<std::int32_t> out = greedy_continue(host_param_vector(), prompt, 48);
+  const std::vector<std::int32_t> out = greedy_continue(host_param_vector(), prompt, 48, engine_->moe_biases());
   const std::vector<std::int32_t> continuation(out.begin() + prompt_len, out.end());
   // Whole characters only: the prompt window and the model's first tokens may split one.
   std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n",

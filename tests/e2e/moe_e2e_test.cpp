@@ -205,6 +205,16 @@ TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
   for (const auto& b : state["extra"]["moe_bias"]["1"]) moved += std::abs(b.get<double>());
   EXPECT_GT(moved, 0.0) << "the selection bias never moved";
 
+  // analyze recomputes the validation loss (cross-entropy, without the balancing loss) of the last checkpoint.
+  double val40 = -1.0;
+  for (const auto& r : log1) {
+    if (r.contains("val_loss") && r["step"] == 40) val40 = r["val_loss"].get<double>();
+  }
+  const Outcome analyzed = sh((tree() / "analyze").string() + " metrics " + (dir_ / "one").string());
+  ASSERT_EQ(analyzed.status, 0) << analyzed.output;
+  const auto first = nlohmann::json::parse(analyzed.output.substr(0, analyzed.output.find('\n')));
+  EXPECT_NEAR(first["val_loss"].get<double>(), val40, 1e-9 * std::abs(val40)) << analyzed.output.substr(0, 300);
+
   // Resume from step 20: the same losses and biases as the uninterrupted run.
   const Outcome resumed = train("--resume " + (dir_ / "one").string() + " --checkpoint step_20");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
