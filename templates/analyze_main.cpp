@@ -201,6 +201,16 @@ int run_metrics(const Args& a) {
   }
   std::vector<Json> records = {{{"step", step}, {"val_loss", loss}, {"tokens", std::int64_t(batches.size()) *
                                                                                     gcm::kMicroBatch * gcm::kSeqLen}}};
+  if constexpr (gcm::kMoe && gcm::kMoeRoutingOn) {
+    // Routing over the validation batches (the loads since the model was built), the last batch's entropy.
+    Json routing = gcm::moe_record(gcm::take_moe_stats(model, [&](int l) {
+                                     const auto& scores = model.moe_layer(l).scores;
+                                     return gcm::router_entropy(scores.data(), std::int64_t(scores.size()) / gcm::kExperts);
+                                   }),
+                                   step, model.aux_loss());
+    routing["data"] = "validation";
+    records.push_back(routing);
+  }
   for (auto& r : activations.records(step)) records.push_back(r);
   // Gradient norms per class of the validation loss (training logs them per step instead).
   const Json grads = gcm::per_class_norm(gcm::kGradNormTensors, [&](int i) {

@@ -117,6 +117,8 @@ inline constexpr std::int64_t kAttentionEntropyEvery = gc::knob<std::int64_t>("m
 inline constexpr bool kLogitStdOn = gc::knob<bool>("metrics.logit_std.enabled", true);
 inline constexpr std::int64_t kLogitStdEvery = gc::knob<std::int64_t>("metrics.logit_std.interval", 100);
 inline constexpr bool kInitialLossOn = gc::knob<bool>("metrics.initial_loss.enabled", true);
+inline constexpr bool kMoeRoutingOn = gc::knob<bool>("metrics.moe_routing.enabled", true);
+inline constexpr std::int64_t kMoeRoutingEvery = gc::knob<std::int64_t>("metrics.moe_routing.interval", 10);
 inline constexpr int kEmbeddingTopTokens = gc::knob<int>("metrics.embedding_cosine.top_tokens", 350);
 
 // Derived shapes.

@@ -322,6 +322,7 @@ std::vector<MetricPlan> plan_metrics(const Spec& spec) {
   for (const auto& name : metric_names()) {
     const auto it = spec.metrics.metrics.find(name);
     if (it == spec.metrics.metrics.end() || !it->second.enabled) continue;
+    if (name == "moe_routing" && spec.model.arch != Arch::moe) continue;  // nothing to route
     MetricPlan mp;
     mp.name = name;
     mp.interval = it->second.interval;

@@ -469,6 +469,8 @@ const std::vector<MetricDefault>& metric_defaults() {
       {"attention_entropy", true, 100, false, true, "Attention entropy per layer."},
       {"logit_std", true, 100, false, false, "Standard deviation of the output logits."},
       {"initial_loss", true, 1, false, false, "Step-0 loss against log V (seed 001)."},
+      {"moe_routing", true, 10, false, false,
+       "MoE models: assignments per expert, max/mean load, router entropy and balancing loss per MoE layer."},
   };
   return m;
 }

@@ -228,8 +228,11 @@ inline double Trainer::train_step(std::int64_t step) {
   host_fresh_ = false;
   if constexpr (kMoe) {
     engine_->moe_end_step();
-    if (opt_.metrics && ((step + 1) % opt_.log_every == 0 || step == 0 || step + 1 == opt_.steps)) {
-      step_records_.push_back(moe_record(engine_->moe_take_stats(), step + 1, last_aux_loss_));
+    if constexpr (kMoeRoutingOn) {
+      const std::int64_t s = step + 1;
+      if (opt_.metrics && (s % kMoeRoutingEvery == 0 || s == 1 || s == opt_.steps)) {
+        step_records_.push_back(moe_record(engine_->moe_take_stats(), s, last_aux_loss_));
+      }
     }
   }
   if (update_ratio_due) {

@@ -134,6 +134,9 @@ interval = 20
 [metrics.cosine_similarity]
 classes = ["expert_down"]
 interval = 20
+
+[metrics.moe_routing]
+interval = 1
 )toml";
 
 std::string read_text(const fs::path& path) {
@@ -214,6 +217,7 @@ TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
   ASSERT_EQ(analyzed.status, 0) << analyzed.output;
   const auto first = nlohmann::json::parse(analyzed.output.substr(0, analyzed.output.find('\n')));
   EXPECT_NEAR(first["val_loss"].get<double>(), val40, 1e-9 * std::abs(val40)) << analyzed.output.substr(0, 300);
+  EXPECT_NE(analyzed.output.find("\"data\":\"validation\",\"imbalance\""), std::string::npos) << analyzed.output;
 
   // Resume from step 20: the same losses and biases as the uninterrupted run.
   const Outcome resumed = train("--resume " + (dir_ / "one").string() + " --checkpoint step_20");
