@@ -203,6 +203,7 @@ int run_metrics(const Args& a) {
                                                                                     gcm::kMicroBatch * gcm::kSeqLen}}};
   if constexpr (gcm::kMoe && gcm::kMoeRoutingOn) {
     // Routing over the validation batches (the loads since the model was built), the last batch's entropy.
+    gcm::accumulate_moe_window(model);
     Json routing = gcm::moe_record(gcm::take_moe_stats(model, [&](int l) {
                                      const auto& scores = model.moe_layer(l).scores;
                                      return gcm::router_entropy(scores.data(), std::int64_t(scores.size()) / gcm::kExperts);

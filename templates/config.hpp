@@ -65,6 +65,10 @@ inline constexpr LoadBalance kLoadBalance = gc::knob<LoadBalance>("plan.moe_load
 inline constexpr double kLoadBalanceCoef = gc::knob<double>("plan.moe_load_balance_coef", 0.01);
 inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", false);
 
+// --- processes: distributed.backend = "none" refuses a launch as several ranks
+// (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp).
+inline constexpr bool kDistributedNone = gc::knob<bool>("plan.distributed_none", false);
+
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)
 inline constexpr double kLr = gc::knob<double>("optim.lr", 1e-3);

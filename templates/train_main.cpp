@@ -13,6 +13,7 @@
 
 #include "config.hpp"
 #include "runtime/atomic_file.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "train/host_allocations.hpp"
 #include "train/trainer.hpp"
@@ -161,23 +162,59 @@ int main(int argc, char** argv) {
   if (!options.checkpoint.empty() && resume.empty()) return usage_error("--checkpoint needs --resume DIR");
   options.device = device;
   options.resume = !resume.empty();
-  options.progress = ::isatty(STDERR_FILENO) != 0;
+  gc::rt::Comm* comm = nullptr;
   try {
-    options.run_dir = options.resume ? resume : (out.empty() ? new_run_dir() : out);
-    if (!options.resume) prepare_fresh_run(options.run_dir);
+    comm = &gc::rt::Comm::world();  // joins the MPI job under mpirun/srun
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return 1;
+  }
+  const bool root = comm->root();
+  options.progress = root && ::isatty(STDERR_FILENO) != 0;
+  // Rank 0 chooses and prepares the run directory; every rank learns it (or that it failed).
+  std::string chosen;
+  if (root) {
+    try {
+      options.run_dir = options.resume ? resume : (out.empty() ? new_run_dir() : out);
+      if (!options.resume) prepare_fresh_run(options.run_dir);
+      chosen = options.run_dir;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "train: error: %s\n", e.what());
+      chosen.clear();
+    }
+  }
+  comm->broadcast(chosen);
+  if (chosen.empty()) {
+    comm->finalize();
+    return 1;
+  }
+  options.run_dir = chosen;
+  try {
     gcm::Trainer trainer(options);
-    std::fprintf(stderr, "train: %s, %lld parameters, %s, run directory %s\n", gcm::kExperimentName,
-                 (long long)gcm::kTotalParams, trainer.describe().c_str(), options.run_dir.c_str());
+    if (root) {
+      const std::string world =
+          comm->distributed() ? ", data-parallel over " + std::to_string(comm->size()) + " processes (MPI)" : "";
+      std::fprintf(stderr, "train: %s, %lld parameters, %s%s, run directory %s\n", gcm::kExperimentName,
+                   (long long)gcm::kTotalParams, trainer.describe().c_str(), world.c_str(), options.run_dir.c_str());
+    }
     if constexpr (gcm::kPrecision == gcm::Precision::bf16) {
-      if (!trainer.on_device()) {
+      if (root && !trainer.on_device()) {
         std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
                              "computes in fp32\n");
       }
     }
-    return trainer.run();
+    const int status = trainer.run();
+    comm->finalize();
+    return status;
   } catch (const std::exception& e) {
+    if (comm->distributed()) {
+      // One rank failed: every rank stops (the last good checkpoint is kept; checkpoints are atomic).
+      std::fprintf(stderr, "train: error on rank %d of %d: %s; stopping every rank\n", comm->rank(), comm->size(),
+                   e.what());
+      comm->abort(1);
+    }
     std::fprintf(stderr, "train: error: %s\n", e.what());
-    if (!options.resume && out.empty() && !options.run_dir.empty()) {
+    if (root && !options.resume && out.empty() && !options.run_dir.empty()) {
       // The numbered directory this process created: removed when the run
       // failed before writing anything but the copy of the spec.
       std::error_code ec;

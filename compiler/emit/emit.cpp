@@ -51,20 +51,22 @@ bool check_keys_consumed(const Plan& plan, const std::set<std::string>& used, Di
   return ok;
 }
 
-// [distributed] is validated but training runs in one process: a value that
-// asks for more is refused rather than silently ignored.
+// [distributed]: data parallelism over MPI on the CPU backend exists
+// (backend "auto"); NCCL and ZeRO do not yet, so asking for them is refused
+// rather than silently ignored.
 bool check_single_process(const Spec& spec, Diagnostics& diags) {
   bool ok = true;
   if (spec.distributed.backend == "nccl") {
     diags.error(spec.where("distributed.backend"),
-                "not implemented: distributed.backend = \"nccl\" (multi-process training is not written yet; "
-                "leave it \"auto\" or \"none\" for a single process)");
+                "not implemented: distributed.backend = \"nccl\" (the CUDA backend has no multi-process "
+                "training yet; \"auto\" runs data-parallel over MPI on the CPU backend under mpirun)");
     ok = false;
   }
   if (spec.distributed.zero_stage != 0) {
     diags.error(spec.where("distributed.zero_stage"),
                 "not implemented: distributed.zero_stage = " + std::to_string(spec.distributed.zero_stage) +
-                    " (ZeRO needs multi-process training, which is not written yet; leave it 0)");
+                    " (ZeRO optimizer sharding is not written yet; leave it 0: data parallelism replicates "
+                    "the optimizer state)");
     ok = false;
   }
   return ok;

@@ -49,6 +49,7 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   t["plan.spec_hash"] = Value::string(sha256_hex(resolved_toml(plan.spec)));
   t["plan.gcompile_version"] = Value::string(kVersion);
   add_moe_knobs(plan.spec, t);
+  t["plan.distributed_none"] = Value::boolean(s.distributed.backend == "none");
   return t;
 }
 
@@ -88,7 +89,8 @@ constexpr Consumer kConsumers[] = {
     {"metrics.cosine_similarity.image_steps", "plan.hpp: kCosineImageSteps"},
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
     {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},
-    {"distributed.*", "generation, which rejects values other than one process's (not implemented yet)"},
+    {"distributed.backend", "the plan.distributed_none knob; \"nccl\" is refused at generation (not implemented yet)"},
+    {"distributed.zero_stage", "generation, which refuses stages above 0 (not implemented yet)"},
     {"preset.*", "the header of preset files (gcompile presets)"},
 };
 

@@ -58,6 +58,14 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
     << "else()\n"
     << "  message(STATUS \"No OpenBLAS (or GC_BLAS=OFF): the CPU backend uses its portable GEMM (slow)\")\n"
     << "  target_compile_definitions(gc_common PUBLIC GC_NO_CBLAS)\n"
+    << "endif()\n"
+    << "# MPI (Open MPI from Debian) for data-parallel runs under mpirun/srun (runtime/comm.cpp); without it\n"
+    << "# the tree trains in one process and refuses to run as N copies.\n"
+    << "option(GC_MPI \"Build with MPI for multi-process training when found\" ON)\n"
+    << "if(GC_MPI)\n  find_package(MPI COMPONENTS CXX)\nendif()\n"
+    << "if(GC_MPI AND MPI_CXX_FOUND)\n"
+    << "  target_link_libraries(gc_common PUBLIC MPI::MPI_CXX)\n"
+    << "  target_compile_definitions(gc_common PUBLIC GC_HAVE_MPI)\n"
     << "endif()\n\n";
   for (const auto& s : sources) {
     if (!is_main(s)) continue;  // .cpp mains; the .cu mains are CUDA programs below

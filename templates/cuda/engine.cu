@@ -8,6 +8,7 @@
 // reduction stay fp32.
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -123,6 +124,10 @@ class CudaEngine final : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   double last_aux_loss() const override { return model_.aux_loss(); }
+  void allreduce_grads(const gc::rt::Comm& comm) override {
+    // NCCL is not written yet; the trainer refuses a multi-process CUDA run before training.
+    if (comm.distributed()) throw std::logic_error("allreduce_grads: multi-process training on the CUDA backend");
+  }
   void moe_begin_step() override {
     if constexpr (kMoe) {
       begin_moe_step(model_);

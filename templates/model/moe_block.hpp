@@ -45,8 +45,8 @@ struct MoeLayer {
   std::vector<std::int64_t> offsets;    // expert e's rows: offsets[e] .. offsets[e+1] (host)
   std::vector<float> bias;              // aux_free selection bias (host; saved in checkpoints)
   std::vector<double> mean_prob;        // P_e of the last forward
-  std::vector<std::int64_t> load;       // assignments per expert in this step (aux_free's update)
-  std::vector<std::int64_t> window_load;  // since the last routing record (metrics)
+  std::vector<std::int64_t> load;         // assignments per expert since begin_moe_step (a step)
+  std::vector<std::int64_t> window_load;  // steps' loads since the last routing record (metrics)
   double aux_loss = 0.0;                // L_aux of the last forward (0 unless aux_loss)
 };
 
@@ -118,11 +118,7 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     accumulate = true;
   }
   ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
-  for (int e = 0; e < kExperts; ++e) {
-    const std::int64_t rows = L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
-    L.load[std::size_t(e)] += rows;
-    L.window_load[std::size_t(e)] += rows;
-  }
+  for (int e = 0; e < kExperts; ++e) L.load[std::size_t(e)] += L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
   L.aux_loss = 0.0;
   if constexpr (kLoadBalance == LoadBalance::aux_loss) {
     ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N);
@@ -224,9 +220,20 @@ void begin_moe_step(Model& model) {
   }
 }
 
-// After the optimizer step: the aux_free biases move toward balance.
+// Adds the step's loads (all ranks' by then) to the routing-record window.
+template <typename Model>
+void accumulate_moe_window(Model& model) {
+  for (int l = 0; l < kLayers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    auto& L = model.moe_layer(l);
+    for (std::size_t e = 0; e < L.load.size(); ++e) L.window_load[e] += L.load[e];
+  }
+}
+
+// After a step: its loads join the window, and the aux_free biases move toward balance.
 template <typename Model>
 void end_moe_step(Model& model) {
+  accumulate_moe_window(model);
   if constexpr (kLoadBalance == LoadBalance::aux_free) {
     for (int l = 0; l < kLayers; ++l) {
       if (is_moe_layer(l)) update_selection_bias(model.moe_layer(l));

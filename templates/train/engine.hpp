@@ -20,6 +20,7 @@
 #include "cpu/adamw.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
+#include "runtime/comm.hpp"
 
 namespace gcm {
 
@@ -64,6 +65,11 @@ class Engine {
   virtual std::vector<MoeLayerStats> moe_take_stats() { return {}; }
   virtual std::vector<std::vector<float>> moe_biases() const { return {}; }
   virtual void set_moe_biases(const std::vector<std::vector<float>>&) {}
+  // Data parallelism: Σ over ranks of the gradients (then every rank holds the
+  // global batch's), and of the step's expert loads (aux_free's update and the
+  // routing records see the whole global batch).
+  virtual void allreduce_grads(const gc::rt::Comm& comm) = 0;
+  virtual void moe_allreduce_loads(const gc::rt::Comm&) {}
   // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
   // libraries), the peak of our own allocations, and how many we made.
   virtual std::int64_t device_used_bytes() const { return 0; }
@@ -95,6 +101,16 @@ class CpuEngine final : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   const Model<float>& activations(Model<float>&) override { return model_; }
+  void allreduce_grads(const gc::rt::Comm& comm) override {
+    comm.allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
+  }
+  void moe_allreduce_loads(const gc::rt::Comm& comm) override {
+    if constexpr (kMoe) {
+      for (int l = 0; l < kLayers; ++l) {
+        if (is_moe_layer(l)) comm.allreduce_sum(model_.moe_layer(l).load.data(), kExperts);
+      }
+    }
+  }
   void moe_begin_step() override {
     if constexpr (kMoe) {
       begin_moe_step(model_);

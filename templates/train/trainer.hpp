@@ -26,6 +26,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
@@ -81,6 +82,7 @@ class Trainer {
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);
 
   TrainOptions opt_;
+  const gc::rt::Comm& comm_;  // the data-parallel job (a world of one without a launcher)
   std::unique_ptr<Model<float>> host_model_;
   std::vector<float> params_, m_, v_;  // host state (params_ only when the engine is on a device)
   std::unique_ptr<Engine> engine_;

@@ -34,9 +34,31 @@ inline std::string resume_checkpoint(const std::string& run_dir, const std::stri
   return dir;
 }
 
-inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(options.train_data, kVocab) {
+// A data-parallel job splits every step's kGradAccum micro-batches among its
+// ranks (gc::rt::rank_owns_micro_batch); the global batch stays the spec's.
+inline void check_world(const gc::rt::Comm& comm) {
+  if (!comm.distributed()) return;
+  if constexpr (kDistributedNone) {
+    throw gc::rt::RuntimeError("train", "launched as " + std::to_string(comm.size()) +
+                                            " processes, but the spec says distributed.backend = \"none\"");
+  }
+  if (kGradAccum % comm.size() != 0) {
+    throw gc::rt::RuntimeError(
+        "train", "train.global_batch / train.micro_batch = " + std::to_string(kGradAccum) +
+                     " micro-batches per step do not divide among " + std::to_string(comm.size()) +
+                     " ranks; choose a world size that divides it, or change the spec's global_batch or micro_batch");
+  }
+}
+
+inline Trainer::Trainer(const TrainOptions& options)
+    : opt_(options), comm_(gc::rt::Comm::world()), train_(options.train_data, kVocab) {
   const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
+  check_world(comm_);
   choose_engine();  // first: the memory check precedes every large allocation
+  if (comm_.distributed() && on_device_) {
+    throw gc::rt::RuntimeError("train", "multi-process training on the CUDA backend (NCCL) is not written yet; "
+                                        "run the data-parallel job with --device cpu");
+  }
   m_.assign(total, 0.0f);
   v_.assign(total, 0.0f);
   gc::rt::ShardSet val(opt_.val_data, kVocab);
@@ -52,13 +74,15 @@ inline Trainer::Trainer(const TrainOptions& options) : opt_(options), train_(opt
     }
     // Bit-identical continuation needs the same backend (and, on a GPU, the same kind of GPU).
     const std::string saved_on = state.extra.value("engine", "");
-    if (!saved_on.empty() && saved_on != engine_->describe()) {
+    if (comm_.root() && !saved_on.empty() && saved_on != engine_->describe()) {
       std::fprintf(stderr, "train: warning: the checkpoint was written by the %s; resuming on the %s, so the "
                            "run will not continue bit-identically\n", saved_on.c_str(), engine_->describe().c_str());
     }
     // Metrics logged after the checkpoint will be logged again, identically.
-    gc::rt::truncate_metrics_log((std::filesystem::path(opt_.run_dir) / "metrics.jsonl").string(), start_step_);
-    std::fprintf(stderr, "train: resumed %s at step %lld\n", from.c_str(), (long long)start_step_);
+    if (comm_.root()) {
+      gc::rt::truncate_metrics_log((std::filesystem::path(opt_.run_dir) / "metrics.jsonl").string(), start_step_);
+      std::fprintf(stderr, "train: resumed %s at step %lld\n", from.c_str(), (long long)start_step_);
+    }
   } else {
     // The same Philox streams on every backend: identical initial weights.
     engine_->initialize(kSeed);
@@ -191,13 +215,27 @@ inline double Trainer::train_step(std::int64_t step) {
   }
   double loss = 0.0;  // cross-entropy; the MoE balancing loss is logged apart
   last_aux_loss_ = 0.0;
+  // Every rank reads every micro-batch (the data position is the same on all
+  // ranks and for any world size) and computes its own share of them.
   for (int micro = 0; micro < kGradAccum; ++micro) {
     train_.next_batch(kMicroBatch, kSeqLen, batch_);
+    if (!gc::rt::rank_owns_micro_batch(micro, comm_.rank(), comm_.size())) continue;
     batch_.split(inputs_, targets_);
     const double objective = engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
     const double aux = engine_->last_aux_loss();
     loss += (objective - aux) / kGradAccum;
     last_aux_loss_ += aux / kGradAccum;
+  }
+  if (comm_.distributed()) {
+    // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch mean.
+    engine_->allreduce_grads(comm_);
+    double sums[2] = {loss, last_aux_loss_};
+    comm_.allreduce_sum(sums, 2);
+    loss = sums[0];
+    last_aux_loss_ = sums[1];
+    if constexpr (kMoe) {
+      engine_->moe_allreduce_loads(comm_);
+    }
   }
   const std::vector<double>& squares = engine_->grad_squares();
   last_grad_norm_ = cpu::global_norm(squares);
@@ -328,11 +366,13 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
 inline int Trainer::run() {
   namespace fs = std::filesystem;
   using Clock = std::chrono::steady_clock;
-  gc::rt::MetricsWriter log((fs::path(opt_.run_dir) / "metrics.jsonl").string(),
+  // Only rank 0 writes (the others log to /dev/null) and measures.
+  const bool root = comm_.root();
+  gc::rt::MetricsWriter log(root ? (fs::path(opt_.run_dir) / "metrics.jsonl").string() : std::string("/dev/null"),
                             opt_.resume ? gc::rt::MetricsWriter::Mode::Append : gc::rt::MetricsWriter::Mode::Truncate);
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
-  if (start_step_ == 0) measure(0, false, log);
+  if (start_step_ == 0 && root) measure(0, false, log);
   step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
   for (std::int64_t step = start_step_; step < opt_.steps; ++step) {
     const auto t0 = Clock::now();
@@ -341,6 +381,8 @@ inline int Trainer::run() {
     const double loss = train_step(step);
     if (step > start_step_) host_allocations_in_steps_ += host_allocations() - allocations_before;
     if (!std::isfinite(loss)) {
+      // Every rank sees the same reduced loss and gradient norm, so every rank stops here.
+      if (!root) return 1;
       if (opt_.progress) std::fprintf(stderr, "\n");
       std::fprintf(stderr,
                    "train: error: step %lld: the loss or gradient norm is not finite (grad norm %g); stopping. "
@@ -365,11 +407,14 @@ inline int Trainer::run() {
       }
       log.write(record);
     }
+    if (!root) continue;  // the parameters are the same on every rank: rank 0 measures and saves
     for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
     measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
     if (opt_.checkpoints && ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last)) save(step + 1);
   }
+  comm_.barrier();  // rank 0's last checkpoint is complete before any rank exits
+  if (!root) return 0;
   if (opt_.progress) std::fprintf(stderr, "\n");
   write_summary(log, std::chrono::duration<double>(Clock::now() - start).count());
   print_sample();

@@ -1,0 +1,63 @@
+// The one place processes talk to each other (docs/distributed.md). A program
+// started by mpirun or srun (Open MPI's OMPI_COMM_WORLD_SIZE, or PMI_SIZE /
+// PMIX_RANK under SLURM) joins the MPI job; one started without a launcher is
+// a world of one and makes no MPI call at all. Built without MPI (no
+// GC_HAVE_MPI), a launched program says so instead of running N independent
+// copies.
+//
+// Collectives are blocking and called in the same order on every rank.
+// Reductions of two ranks are exact (a + b = b + a); beyond that MPI's order
+// is fixed for a given world size, so runs repeat bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gc::rt {
+
+class Comm {
+ public:
+  // Initializes MPI when launched by mpirun/srun (once; later calls return the same world).
+  static Comm& world();
+  // Whether the environment says a launcher started this process (and how many ranks).
+  static int launched_world_size();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool distributed() const { return size_ > 1; }
+  bool root() const { return rank_ == 0; }
+  // Local rank on this node (OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), for the GPU choice.
+  int local_rank() const { return local_rank_; }
+
+  // In-place sums over all ranks.
+  void allreduce_sum(float* data, std::int64_t n) const;
+  void allreduce_sum(double* data, std::int64_t n) const;
+  void allreduce_sum(std::int64_t* data, std::int64_t n) const;
+  double allreduce_sum(double value) const;
+  // ZeRO-1: out (n / size values, the rank's shard) = the sum over ranks of
+  // that shard of `in` (n values, n divisible by size); and the inverse,
+  // gathering every rank's shard into `all` (n values).
+  void reduce_scatter_sum(float* out, const float* in, std::int64_t n) const;
+  void allgather(float* all, const float* shard, std::int64_t shard_n) const;
+  // Rank 0's string on every rank.
+  void broadcast(std::string& text) const;
+  void barrier() const;
+  // Stops every rank (MPI_Abort) after `message` went to stderr; returns only in a world of one.
+  [[noreturn]] void abort(int code) const;
+  // MPI_Finalize (at a normal exit).
+  void finalize();
+
+ private:
+  Comm();
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  bool mpi_ = false;
+};
+
+// The micro-batches of one optimizer step that `rank` of `world` computes:
+// m = rank, rank + world, ... below `micro_batches`. Every rank reads all of
+// them (so the data position does not depend on the world size) and computes
+// its own; together the ranks cover each micro-batch exactly once.
+inline bool rank_owns_micro_batch(int m, int rank, int world) { return m % world == rank; }
+
+}  // namespace gc::rt

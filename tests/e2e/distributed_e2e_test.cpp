@@ -1,0 +1,185 @@
+// Data parallelism on the CPU backend under mpirun (Open MPI from Debian):
+// 2 ranks × 1 micro-batch per step equal 1 process × 2 accumulated
+// micro-batches (losses and the parameters after 20 steps within 1e-6
+// relative), two 2-rank runs are bit-identical, a run resumes with another
+// world size, rank 0 alone writes, and a world size that does not divide the
+// step's micro-batches is a clear error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/comm.hpp"
+#include "runtime/safetensors.hpp"
+#include "test_util.hpp"
+#include "tree_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using gc::test::Outcome;
+using gc::test::read_jsonl;
+using gc::test::sh;
+
+// 8 sequences per step in micro-batches of 4: two per step.
+const char* const kDataParallel = R"toml([experiment]
+name = "data_parallel"
+seed = 5
+
+[model]
+vocab_size = 64
+d_model = 32
+n_layers = 2
+n_heads = 4
+d_ff = 64
+gated_attention = "headwise"
+
+[optim]
+lr = 3e-3
+
+[train]
+seq_len = 32
+global_batch = 8
+micro_batch = 4
+steps = 20
+precision = "fp32"
+eval_every = 10
+eval_batches = 2
+checkpoint_every = 10
+log_every = 1
+
+[data]
+format = "synthetic"
+)toml";
+
+class DataParallel : public gc::test::TreeTest {
+ protected:
+  void SetUp() override {
+    gc::test::TreeTest::SetUp();
+    if (sh("command -v mpirun").status != 0) {
+      if (std::getenv("CI") != nullptr) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
+      GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
+    }
+  }
+  // One process, or `ranks` under mpirun; one OpenMP thread each (two cores).
+  Outcome train(const std::string& args, int ranks = 0) {
+    const std::string program = (tree() / "train").string() + " " + args;
+    if (ranks == 0) return sh("OMP_NUM_THREADS=1 " + program);
+    return sh("OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+              program);
+  }
+};
+
+std::vector<double> losses(const fs::path& run) {
+  std::vector<double> out;
+  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+    if (r.contains("loss") && !r.contains("event")) out.push_back(r["loss"].get<double>());
+  }
+  return out;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = a.size() == b.size() ? 0.0 : INFINITY;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+  }
+  return worst;
+}
+
+// ‖a − b‖ / ‖a‖ over every tensor of two checkpoints' model.safetensors, the worst.
+double max_param_diff(const fs::path& a, const fs::path& b) {
+  const auto fa = gc::rt::read_safetensors((a / "model.safetensors").string());
+  const auto fb = gc::rt::read_safetensors((b / "model.safetensors").string());
+  double worst = 0.0;
+  for (const auto& t : fa.tensors()) {
+    const auto x = fa.load_f32(t.name), y = fb.load_f32(t.name);
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      diff += double(x[i] - y[i]) * double(x[i] - y[i]);
+      norm += double(x[i]) * double(x[i]);
+    }
+    worst = std::max(worst, norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff));
+  }
+  return worst;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorldSize) {
+  const Outcome gen = generate(kDataParallel);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+
+  const Outcome one = train("--out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Outcome two = train("--out " + (dir_ / "two").string(), 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+  const Outcome again = train("--out " + (dir_ / "again").string(), 2);
+  ASSERT_EQ(again.status, 0) << again.output;
+
+  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  ASSERT_EQ(loss_one.size(), 20u);
+  EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-6);
+  const fs::path step20 = fs::path("checkpoints") / "step_000020";
+  EXPECT_LT(max_param_diff(dir_ / "one" / step20, dir_ / "two" / step20), 1e-6);
+  // Two 2-rank runs: the same losses and the same checkpoint bytes (state.json's SHA-256 per file).
+  EXPECT_EQ(losses(dir_ / "again"), loss_two);
+  const auto files = [&](const fs::path& run) {
+    return nlohmann::json::parse(read_text(run / step20 / "state.json"))["files"];
+  };
+  EXPECT_EQ(files(dir_ / "again"), files(dir_ / "two"));
+
+  // Rank 0 alone writes: one training record per step, one line per "step N/20" on stderr.
+  EXPECT_EQ(losses(dir_ / "two").size(), 20u);
+  std::size_t printed = 0;
+  for (std::size_t at = two.output.find("step 20/20"); at != std::string::npos; at = two.output.find("step 20/20", at + 1)) {
+    ++printed;
+  }
+  EXPECT_EQ(printed, 1u) << two.output;
+
+  // Resume with another world size: 2 ranks → 1 process, and 1 process → 2 ranks.
+  const Outcome down = train("--resume " + (dir_ / "two").string() + " --checkpoint 10");
+  ASSERT_EQ(down.status, 0) << down.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "two"), loss_two), 1e-6);
+  const Outcome up = train("--resume " + (dir_ / "one").string() + " --checkpoint 10", 2);
+  ASSERT_EQ(up.status, 0) << up.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), loss_one), 1e-6);
+
+  // 2 micro-batches per step do not divide among 3 ranks.
+  const Outcome three = train("--out " + (dir_ / "three").string(), 3);
+  EXPECT_NE(three.status, 0);
+  EXPECT_NE(three.output.find("micro-batches per step do not divide among 3 ranks"), std::string::npos)
+      << three.output;
+}
+
+// The reader side: each rank's micro-batches are disjoint, and all ranks
+// together cover every micro-batch of a step exactly once.
+TEST(DataParallelSlices, RanksShareEachStepsMicroBatchesExactlyOnce) {
+  for (int world : {1, 2, 3, 4, 8}) {
+    for (int micro_batches : {world, 2 * world, 5 * world}) {
+      std::vector<int> owners(std::size_t(micro_batches), 0);
+      for (int rank = 0; rank < world; ++rank) {
+        int mine = 0;
+        for (int m = 0; m < micro_batches; ++m) {
+          if (gc::rt::rank_owns_micro_batch(m, rank, world)) {
+            ++owners[std::size_t(m)];
+            ++mine;
+          }
+        }
+        EXPECT_EQ(mine, micro_batches / world) << world << " " << rank;
+      }
+      for (int count : owners) EXPECT_EQ(count, 1);
+    }
+  }
+}
+
+}  // namespace
