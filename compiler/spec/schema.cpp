@@ -512,13 +512,16 @@ void add_metrics(Builder& b) {
 
 void add_distributed(Builder& b) {
   auto& backend = with_default(b.add("distributed.backend", KeyType::choice,
-                                     "auto: NCCL when several GPUs are launched under MPI, else single-process."),
+                                     "auto: data-parallel over MPI when launched by mpirun/srun with several "
+                                     "ranks (CPU backend), else one process; none: refuse a multi-rank launch; "
+                                     "nccl: not implemented yet (refused at generation)."),
                                Value::string("auto"));
   backend.choices = {"auto", "none", "nccl"};
   example(backend, "\"nccl\"");
   example(between(with_default(b.add("distributed.zero_stage", KeyType::integer,
-                                     "ZeRO stage: 0 replicate, 1 shard optimizer state, 2 also gradients, "
-                                     "3 also parameters."),
+                                     "ZeRO stage: 0 replicates the optimizer state on every rank (the only "
+                                     "stage implemented); 1-3 (shard optimizer state, gradients, parameters) are "
+                                     "refused at generation."),
                                Value::integer(0)),
                   0, 3),
           "1");

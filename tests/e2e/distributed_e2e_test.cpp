@@ -161,6 +161,34 @@ TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorld
       << three.output;
 }
 
+// MoE with the aux_free bias: the loads are summed over ranks before the bias
+// moves, so 2 ranks route, balance and train like one process.
+TEST_F(DataParallel, MoeWithTheSelectionBiasTrainsLikeOneProcess) {
+  std::string spec = kDataParallel;
+  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
+  spec.replace(spec.find("[optim]"), 7,
+               "[moe]\nn_experts = 8\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n\n"
+               "[metrics.moe_routing]\ninterval = 5\n\n[optim]");
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  ASSERT_EQ(train("--out " + (dir_ / "one").string()).status, 0);
+  const Outcome two = train("--out " + (dir_ / "two").string(), 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "two")), 1e-6);
+  const auto last_routing = [&](const fs::path& run) {
+    nlohmann::json last;
+    for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+      if (r.value("metric", "") == "moe_routing") last = r;
+    }
+    return last;
+  };
+  EXPECT_EQ(last_routing(dir_ / "one")["load"], last_routing(dir_ / "two")["load"]);
+  const auto bias = [&](const fs::path& run) {
+    return nlohmann::json::parse(read_text(run / "checkpoints" / "step_000020" / "state.json"))["extra"]["moe_bias"];
+  };
+  EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "two"));
+}
+
 // The reader side: each rank's micro-batches are disjoint, and all ranks
 // together cover every micro-batch of a step exactly once.
 TEST(DataParallelSlices, RanksShareEachStepsMicroBatchesExactlyOnce) {
