@@ -105,29 +105,53 @@ double Comm::allreduce_sum(double value) const {
   return value;
 }
 
-void Comm::reduce_scatter_sum(float* out, const float* in, std::int64_t n) const {
-  const std::int64_t shard = n / size_;
 #ifdef GC_HAVE_MPI
-  if (mpi_ && size_ > 1) {
-    check(MPI_Reduce_scatter_block(in, out, int(shard), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-          "MPI_Reduce_scatter_block");
-    return;
-  }
-#endif
-  for (std::int64_t i = 0; i < shard; ++i) out[i] = in[i];
+namespace {
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> out(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r) out[r] = out[r - 1] + counts[r - 1];
+  return out;
 }
 
-void Comm::allgather(float* all, const float* shard, std::int64_t shard_n) const {
+}  // namespace
+#endif
+
+void Comm::reduce_scatter_sum(float* shard, const float* in, const std::vector<int>& counts) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1) {
-    check(MPI_Allgather(shard, int(shard_n), MPI_FLOAT, all, int(shard_n), MPI_FLOAT, MPI_COMM_WORLD),
-          "MPI_Allgather");
+    check(MPI_Reduce_scatter(in, shard, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
     return;
   }
 #endif
-  if (all != shard) {
-    for (std::int64_t i = 0; i < shard_n; ++i) all[i] = shard[i];
+  for (int i = 0; i < counts[0]; ++i) shard[i] = in[i];
+}
+
+void Comm::allgather_inplace(float* all, const std::vector<int>& counts) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    const std::vector<int> displs = displacements(counts);
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, counts.data(), displs.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD),
+          "MPI_Allgatherv");
   }
+#else
+  (void)all;
+  (void)counts;
+#endif
+}
+
+void Comm::gather_to_root(float* all, const float* shard, const std::vector<int>& counts) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    const std::vector<int> displs = displacements(counts);
+    check(MPI_Gatherv(shard, counts[std::size_t(rank_)], MPI_FLOAT, all, counts.data(), displs.data(), MPI_FLOAT, 0,
+                      MPI_COMM_WORLD),
+          "MPI_Gatherv");
+    return;
+  }
+#endif
+  for (int i = 0; i < counts[0]; ++i) all[i] = shard[i];
 }
 
 void Comm::broadcast(std::string& text) const {

@@ -35,11 +35,14 @@ class Comm {
   void allreduce_sum(double* data, std::int64_t n) const;
   void allreduce_sum(std::int64_t* data, std::int64_t n) const;
   double allreduce_sum(double value) const;
-  // ZeRO-1: out (n / size values, the rank's shard) = the sum over ranks of
-  // that shard of `in` (n values, n divisible by size); and the inverse,
-  // gathering every rank's shard into `all` (n values).
-  void reduce_scatter_sum(float* out, const float* in, std::int64_t n) const;
-  void allgather(float* all, const float* shard, std::int64_t shard_n) const;
+  // ZeRO-1 over a flat array split into consecutive shards, rank r's of
+  // counts[r] values starting at the sum of the counts before it:
+  //   reduce_scatter_sum  shard (counts[rank] values) = Σ over ranks of that part of `in`
+  //   allgather_inplace   every rank's part of `all` (its own already in place) to every rank
+  //   gather_to_root      rank 0's `all` receives every rank's `shard` (others pass all = nullptr)
+  void reduce_scatter_sum(float* shard, const float* in, const std::vector<int>& counts) const;
+  void allgather_inplace(float* all, const std::vector<int>& counts) const;
+  void gather_to_root(float* all, const float* shard, const std::vector<int>& counts) const;
   // Rank 0's string on every rank.
   void broadcast(std::string& text) const;
   void barrier() const;

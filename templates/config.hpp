@@ -68,6 +68,8 @@ inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", 
 // --- processes: distributed.backend = "none" refuses a launch as several ranks
 // (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp).
 inline constexpr bool kDistributedNone = gc::knob<bool>("plan.distributed_none", false);
+// distributed.zero_stage: 1 shards the AdamW moments over the ranks (train/zero.hpp).
+inline constexpr int kZeroStage = gc::knob<int>("distributed.zero_stage", 0);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)

@@ -62,11 +62,11 @@ bool check_single_process(const Spec& spec, Diagnostics& diags) {
                 "training yet; \"auto\" runs data-parallel over MPI on the CPU backend under mpirun)");
     ok = false;
   }
-  if (spec.distributed.zero_stage != 0) {
+  if (spec.distributed.zero_stage > 1) {
     diags.error(spec.where("distributed.zero_stage"),
                 "not implemented: distributed.zero_stage = " + std::to_string(spec.distributed.zero_stage) +
-                    " (ZeRO optimizer sharding is not written yet; leave it 0: data parallelism replicates "
-                    "the optimizer state)");
+                    " (stage 1, the AdamW moments sharded over the ranks, is the highest written; "
+                    "gradient and parameter sharding are not)");
     ok = false;
   }
   return ok;

@@ -90,7 +90,6 @@ constexpr Consumer kConsumers[] = {
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
     {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},
     {"distributed.backend", "the plan.distributed_none knob; \"nccl\" is refused at generation (not implemented yet)"},
-    {"distributed.zero_stage", "generation, which refuses stages above 0 (not implemented yet)"},
     {"preset.*", "the header of preset files (gcompile presets)"},
 };
 

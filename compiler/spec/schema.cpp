@@ -519,8 +519,8 @@ void add_distributed(Builder& b) {
   backend.choices = {"auto", "none", "nccl"};
   example(backend, "\"nccl\"");
   example(between(with_default(b.add("distributed.zero_stage", KeyType::integer,
-                                     "ZeRO stage: 0 replicates the optimizer state on every rank (the only "
-                                     "stage implemented); 1-3 (shard optimizer state, gradients, parameters) are "
+                                     "ZeRO stage: 0 replicates the AdamW moments on every rank; 1 shards them over "
+                                     "the ranks (CPU data parallelism); 2-3 (also gradients, parameters) are "
                                      "refused at generation."),
                                Value::integer(0)),
                   0, 3),

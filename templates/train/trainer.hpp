@@ -22,6 +22,7 @@
 #include "train/engine.hpp"
 #include "train/host_allocations.hpp"
 #include "train/moe_state.hpp"
+#include "train/zero.hpp"
 #include "metrics/collector.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
@@ -86,6 +87,7 @@ class Trainer {
   std::unique_ptr<Model<float>> host_model_;
   std::vector<float> params_, m_, v_;  // host state (params_ only when the engine is on a device)
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1 under several ranks
   bool on_device_ = false;
   bool host_fresh_ = true;  // the host state matches the engine's
   gc::rt::ShardSet train_;

@@ -59,8 +59,15 @@ inline Trainer::Trainer(const TrainOptions& options)
     throw gc::rt::RuntimeError("train", "multi-process training on the CUDA backend (NCCL) is not written yet; "
                                         "run the data-parallel job with --device cpu");
   }
-  m_.assign(total, 0.0f);
-  v_.assign(total, 0.0f);
+  if constexpr (kZeroStage == 1) {
+    if (comm_.distributed()) zero_ = std::make_unique<ZeroOneOptimizer>(comm_);
+  }
+  // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
+  // then exist only while a checkpoint is loaded or saved).
+  if (!zero_ || opt_.resume) {
+    m_.assign(total, 0.0f);
+    v_.assign(total, 0.0f);
+  }
   gc::rt::ShardSet val(opt_.val_data, kVocab);
   val_batches_ = val.validation_batches(kMicroBatch, kSeqLen, kEvalBatches);
   if (opt_.resume) {
@@ -68,6 +75,11 @@ inline Trainer::Trainer(const TrainOptions& options)
     const gc::rt::CheckpointState state = gc::rt::load_checkpoint(from, buffers(), kSpecHash);
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
+    if (zero_) {
+      zero_->keep_shard(m_.data(), v_.data());
+      std::vector<float>().swap(m_);
+      std::vector<float>().swap(v_);
+    }
     engine_->upload(host_params(), m_.data(), v_.data());
     if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
       engine_->set_moe_biases(moe_bias_from_json(state.extra.value("moe_bias", Json::object()), from + "/state.json"));
@@ -226,9 +238,15 @@ inline double Trainer::train_step(std::int64_t step) {
     loss += (objective - aux) / kGradAccum;
     last_aux_loss_ += aux / kGradAccum;
   }
-  if (comm_.distributed()) {
+  const std::vector<double>* squares_of = nullptr;  // per-tensor Σ g² of the global batch
+  if (zero_) {
+    // ZeRO-1: each rank keeps the sum over ranks of its shard only (train/zero.hpp).
+    squares_of = &zero_->reduce_gradients(host_model_->grads.data());
+  } else if (comm_.distributed()) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch mean.
     engine_->allreduce_grads(comm_);
+  }
+  if (comm_.distributed()) {
     double sums[2] = {loss, last_aux_loss_};
     comm_.allreduce_sum(sums, 2);
     loss = sums[0];
@@ -237,7 +255,7 @@ inline double Trainer::train_step(std::int64_t step) {
       engine_->moe_allreduce_loads(comm_);
     }
   }
-  const std::vector<double>& squares = engine_->grad_squares();
+  const std::vector<double>& squares = squares_of ? *squares_of : engine_->grad_squares();
   last_grad_norm_ = cpu::global_norm(squares);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
@@ -262,7 +280,11 @@ inline double Trainer::train_step(std::int64_t step) {
     }
   }
   const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
-  engine_->adamw_step(learning_rate(step), clip, step + 1);
+  if (zero_) {
+    zero_->step(host_model_->params.data(), learning_rate(step), clip, step + 1);
+  } else {
+    engine_->adamw_step(learning_rate(step), clip, step + 1);
+  }
   host_fresh_ = false;
   if constexpr (kMoe) {
     engine_->moe_end_step();
@@ -407,11 +429,24 @@ inline int Trainer::run() {
       }
       log.write(record);
     }
+    const bool save_due = opt_.checkpoints && ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last);
+    if (zero_ && save_due) {
+      // Consolidated moments on rank 0 (a collective: every rank takes part).
+      if (root) {
+        m_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+        v_.assign(m_.size(), 0.0f);
+      }
+      zero_->gather_moments(root ? m_.data() : nullptr, root ? v_.data() : nullptr);
+    }
     if (!root) continue;  // the parameters are the same on every rank: rank 0 measures and saves
     for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
     measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
-    if (opt_.checkpoints && ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last)) save(step + 1);
+    if (save_due) save(step + 1);
+    if (zero_ && save_due) {
+      std::vector<float>().swap(m_);
+      std::vector<float>().swap(v_);
+    }
   }
   comm_.barrier();  // rank 0's last checkpoint is complete before any rank exits
   if (!root) return 0;
@@ -440,6 +475,8 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"tokens_per_s_median", tokens_per_step / median},
             {"flops_per_token", kFlopsPerToken},
             {"model_buffer_bytes", engine_->model_buffer_bytes()},
+            // AdamW moments held by this process (rank 0): the whole state, or its ZeRO-1 shard.
+            {"optimizer_bytes", zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.

@@ -161,6 +161,32 @@ TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorld
       << three.output;
 }
 
+// ZeRO-1: each rank keeps half of the AdamW moments; the run equals ZeRO-0's
+// (the gradient norm sums over shards in another order) and resumes in one process.
+TEST_F(DataParallel, ZeroOneShardsTheMomentsAndEqualsZeroZero) {
+  const Outcome gen0 = generate(kDataParallel);
+  ASSERT_EQ(gen0.status, 0) << gen0.output;
+  ASSERT_EQ(train("--out " + (dir_ / "zero0").string(), 2).status, 0);
+  fs::rename(tree(), dir_ / "tree0");
+  const Outcome gen1 = generate(std::string(kDataParallel) + "\n[distributed]\nzero_stage = 1\n");
+  ASSERT_EQ(gen1.status, 0) << gen1.output;
+  const Outcome z1 = train("--out " + (dir_ / "zero1").string(), 2);
+  ASSERT_EQ(z1.status, 0) << z1.output;
+  const auto loss0 = losses(dir_ / "zero0"), loss1 = losses(dir_ / "zero1");
+  ASSERT_EQ(loss1.size(), 20u);
+  EXPECT_LT(max_rel_diff(loss0, loss1), 1e-6);
+  const fs::path step20 = fs::path("checkpoints") / "step_000020";
+  EXPECT_LT(max_param_diff(dir_ / "zero0" / step20, dir_ / "zero1" / step20), 1e-6);
+  const auto optimizer_bytes = [&](const fs::path& run) {
+    return read_jsonl(run / "metrics.jsonl").back()["optimizer_bytes"].get<double>();
+  };
+  EXPECT_NEAR(optimizer_bytes(dir_ / "zero1") / optimizer_bytes(dir_ / "zero0"), 0.5, 0.01);
+  // The consolidated checkpoint resumes in one process with the same losses.
+  const Outcome resumed = train("--resume " + (dir_ / "zero1").string() + " --checkpoint 10");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "zero1"), loss1), 1e-6);
+}
+
 // MoE with the aux_free bias: the loads are summed over ranks before the bias
 // moves, so 2 ranks route, balance and train like one process.
 TEST_F(DataParallel, MoeWithTheSelectionBiasTrainsLikeOneProcess) {

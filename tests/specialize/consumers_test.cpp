@@ -65,7 +65,7 @@ steps = 2
 format = "synthetic"
 [distributed]
 )toml";
-  for (const auto& [line, where, key] : {std::tuple{"zero_stage = 1", "spec.toml:18:14", "distributed.zero_stage"},
+  for (const auto& [line, where, key] : {std::tuple{"zero_stage = 2", "spec.toml:18:14", "distributed.zero_stage"},
                                          std::tuple{"backend = \"nccl\"", "spec.toml:18:11", "distributed.backend"}}) {
     const gc::test::Outcome out = generate(base + line + "\n", false);
     EXPECT_EQ(out.status, 1) << out.output;
@@ -75,6 +75,8 @@ format = "synthetic"
   }
   const gc::test::Outcome ok = generate(base + "backend = \"none\"\nzero_stage = 0\n", false);
   EXPECT_EQ(ok.status, 0) << ok.output;
+  const gc::test::Outcome zero1 = generate(base + "zero_stage = 1\n", false);  // CPU data parallelism shards moments
+  EXPECT_EQ(zero1.status, 0) << zero1.output;
 }
 
 }  // namespace
