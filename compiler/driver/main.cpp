@@ -52,7 +52,8 @@ commands:
                           spec differences, and token-level comparisons
                           (--compare files and RUN_DIR/*.compare.json)
   check SPEC              validate SPEC; print every error and warning
-  explain SPEC [--json]   validate SPEC and print the resolved plan: layer layout,
+  explain SPEC [--json] [--world-size N]
+                          validate SPEC and print the resolved plan: layer layout,
                           every parameter tensor with its init std, optimizer
                           groups, parameter counts, FLOPs and memory
                           (--json: the full table, machine-readable)
@@ -83,6 +84,7 @@ struct Args {
   bool cpu_only = false;
   std::string out_dir;  // -o: the tree's directory, or report's output file
   int jobs = 0;
+  int world_size = 0;                      // explain --world-size
   std::vector<std::string> compare_files;  // report --compare
 };
 
@@ -108,6 +110,14 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       std::cout << "gcompile " << gc::kVersion << "\n";
       status = kOk;
       return std::nullopt;
+    }
+    if (arg == "--world-size") {
+      if (i + 1 >= argc || !parse_int(argv[i + 1], a.world_size)) {
+        status = usage_error("option '--world-size' needs a positive integer");
+        return std::nullopt;
+      }
+      ++i;
+      continue;
     }
     if (arg == "-o" || arg == "-j" || arg == "--compare") {
       if (i + 1 >= argc) {
@@ -195,6 +205,9 @@ int report(const Args& a) {
 
 int run(const Args& a) {
   int status = kOk;
+  if (a.world_size > 0 && (a.command != "explain" || a.json)) {
+    return usage_error("option '--world-size' applies only to 'explain' (text output)");
+  }
   if (a.command == "report") return report(a);
   if (!a.compare_files.empty()) return usage_error("option '--compare' applies only to 'gcompile report'");
   const bool generate = looks_like_spec(a.command);
@@ -226,6 +239,7 @@ int run(const Args& a) {
       std::cout << gc::explain_json(*plan).dump(2) << "\n";
     } else {
       std::cout << gc::explain_text(*plan);
+      if (a.world_size > 0) std::cout << gc::explain_world(*plan, a.world_size);
     }
     return kOk;
   }

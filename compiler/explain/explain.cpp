@@ -214,6 +214,28 @@ void metrics_section(std::ostringstream& o, const Plan& plan) {
 
 }  // namespace
 
+std::string explain_world(const Plan& plan, int world_size) {
+  std::ostringstream o;
+  const std::int64_t micro = plan.schedule.grad_accum;
+  o << "Data parallelism over " << world_size << " ranks (mpirun -np " << world_size << "):\n";
+  if (micro % world_size != 0) {
+    o << "  error: the " << micro << " micro-batches of a step do not divide among " << world_size
+      << " ranks; train would stop before training\n";
+    return o.str();
+  }
+  o << "  " << micro / world_size << " of the step's " << micro << " micro-batches per rank; the global batch is unchanged\n";
+  const auto& m = plan.memory;
+  const bool zero1 = plan.spec.distributed.zero_stage == 1 && world_size > 1;
+  const double moments = zero1 ? m.optimizer / double(world_size) : m.optimizer;
+  o << "  model state per rank: weights " << format_bytes(m.weights);
+  if (m.master_weights > 0) o << ", fp32 masters " << format_bytes(m.master_weights);
+  o << ", gradients " << format_bytes(m.gradients) << ", AdamW moments " << format_bytes(moments)
+    << (zero1 ? " (ZeRO-1: 1/" + std::to_string(world_size) + ")" : std::string(" (replicated; zero_stage = 1 shards them)"))
+    << " = " << format_bytes(m.weights + m.master_weights + m.gradients + moments) << "\n";
+  o << "  (the CPU backend runs this today; on GPUs it waits for NCCL: docs/distributed.md)\n";
+  return o.str();
+}
+
 std::string explain_text(const Plan& plan) {
   std::ostringstream o;
   const auto& s = plan.spec;

@@ -85,6 +85,26 @@ TEST(Cli, CheckAndExplainTheEmbeddedDefault) {
   EXPECT_NE(text.out.find("self_attn.gate_proj.weight"), std::string::npos);
 }
 
+// explain --world-size N: micro-batches per rank, the per-rank model state
+// (moments 1/N under ZeRO-1), and the error train would give.
+TEST(Cli, ExplainWorldSizeShowsThePerRankJob) {
+  // tiny: global_batch 8 = one micro-batch of 8 per step.
+  auto one = gcompile("explain specs/tiny.toml --world-size 1");
+  EXPECT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("1 of the step's 1 micro-batches per rank"), std::string::npos) << one.out;
+  auto two = gcompile("explain specs/tiny.toml --world-size 2");
+  EXPECT_NE(two.out.find("error: the 1 micro-batches of a step do not divide among 2 ranks"), std::string::npos)
+      << two.out;
+  // moe_3b: 1024 micro-batches per step, moments replicated (zero_stage 0).
+  auto eight = gcompile("explain specs/moe_3b.toml --world-size 8");
+  EXPECT_NE(eight.out.find("128 of the step's 1024 micro-batches per rank"), std::string::npos) << eight.out;
+  EXPECT_NE(eight.out.find("AdamW moments 25.34 GiB (replicated"), std::string::npos) << eight.out;
+  auto json = gcompile("explain specs/tiny.toml --json --world-size 2");
+  EXPECT_EQ(json.status, 2);
+  EXPECT_NE(json.err.find("'--world-size' applies only to 'explain' (text output)"), std::string::npos) << json.err;
+  EXPECT_EQ(gcompile("explain specs/tiny.toml --world-size 0").status, 2);
+}
+
 TEST(Cli, ExplainJsonListsEveryTensorAndIsDeterministic) {
   auto first = gcompile("explain --json specs/paper/seed000/dense_0.1b_g1_eps1e-12_gated.toml");
   ASSERT_EQ(first.status, 0) << first.err;
