@@ -7,6 +7,7 @@
 // from the fp32 masters after each update; gradients, moments and every
 // reduction stay fp32.
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -19,8 +20,14 @@
 #include "cuda/init.cuh"
 #include "model/model.hpp"
 #include "plan.hpp"
+#include "runtime/comm.hpp"
 #include "runtime/cuda/check.hpp"
+#include "runtime/error.hpp"
 #include "train/engine.hpp"
+
+#ifdef GC_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 namespace gcm {
 
@@ -124,9 +131,38 @@ class CudaEngine final : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   double last_aux_loss() const override { return model_.aux_loss(); }
+  // Σ over ranks of the fp32 gradients on the device (NCCL, set up over MPI on
+  // first use). One all-reduce after the backward pass: bucketing it to
+  // overlap with the backward is not written yet.
   void allreduce_grads(const gc::rt::Comm& comm) override {
-    // NCCL is not written yet; the trainer refuses a multi-process CUDA run before training.
-    if (comm.distributed()) throw std::logic_error("allreduce_grads: multi-process training on the CUDA backend");
+    if (!comm.distributed()) return;
+#ifdef GC_HAVE_NCCL
+    if (nccl_ == nullptr) {
+      ncclUniqueId id{};
+      std::string bytes(sizeof id, '\0');
+      if (comm.root()) {
+        nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        std::memcpy(bytes.data(), &id, sizeof id);
+      }
+      comm.broadcast(bytes);
+      std::memcpy(&id, bytes.data(), sizeof id);
+      nccl_check(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()), "ncclCommInitRank");
+    }
+    nccl_check(ncclAllReduce(model_.grads.data(), model_.grads.data(), std::size_t(kOffsets.at[kNumParams]), ncclFloat,
+                             ncclSum, nccl_, nullptr),
+               "ncclAllReduce");
+    GC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+#else
+    throw gc::rt::RuntimeError("train", "this tree was built without NCCL, so the CUDA backend cannot train as " +
+                                            std::to_string(comm.size()) + " processes (see the tree's CMake output)");
+#endif
+  }
+  void moe_allreduce_loads(const gc::rt::Comm& comm) override {
+    if constexpr (kMoe) {
+      for (int l = 0; l < kLayers; ++l) {
+        if (is_moe_layer(l)) comm.allreduce_sum(model_.moe_layer(l).load.data(), kExperts);
+      }
+    }
   }
   void moe_begin_step() override {
     if constexpr (kMoe) {
@@ -202,13 +238,39 @@ class CudaEngine final : public Engine {
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
   std::vector<double> host_squares_;  // grad_squares() result, reused every step
+#ifdef GC_HAVE_NCCL
+  static void nccl_check(ncclResult_t rc, const char* what) {
+    if (rc != ncclSuccess) throw gc::rt::RuntimeError("NCCL", std::string(what) + ": " + ncclGetErrorString(rc));
+  }
+  ncclComm_t nccl_ = nullptr;
+
+ public:
+  ~CudaEngine() override {
+    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
+  }
+#endif
 };
 
 }  // namespace
 
 bool cuda_available() { return cuda::unusable_device_reason().empty(); }
 
+bool cuda_has_nccl() {
+#ifdef GC_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
+  // One GPU per local rank of a data-parallel job, chosen before any allocation.
+  const gc::rt::Comm& comm = gc::rt::Comm::world();
+  if (comm.distributed()) {
+    int devices = 0;
+    GC_CUDA_CHECK(cudaGetDeviceCount(&devices));
+    if (devices > 0) GC_CUDA_CHECK(cudaSetDevice(comm.local_rank() % devices));
+  }
   const std::string reason = cuda::unusable_device_reason();
   if (!reason.empty()) throw gc::rt::RuntimeError("--device cuda: " + reason);
   return std::make_unique<CudaEngine>(micro_batch, seq_len);

@@ -158,6 +158,8 @@ class CpuEngine final : public Engine {
 // (GC_HAVE_CUDA; callers guard on it). make_cuda_engine throws, naming the
 // reason, when no GPU is usable.
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len);
+// Whether the tree's CUDA backend was built with NCCL (multi-process training on GPUs).
+bool cuda_has_nccl();
 // Whether a GPU that can run this tree's kernels (sm_90a) is present.
 bool cuda_available();
 

@@ -55,10 +55,20 @@ inline Trainer::Trainer(const TrainOptions& options)
   const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
   check_world(comm_);
   choose_engine();  // first: the memory check precedes every large allocation
+#ifdef GC_HAVE_CUDA
   if (comm_.distributed() && on_device_) {
-    throw gc::rt::RuntimeError("train", "multi-process training on the CUDA backend (NCCL) is not written yet; "
-                                        "run the data-parallel job with --device cpu");
+    if (!cuda_has_nccl()) {
+      throw gc::rt::RuntimeError("train", "launched as " + std::to_string(comm_.size()) +
+                                              " processes on GPUs, but this tree's CUDA backend was built without NCCL "
+                                              "(nccl.h and libnccl.so.2 were not found when it was configured); "
+                                              "use --device cpu or rebuild where NCCL is installed");
+    }
+    if (kZeroStage == 1) {
+      throw gc::rt::RuntimeError("train", "distributed.zero_stage = 1 shards the optimizer on the CPU backend only "
+                                          "so far; on GPUs use zero_stage = 0 (or --device cpu)");
+    }
   }
+#endif
   if constexpr (kZeroStage == 1) {
     if (comm_.distributed()) zero_ = std::make_unique<ZeroOneOptimizer>(comm_);
   }
