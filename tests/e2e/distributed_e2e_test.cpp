@@ -215,6 +215,37 @@ TEST_F(DataParallel, MoeWithTheSelectionBiasTrainsLikeOneProcess) {
   EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "two"));
 }
 
+// A rank that dies stops the job: mpirun ends every rank with a message naming
+// the dead one, and the run keeps only complete checkpoints (written
+// atomically by rank 0), the newest of which resumes.
+TEST_F(DataParallel, ARankThatDiesStopsEveryRankAndKeepsTheLastGoodCheckpoint) {
+  std::string spec = kDataParallel;
+  spec.replace(spec.find("steps = 20"), 10, "steps = 100000");
+  spec.replace(spec.find("checkpoint_every = 10"), 21, "checkpoint_every = 25");
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const fs::path run = dir_ / "run";
+  // Rank 1 is killed (SIGKILL) after 3 seconds of training.
+  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 3; kill -9 $$) & fi; exec " +
+                                   (tree() / "train").string() + " --out " + run.string();
+  const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
+                            gc::test::shell_quote(rank_program));
+  EXPECT_NE(killed.status, 0) << killed.output;
+  EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
+  EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
+  // Only complete checkpoints: each has its state.json; nothing half-written is left under a step name.
+  long long newest = 0;
+  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    EXPECT_TRUE(fs::exists(entry.path() / "state.json")) << entry.path();
+    newest = std::max(newest, std::stoll(name.substr(5)));
+  }
+  ASSERT_GT(newest, 0) << "no checkpoint was written in 3 seconds";
+  const Outcome resumed = train("--resume " + run.string() + " --steps " + std::to_string(newest + 1));
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+}
+
 // The reader side: each rank's micro-batches are disjoint, and all ranks
 // together cover every micro-batch of a step exactly once.
 TEST(DataParallelSlices, RanksShareEachStepsMicroBatchesExactlyOnce) {
