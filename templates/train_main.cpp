@@ -60,7 +60,9 @@ const char* const kUsage =
     "  --val-data P     override the validation shards\n"
     "  --log-every N    write a training record every N steps (default: the spec's train.log_every)\n"
     "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n"
-    "  --no-checkpoint  save no checkpoint (timing runs)\n";
+    "  --no-checkpoint  save no checkpoint (timing runs)\n\n"
+    "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
+    "them; rank 0 logs and checkpoints): OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());
