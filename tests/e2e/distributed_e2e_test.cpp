@@ -246,6 +246,26 @@ TEST_F(DataParallel, ARankThatDiesStopsEveryRankAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(resumed.status, 0) << resumed.output;
 }
 
+// A non-finite loss is the same reduced number on every rank: all stop at the
+// same step, rank 0 says why once, and the job ends instead of hanging.
+TEST_F(DataParallel, ANonFiniteLossStopsEveryRankAtTheSameStep) {
+  std::string spec = kDataParallel;
+  spec.replace(spec.find("lr = 3e-3"), 9, "lr = 1e30");  // the second step overflows
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const Outcome run = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                         (tree() / "train").string() + " --out " + (dir_ / "run").string());
+  EXPECT_NE(run.status, 0) << run.output;
+  EXPECT_NE(run.status, 124) << "the job hung";
+  const std::string message = "the loss or gradient norm is not finite";
+  const std::size_t first = run.output.find(message);
+  ASSERT_NE(first, std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(message, first + 1), std::string::npos) << "only rank 0 reports it";
+  int events = 0;
+  for (const auto& r : read_jsonl(dir_ / "run" / "metrics.jsonl")) events += r.value("event", "") == "nonfinite";
+  EXPECT_EQ(events, 1);
+}
+
 // The reader side: each rank's micro-batches are disjoint, and all ranks
 // together cover every micro-batch of a step exactly once.
 TEST(DataParallelSlices, RanksShareEachStepsMicroBatchesExactlyOnce) {
