@@ -46,6 +46,21 @@ inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path)
   return out;
 }
 
+// A file's whole text ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The loss of every training record of a run's metrics.jsonl (not summaries or events).
+inline std::vector<double> training_losses(const std::vector<nlohmann::json>& records) {
+  std::vector<double> out;
+  for (const auto& r : records) {
+    if (r.contains("loss") && !r.contains("event")) out.push_back(r["loss"].get<double>());
+  }
+  return out;
+}
+
 // A shell word: PATH in single quotes.
 inline std::string shell_quote(const std::string& s) {
   std::string out = "'";

@@ -1,6 +1,5 @@
 #include "emit/emit.hpp"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>

@@ -158,11 +158,7 @@ class CudaEngine final : public Engine {
 #endif
   }
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
-    if constexpr (kMoe) {
-      for (int l = 0; l < kLayers; ++l) {
-        if (is_moe_layer(l)) comm.allreduce_sum(model_.moe_layer(l).load.data(), kExperts);
-      }
-    }
+    sum_moe_loads(model_, [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
   }
   void moe_begin_step() override {
     if constexpr (kMoe) {

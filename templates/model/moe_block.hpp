@@ -220,6 +220,15 @@ void begin_moe_step(Model& model) {
   }
 }
 
+// Data parallelism: sum(loads, n) sums each MoE layer's step loads over the
+// ranks in place (before end_moe_step, so every rank moves its bias alike).
+template <typename Model, typename Sum>
+void sum_moe_loads(Model& model, Sum&& sum) {
+  for (int l = 0; l < kLayers; ++l) {
+    if (is_moe_layer(l)) sum(model.moe_layer(l).load.data(), std::int64_t(kExperts));
+  }
+}
+
 // Adds the step's loads (all ranks' by then) to the routing-record window.
 template <typename Model>
 void accumulate_moe_window(Model& model) {

@@ -19,12 +19,7 @@ using gc::test::sh;
 bool nvcc_found() { return sh("command -v nvcc || test -x /usr/local/cuda/bin/nvcc").status == 0; }
 bool gpu_present() { return sh("nvidia-smi -L").status == 0; }
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using gc::test::read_text;
 
 const char* const kCudaFeatures = R"toml([experiment]
 name = "cuda_features"

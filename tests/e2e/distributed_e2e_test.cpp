@@ -77,13 +77,7 @@ class DataParallel : public gc::test::TreeTest {
   }
 };
 
-std::vector<double> losses(const fs::path& run) {
-  std::vector<double> out;
-  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
-    if (r.contains("loss") && !r.contains("event")) out.push_back(r["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double worst = a.size() == b.size() ? 0.0 : INFINITY;
@@ -110,10 +104,7 @@ double max_param_diff(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using gc::test::read_text;
 
 TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorldSize) {
   const Outcome gen = generate(kDataParallel);

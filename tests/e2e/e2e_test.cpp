@@ -185,11 +185,17 @@ TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   EXPECT_EQ(read_jsonl(part / "metrics.jsonl").size(), log.size() + 1);  // the first process's summary too
   ASSERT_EQ(log2.size(), without_summaries(log).size());
   const auto log1 = without_summaries(log);
-  for (std::size_t i = 0; i < log1.size(); ++i) {
-    for (const char* key : {"step", "loss", "lr", "grad_norm", "val_loss"}) {
-      if (log1[i].contains(key)) EXPECT_EQ(log2[i][key], log1[i][key]) << "record " << i << " key " << key;
+  // The training and evaluation fields of `other`'s records equal the uninterrupted run's.
+  const auto expect_same_records = [&](const std::vector<nlohmann::json>& other) {
+    for (std::size_t i = 0; i < log1.size(); ++i) {
+      for (const char* key : {"step", "loss", "lr", "grad_norm", "val_loss"}) {
+        if (log1[i].contains(key)) {
+          EXPECT_EQ(other[i][key], log1[i][key]) << "record " << i << " key " << key;
+        }
+      }
     }
-  }
+  };
+  expect_same_records(log2);
 
   // A NaN in the weights stops the run with a clear message; the last good
   // checkpoint stays the latest.
@@ -245,11 +251,7 @@ TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   ASSERT_EQ(older.status, 0) << older.output;
   const auto log3 = without_summaries(read_jsonl(part / "metrics.jsonl"));
   ASSERT_EQ(log3.size(), log1.size());
-  for (std::size_t i = 0; i < log1.size(); ++i) {
-    for (const char* key : {"step", "loss", "lr", "grad_norm", "val_loss"}) {
-      if (log1[i].contains(key)) EXPECT_EQ(log3[i][key], log1[i][key]) << "record " << i << " key " << key;
-    }
-  }
+  expect_same_records(log3);
   EXPECT_EQ(train("--checkpoint step_000040").status, 2);  // --checkpoint needs --resume
 
   // Without --out, each run gets a new numbered directory runs/NAME/N/ under

@@ -139,18 +139,9 @@ interval = 20
 interval = 1
 )toml";
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using gc::test::read_text;
 
-std::vector<double> losses(const std::vector<nlohmann::json>& records) {
-  std::vector<double> out;
-  for (const auto& r : records) {
-    if (r.contains("loss") && !r.contains("event")) out.push_back(r["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> losses(const std::vector<nlohmann::json>& records) { return gc::test::training_losses(records); }
 
 TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
   const Outcome gen = generate(kMoeAuxFree);
