@@ -28,6 +28,7 @@
 #include "runtime/metrics_log.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/token_shard.hpp"
+#include "train/load_weights.hpp"
 #include "train/moe_state.hpp"
 #include "train/sample.hpp"
 
@@ -117,32 +118,6 @@ Args parse(int argc, char** argv) {
   }
   if (a.command == "tokens" && a.out.empty()) throw UsageError("'tokens' needs -o FILE.safetensors");
   return a;
-}
-
-// The checkpoint directory PATH names: itself, or a run's latest checkpoint.
-std::string checkpoint_dir(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw RuntimeError(path, "no such checkpoint or run directory");
-  if (fs::exists(fs::path(path) / gc::rt::kStateFile, ec)) return path;
-  if (auto latest = gc::rt::latest_checkpoint(path)) return *latest;
-  throw RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run with a checkpoint");
-}
-
-// Loads the weights (not the optimizer state) and, for aux_free MoE routing,
-// the selection biases; returns the checkpoint's step.
-std::int64_t load_weights(const std::string& path, gcm::Model<float>& model) {
-  std::vector<gc::rt::ParamBuffers> buffers;
-  for (int i = 0; i < gcm::kNumParams; ++i) {
-    const gcm::ParamInfo& p = gcm::kParams[i];
-    buffers.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.param(i), nullptr, nullptr});
-  }
-  const std::string dir = checkpoint_dir(path);
-  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, buffers, gcm::kSpecHash);
-  if constexpr (gcm::kMoe && gcm::kLoadBalance == gcm::LoadBalance::aux_free) {
-    gcm::set_moe_biases(model, gcm::moe_bias_from_json(state.extra.value("moe_bias", gcm::Json::object()),
-                                                       dir + "/" + gc::rt::kStateFile));
-  }
-  return state.step;
 }
 
 // Whole sequences available in the validation shards without wrapping around.

@@ -8,6 +8,9 @@
 // "loss" [1], "tokens" and "targets" (I32, [B, T]); metadata "format" = "pt"
 // and the exact forward scales, ε, seed, loss and batch shape as strings.
 // --threads N runs with OMP_NUM_THREADS=N (the same as setting it yourself).
+// --checkpoint PATH starts from a checkpoint's weights instead of the init
+// (PATH: a checkpoint directory, or a run directory for its latest), so a
+// trained model can be compared with its Hugging Face export (gcompile export).
 // --perturb-norms moves every norm gain off 1 by up to ±0.15 after the init
 // (as ./gradcheck does), so a comparison also sees how the gains are applied.
 #include <cstdio>
@@ -23,6 +26,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/safetensors.hpp"
+#include "train/load_weights.hpp"
 
 namespace {
 
@@ -43,26 +47,32 @@ std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
 }
 
 int usage(const char* message) {
-  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N] [--perturb-norms]\n", message);
+  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH]\n", message);
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out, threads;
+  std::string out, threads, checkpoint;
   bool perturb = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::puts("usage: probe OUT.safetensors [--threads N] [--perturb-norms]\n"
+      std::puts("usage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH]\n"
                 "Writes the initial parameters, one batch's logits, loss and gradients.\n"
                 "  --threads N       OpenMP threads (the same as OMP_NUM_THREADS=N)\n"
-                "  --perturb-norms   move the norm gains off 1 (by up to +-0.15) before the pass");
+                "  --perturb-norms   move the norm gains off 1 (by up to +-0.15) before the pass\n"
+                "  --checkpoint PATH the weights of a checkpoint (or a run's latest) instead of the init");
       return 0;
     }
     if (arg == "--perturb-norms") {
       perturb = true;
+    } else if (arg == "--checkpoint") {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+        return usage("--checkpoint needs a checkpoint or run directory");
+      }
+      checkpoint = argv[++i];
     } else if (arg == "--threads") {
       if (i + 1 >= argc) {
         return usage("--threads needs a value");
@@ -85,14 +95,25 @@ int main(int argc, char** argv) {
     // The OpenMP runtime reads OMP_NUM_THREADS when it starts: run again with it set.
     setenv("OMP_NUM_THREADS", threads.c_str(), 1);
     char perturb_flag[] = "--perturb-norms";
-    char* args[] = {argv[0], const_cast<char*>(out.c_str()), perturb ? perturb_flag : nullptr, nullptr};
-    execv("/proc/self/exe", args);
+    char checkpoint_flag[] = "--checkpoint";
+    std::vector<char*> args = {argv[0], const_cast<char*>(out.c_str())};
+    if (perturb) args.push_back(perturb_flag);
+    if (!checkpoint.empty()) {
+      args.push_back(checkpoint_flag);
+      args.push_back(const_cast<char*>(checkpoint.c_str()));
+    }
+    args.push_back(nullptr);
+    execv("/proc/self/exe", args.data());
     std::perror("probe: exec");
     return 1;
   }
   try {
     gcm::Model<float> model(kBatch, kLen);
     gcm::init_parameters(model.params.data(), gcm::kSeed);
+    std::int64_t checkpoint_step = -1;
+    if (!checkpoint.empty()) {
+      checkpoint_step = gcm::load_weights(checkpoint, model);
+    }
     if (perturb) {
       for (int i = 0; i < gcm::kNumParams; ++i) {
         if (gcm::kParams[i].init != gcm::InitKind::ones) {
@@ -150,6 +171,7 @@ int main(int argc, char** argv) {
         {"attn_scale", exact(double(gcm::kAttnScale))},
         {"logit_scale", exact(double(gcm::kLogitScale))},
         {"perturbed_norms", perturb ? "true" : "false"},
+        {"checkpoint_step", std::to_string(checkpoint_step)},
     };
     gc::rt::write_safetensors(out, views, metadata);
     std::printf("probe: loss %.6f, %d tensors, batch %dx%d -> %s\n", loss, gcm::kNumParams, kBatch, kLen,

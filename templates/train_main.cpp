@@ -107,10 +107,14 @@ void prepare_fresh_run(const std::string& dir) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw gc::rt::RuntimeError(dir, "cannot create the run directory: " + ec.message());
-  // The resolved spec travels with the run.
-  const fs::path spec = fs::read_symlink("/proc/self/exe", ec).parent_path() / "spec.resolved.toml";
-  if (!ec && fs::exists(spec, ec)) gc::rt::write_file_atomic((fs::path(dir) / "spec.resolved.toml").string(),
-                                                             gc::rt::read_file(spec.string()));
+  // The resolved spec and the tokenizer (text data) travel with the run.
+  const fs::path tree = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (const char* name : {"spec.resolved.toml", "tokenizer.model"}) {
+    std::error_code missing;
+    if (!ec && fs::exists(tree / name, missing)) {
+      gc::rt::write_file_atomic((fs::path(dir) / name).string(), gc::rt::read_file((tree / name).string()));
+    }
+  }
 }
 
 }  // namespace

@@ -289,6 +289,7 @@ std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   out.vocab_file = (cache / "vocab.txt").string();
+  out.tokenizer_file = (cache / "tokenizer.model").string();
   std::error_code ec;
   if (fs::exists(cache / "complete", ec)) {
     out.reused = true;

@@ -18,6 +18,7 @@ struct PreparedData {
   std::string train;       // shard file or glob, absolute
   std::string val;         // shard file or glob, absolute
   std::string vocab_file;  // "id<TAB>piece" lines, absolute ("" when unknown)
+  std::string tokenizer_file;  // the SentencePiece model, absolute ("" for token or synthetic data)
   std::int64_t train_tokens = 0, val_tokens = 0;
   bool reused = false;  // served from the cache
 };

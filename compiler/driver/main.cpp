@@ -15,6 +15,7 @@
 #include "explain/explain.hpp"
 #include "plan/plan.hpp"
 #include "driver/sweep.hpp"
+#include "export/hf_export.hpp"
 #include "report/page.hpp"
 #include "spec/schema.hpp"
 #include "spec/spec.hpp"
@@ -51,6 +52,11 @@ commands:
                           attention sinks, stable rank, row cosine, norms,
                           spec differences, and token-level comparisons
                           (--compare files and RUN_DIR/*.compare.json)
+  export CHECKPOINT --hf OUT [--dtype fp32|bf16] [--tokenizer FILE]
+                          write a checkpoint (or a run's latest) as a Hugging
+                          Face model directory: config, weights, tokenizer, and
+                          modeling code where Llama/Qwen2-MoE cannot express the
+                          spec (docs/evaluation.md)
   check SPEC              validate SPEC; print every error and warning
   explain SPEC [--json] [--world-size N]
                           validate SPEC and print the resolved plan: layer layout,
@@ -271,13 +277,14 @@ int run(const Args& a) {
     }
     return kOk;
   }
-  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, sweep, report, schema, presets; or a SPEC.toml to generate and build)");
+  return usage_error("unknown command '" + a.command + "' (commands: check, explain, resolve, diff, sweep, report, export, schema, presets; or a SPEC.toml to generate and build)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "sweep") return gc::sweep_command(argc - 2, argv + 2);
+  if (argc > 1 && std::string(argv[1]) == "export") return gc::export_command(argc - 2, argv + 2);
   int status = kOk;
   auto args = parse_args(argc, argv, status);
   if (!args) return status;

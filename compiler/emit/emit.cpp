@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <llvm/ADT/StringRef.h>
 #include <llvm/Support/SHA256.h>
@@ -168,6 +169,18 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   const std::string resolved = resolved_toml(plan.spec);
   const std::string spec_hash = sha256_hex(resolved);
   tree.files["spec.resolved.toml"] = banner(plan, "#", "") + "\n" + resolved;
+  // Text data: the SentencePiece model travels with the tree and every run
+  // (`gcompile export` writes it into Hugging Face exports).
+  if (!data.tokenizer_file.empty()) {
+    std::ifstream in(data.tokenizer_file, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    if (!in || bytes.str().empty()) {
+      diags.error(plan.spec.where("data"), "cannot read the tokenizer model '" + data.tokenizer_file + "'");
+      return std::nullopt;
+    }
+    tree.files["tokenizer.model"] = bytes.str();
+  }
   tree.files["README.md"] = readme(plan, spec_hash);
   tree.files["manifest.json"] = manifest(plan, spec_hash, tree.files);
   return tree;

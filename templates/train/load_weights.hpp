@@ -1,0 +1,44 @@
+// Loading a checkpoint's weights into a host model, for the programs that
+// evaluate a trained model (analyze, probe): not the optimizer state.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "model/model.hpp"
+#include "runtime/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "train/moe_state.hpp"
+
+namespace gcm {
+
+// The checkpoint directory PATH names: itself, or a run's latest checkpoint.
+inline std::string checkpoint_dir(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw gc::rt::RuntimeError(path, "no such checkpoint or run directory");
+  if (fs::exists(fs::path(path) / gc::rt::kStateFile, ec)) return path;
+  if (auto latest = gc::rt::latest_checkpoint(path)) return *latest;
+  throw gc::rt::RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run with a checkpoint");
+}
+
+// Loads the weights (checked against this tree's spec hash and shapes) and,
+// for aux_free MoE routing, the selection biases; returns the checkpoint's step.
+inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
+  std::vector<gc::rt::ParamBuffers> buffers;
+  for (int i = 0; i < kNumParams; ++i) {
+    const ParamInfo& p = kParams[i];
+    buffers.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.param(i), nullptr, nullptr});
+  }
+  const std::string dir = checkpoint_dir(path);
+  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, buffers, kSpecHash);
+  if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
+    set_moe_biases(model, moe_bias_from_json(state.extra.value("moe_bias", Json::object()), dir + "/" + gc::rt::kStateFile));
+  }
+  return state.step;
+}
+
+}  // namespace gcm
