@@ -122,7 +122,7 @@ std::string metrics_line(const json& record) {
   return copy.dump();
 }
 
-MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, Mode mode, bool tensorboard) : path_(path) {
   if (mode == Mode::Append && !ends_with_newline_or_empty(path)) {
     const std::string data = read_file(path);
     if (!data.empty() && data.back() != '\n') {
@@ -133,6 +133,11 @@ MetricsWriter::MetricsWriter(const std::string& path, Mode mode) : path_(path) {
   const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (mode == Mode::Truncate ? O_TRUNC : 0);
   fd_ = ::open(path.c_str(), flags, 0644);
   if (fd_ < 0) throw RuntimeError(path, "cannot open for writing: " + errno_text(errno));
+  if (tensorboard) {
+    const std::vector<json> earlier = mode == Mode::Append ? read_metrics_log(path) : std::vector<json>{};
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    tensorboard_ = std::make_unique<TensorBoardWriter>(dir.empty() ? "." : dir, earlier);
+  }
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -142,6 +147,7 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::write(const json& record) {
   const std::string line = metrics_line(record) + "\n";
   FileWriter(fd_, path_).write(line);  // O_APPEND: one write per line, no user-space buffer
+  if (tensorboard_) tensorboard_->write(record);
 }
 
 std::vector<json> read_metrics_log(const std::string& path) {

@@ -10,9 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "runtime/tensorboard.hpp"
 
 namespace gc::rt {
 
@@ -22,7 +25,10 @@ class MetricsWriter {
     Truncate,  // a fresh run: start an empty log
     Append,    // a resumed run: continue the log (which must end with a complete line)
   };
-  MetricsWriter(const std::string& path, Mode mode);
+  // With `tensorboard`, every record also goes to a TensorBoard event file in
+  // the log's directory (tb/; runtime/tensorboard.hpp), which first mirrors
+  // the records the log already holds (a resumed run).
+  MetricsWriter(const std::string& path, Mode mode, bool tensorboard = false);
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   ~MetricsWriter();
@@ -34,6 +40,7 @@ class MetricsWriter {
  private:
   std::string path_;
   int fd_ = -1;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 // One line's text for `record` (without the newline): non-finite numbers

@@ -222,15 +222,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train: error: %s\n", e.what());
     if (root && !options.resume && out.empty() && !options.run_dir.empty()) {
       // The numbered directory this process created: removed when the run
-      // failed before writing anything but the copy of the spec.
+      // failed before writing anything but the copies of the spec and tokenizer.
       std::error_code ec;
-      std::vector<fs::path> entries;
+      bool only_copies = true;
       for (fs::directory_iterator it(options.run_dir, ec), end; !ec && it != end; it.increment(ec)) {
-        entries.push_back(it->path());
+        const fs::path name = it->path().filename();
+        only_copies = only_copies && (name == "spec.resolved.toml" || name == "tokenizer.model");
       }
-      const bool only_spec = !ec && entries.size() <= 1 &&
-                             (entries.empty() || entries[0].filename() == "spec.resolved.toml");
-      if (only_spec) {
+      if (!ec && only_copies) {
         fs::remove_all(options.run_dir, ec);
       } else {
         std::fprintf(stderr, "train: the run's output so far is in %s\n", options.run_dir.c_str());

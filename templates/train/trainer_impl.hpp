@@ -401,7 +401,8 @@ inline int Trainer::run() {
   // Only rank 0 writes (the others log to /dev/null) and measures.
   const bool root = comm_.root();
   gc::rt::MetricsWriter log(root ? (fs::path(opt_.run_dir) / "metrics.jsonl").string() : std::string("/dev/null"),
-                            opt_.resume ? gc::rt::MetricsWriter::Mode::Append : gc::rt::MetricsWriter::Mode::Truncate);
+                            opt_.resume ? gc::rt::MetricsWriter::Mode::Append : gc::rt::MetricsWriter::Mode::Truncate,
+                            /*tensorboard=*/root);
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
   if (start_step_ == 0 && root) measure(0, false, log);

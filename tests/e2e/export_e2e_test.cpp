@@ -190,4 +190,31 @@ TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {
   EXPECT_TRUE(fs::exists(dir_ / "x" / "tokenizer.model"));
 }
 
+// TensorBoard: the event file mirrors metrics.jsonl (scalars and heatmap
+// images), still reads with a torn last record, and after a resume holds the
+// resumed run's whole history once.
+using TensorBoardRun = Export;
+
+TEST_F(TensorBoardRun, EventFileMirrorsMetricsAcrossResumeAndTruncation) {
+  const std::string metrics = "\n[metrics.stable_rank]\ninterval = 4\n\n[metrics.cosine_similarity]\ninterval = 6\n"
+                              "image_steps = [0, 12]\n";
+  const Outcome gen = generate(spec("tensorboard", "arch = \"dense\"\nn_layers = 2\n", metrics));
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const std::string check = kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/export/check_tensorboard.py ";
+  Outcome t = sh((tree() / "train").string() + " --out " + run().string());
+  ASSERT_EQ(t.status, 0) << t.output;
+  Outcome c = sh(check + run().string() + " --truncate 7");
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_NE(c.output.find(" images: ok"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find(" 0 images"), std::string::npos) << c.output;
+
+  const fs::path resumed = dir_ / "resumed";
+  t = sh((tree() / "train").string() + " --steps 6 --out " + resumed.string());
+  ASSERT_EQ(t.status, 0) << t.output;
+  t = sh((tree() / "train").string() + " --resume " + resumed.string());
+  ASSERT_EQ(t.status, 0) << t.output;
+  c = sh(check + resumed.string());
+  EXPECT_EQ(c.status, 0) << c.output;
+}
+
 }  // namespace
