@@ -12,6 +12,7 @@
 
 #include "common/text.hpp"
 #include "report/png.hpp"
+#include "runtime/png.hpp"
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
 #include "runtime/metrics_log.hpp"
@@ -25,6 +26,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::uintmax_t kMaxImageBytes = 16u << 20;
+constexpr int kThumbnailSide = 192;
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -131,7 +133,10 @@ void load_image(const fs::path& run_dir, CosineImage& image) {
     image.problem = image.path + " is not a PNG file";
     return;
   }
-  image.png = std::move(bytes);
+  // Thumbnails: at most kThumbnailSide pixels a side (the page shows them
+  // smaller), zlib-compressed also when the tree that wrote them had no zlib,
+  // so the page stays small enough to mail. The run keeps the full images.
+  image.png = rt::compress_png(bytes, kThumbnailSide);
   if (image.rows <= 0) image.rows = height;
 }
 

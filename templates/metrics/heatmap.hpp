@@ -23,10 +23,26 @@ inline void diverging_color(double c, std::uint8_t* rgb) {
   for (int i = 0; i < 3; ++i) rgb[i] = std::uint8_t(std::lround(255.0 + t * (end[i] - 255.0)));
 }
 
-// Writes the k×k matrix (row-major) as a PNG of side min(k, max_px).
+// The heatmap's palette: 255 levels of c from −1 to +1 (steps of 1/127, far
+// below what the eye tells apart on this ramp), so a pixel is one byte.
+inline constexpr int kHeatmapLevels = 255;
+
+inline int heatmap_level(double c) {
+  return int(std::lround((std::clamp(c, -1.0, 1.0) + 1.0) * 0.5 * (kHeatmapLevels - 1)));
+}
+
+inline std::vector<std::uint8_t> heatmap_palette() {
+  std::vector<std::uint8_t> rgb(std::size_t(kHeatmapLevels) * 3);
+  for (int i = 0; i < kHeatmapLevels; ++i) {
+    diverging_color(2.0 * i / (kHeatmapLevels - 1) - 1.0, &rgb[std::size_t(i) * 3]);
+  }
+  return rgb;
+}
+
+// Writes the k×k matrix (row-major) as an indexed PNG of side min(k, max_px).
 inline void write_heatmap_png(const std::string& path, const std::vector<float>& matrix, int k, int max_px = 512) {
   const int side = std::min(k, max_px);
-  std::vector<std::uint8_t> rgb(std::size_t(side) * side * 3);
+  std::vector<std::uint8_t> level(std::size_t(side) * side);
   for (int y = 0; y < side; ++y) {
     const int r0 = int(std::int64_t(y) * k / side), r1 = int(std::int64_t(y + 1) * k / side);
     for (int x = 0; x < side; ++x) {
@@ -35,10 +51,11 @@ inline void write_heatmap_png(const std::string& path, const std::vector<float>&
       for (int r = r0; r < r1; ++r) {
         for (int c = c0; c < c1; ++c) sum += matrix[std::size_t(r) * k + c];
       }
-      diverging_color(sum / double((r1 - r0) * (c1 - c0)), &rgb[(std::size_t(y) * side + x) * 3]);
+      level[std::size_t(y) * side + x] = std::uint8_t(heatmap_level(sum / double((r1 - r0) * (c1 - c0))));
     }
   }
-  gc::rt::write_png_rgb(path, side, side, rgb);
+  static const std::vector<std::uint8_t> palette = heatmap_palette();
+  gc::rt::write_png_indexed(path, side, side, palette, level);
 }
 
 }  // namespace gcm::metrics

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#ifdef GC_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -88,6 +92,101 @@ TEST(RuntimePng, RejectsAMismatchedBufferNamingTheFile) {
     EXPECT_NE(std::string(e.what()).find("4x4"), std::string::npos) << e.what();
   }
 }
+
+// An indexed heatmap-like image: the palette and one index per pixel decode
+// back exactly (Python's zlib, independent of ours), and compress_png leaves
+// the pixels alone while shrinking a stored-block file.
+TEST(RuntimePng, IndexedImagesDecodeExactlyAndCompress) {
+  TempDir dir;
+  const int w = 96, h = 64;
+  std::vector<std::uint8_t> palette;
+  for (int i = 0; i < 200; ++i) palette.insert(palette.end(), {std::uint8_t(i), std::uint8_t(255 - i), std::uint8_t(i / 2)});
+  std::vector<std::uint8_t> index(std::size_t(w) * h);
+  for (std::size_t i = 0; i < index.size(); ++i) index[i] = std::uint8_t((i * 7 + i / w) % 200);
+  const std::string png = encode_png_indexed(w, h, palette, index);
+  {
+    std::FILE* f = std::fopen((dir / "img.png").c_str(), "wb");
+    std::fwrite(png.data(), 1, png.size(), f);
+    std::fclose(f);
+  }
+  const std::string script =
+      "import sys, zlib, struct\n"
+      "d = open(sys.argv[1], 'rb').read(); at = 8; idat = b''; plte = b''\n"
+      "while at < len(d):\n"
+      "    n = struct.unpack('>I', d[at:at+4])[0]; t = d[at+4:at+8]\n"
+      "    if t == b'IHDR': assert d[at+8+9] == 3, 'colour type'\n"
+      "    if t == b'PLTE': plte = d[at+8:at+8+n]\n"
+      "    if t == b'IDAT': idat += d[at+8:at+8+n]\n"
+      "    at += 12 + n\n"
+      "raw = zlib.decompress(idat); w, h = 96, 64; out = bytearray()\n"
+      "for y in range(h):\n"
+      "    out += raw[y*(1+w)+1:(y+1)*(1+w)]\n"
+      "open(sys.argv[2], 'wb').write(plte + bytes(out))\n";
+  {
+    std::FILE* f = std::fopen((dir / "decode.py").c_str(), "w");
+    std::fputs(script.c_str(), f);
+    std::fclose(f);
+  }
+  const std::string cmd = "python3 " + (dir / "decode.py") + " " + (dir / "img.png") + " " + (dir / "out.bin");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(read_bytes(dir / "out.bin"),
+            std::string(palette.begin(), palette.end()) + std::string(index.begin(), index.end()));
+
+  EXPECT_THROW(encode_png_indexed(w, h, palette, std::vector<std::uint8_t>(index.size(), 250)), RuntimeError);
+  EXPECT_THROW(encode_png_indexed(w, h, std::vector<std::uint8_t>(3 * 257), index), RuntimeError);
+#ifdef GC_HAVE_ZLIB
+  // compress_png: a PNG written with stored blocks (as a tree without zlib
+  // writes it) shrinks; an already compressed one comes back unchanged.
+  std::vector<std::uint8_t> flat(std::size_t(w) * h * 3, 200);
+  const std::string compressed = encode_png_rgb(w, h, flat);
+  EXPECT_EQ(compress_png(compressed), compressed);
+  EXPECT_LT(compressed.size(), flat.size() / 10);
+#endif
+  EXPECT_EQ(compress_png("not a png"), "not a png");
+}
+
+#ifdef GC_HAVE_ZLIB
+// Thumbnails for the report: the longer side becomes max_side, the aspect
+// ratio stays, and each pixel is the mean of its block.
+TEST(RuntimePng, DownscalesByBlockAveragesKeepingTheAspectRatio) {
+  const int w = 300, h = 150;
+  std::vector<std::uint8_t> rgb(std::size_t(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      std::uint8_t* p = &rgb[(std::size_t(y) * w + x) * 3];
+      p[0] = std::uint8_t(x % 2 ? 100 : 200);  // averages to 150 over 2-pixel blocks
+      p[1] = std::uint8_t(y);
+      p[2] = 7;
+    }
+  }
+  const std::string small = compress_png(encode_png_rgb(w, h, rgb), 100);
+  ASSERT_GE(small.size(), 24u);
+  auto be32 = [&](std::size_t at) {
+    return (std::uint32_t(std::uint8_t(small[at])) << 24) | (std::uint32_t(std::uint8_t(small[at + 1])) << 16) |
+           (std::uint32_t(std::uint8_t(small[at + 2])) << 8) | std::uint32_t(std::uint8_t(small[at + 3]));
+  };
+  EXPECT_EQ(be32(16), 100u);
+  EXPECT_EQ(be32(20), 50u);
+  // The pixels: IHDR is 25 bytes after the signature; IDAT follows.
+  const std::size_t idat_at = 8 + 25;
+  ASSERT_EQ(small.substr(idat_at + 4, 4), "IDAT");
+  const std::string idat = small.substr(idat_at + 8, be32(idat_at));
+  std::vector<unsigned char> raw(50 * (1 + 100 * 3));
+  uLongf size = raw.size();
+  ASSERT_EQ(uncompress(raw.data(), &size, reinterpret_cast<const Bytef*>(idat.data()), uLong(idat.size())), Z_OK);
+  ASSERT_EQ(size, raw.size());
+  // Pixel (x, y) averages the 3x3 block of rows 3y..3y+2, columns 3x..3x+2.
+  const unsigned char* first = &raw[1];
+  EXPECT_NEAR(first[0], (200 + 100 + 200) / 3.0, 0.5);  // columns 0, 1, 2
+  EXPECT_EQ(first[1], 1);                               // rows 0, 1, 2
+  EXPECT_EQ(first[2], 7);
+  const unsigned char* last = &raw[49 * (1 + 300) + 1 + 99 * 3];
+  EXPECT_EQ(last[1], 148);  // rows 147, 148, 149
+  // An image already small enough keeps its size.
+  const std::string same = compress_png(encode_png_rgb(w, h, rgb), 400);
+  EXPECT_EQ(std::uint32_t(std::uint8_t(same[19])), 44u);  // 300 = 0x12c
+}
+#endif
 
 }  // namespace
 }  // namespace gc::rt
