@@ -3,7 +3,8 @@
 // and MoE), loaded by transformers from the project venv, gives the tree's own
 // logits (probe --checkpoint) within 1e-4; the tokenizer encodes the corpus as
 // the data pipeline did; and every bad input is a clear error that touches
-// nothing.
+// nothing. The log-likelihoods lm-evaluation-harness would compute on the
+// export (docs/eval's offline task) equal the reference model's.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -88,6 +89,15 @@ class Export : public gc::test::TreeTest {
     EXPECT_NE(c.output.find(": ok"), std::string::npos) << c.output;
   }
 
+  // lm-evaluation-harness's log-likelihood path over docs/eval's task on the
+  // export, checked against the reference model on the tree.
+  void expect_loglikelihoods_match(const fs::path& export_dir) {
+    const Outcome l = sh(kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/export/loglikelihood.py " + export_dir.string() +
+                         " " + tree().string() + " " + GCOMPILE_SOURCE_DIR + "/docs/eval/python_docs_continuation.jsonl");
+    EXPECT_EQ(l.status, 0) << l.output;
+    EXPECT_NE(l.output.find("40 items"), std::string::npos) << l.output;
+  }
+
   int exports_ = 0;
 };
 
@@ -95,6 +105,7 @@ TEST_F(Export, LlamaCompatibleSpecLoadsAsLlamaWithItsTokenizer) {
   train(spec("export_llama", "arch = \"dense\"\nn_layers = 2\ntie_embeddings = true\n"));
   expect_matches("LlamaForCausalLM", "", "--corpus " + kCorpus + " --files 17");
   EXPECT_FALSE(fs::exists(dir_ / "hf0" / "modeling_gcompile.py")) << "plain Llama needs no custom code";
+  expect_loglikelihoods_match(dir_ / "hf0");
   // bf16 weights: the same model up to bf16 rounding of the weights.
   expect_matches("LlamaForCausalLM", " --dtype bf16", "--tol 3e-2");
 }
@@ -132,6 +143,7 @@ TEST_F(Export, TinySpecExportsWithCustomCode) {
   const Outcome t = sh((tree() / "train").string() + " --steps 4 --no-metrics --out " + run().string());
   ASSERT_EQ(t.status, 0) << t.output;
   expect_matches("GcompileForCausalLM");
+  expect_loglikelihoods_match(dir_ / "hf0");
 }
 
 TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {
