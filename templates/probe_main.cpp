@@ -10,7 +10,9 @@
 // --threads N runs with OMP_NUM_THREADS=N (the same as setting it yourself).
 // --checkpoint PATH starts from a checkpoint's weights instead of the init
 // (PATH: a checkpoint directory, or a run directory for its latest), so a
-// trained model can be compared with its Hugging Face export (gcompile export).
+// trained model can be compared with its Hugging Face export (gcompile export);
+// --init-from DIR reads the weights of such an export instead (the check that
+// exporting and importing loses nothing).
 // --perturb-norms moves every norm gain off 1 by up to ±0.15 after the init
 // (as ./gradcheck does), so a comparison also sees how the gains are applied.
 #include <cstdio>
@@ -47,23 +49,24 @@ std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
 }
 
 int usage(const char* message) {
-  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH]\n", message);
+  std::fprintf(stderr, "probe: error: %s\nusage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH | --init-from DIR]\n", message);
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out, threads, checkpoint;
+  std::string out, threads, checkpoint, init_from;
   bool perturb = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::puts("usage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH]\n"
+      std::puts("usage: probe OUT.safetensors [--threads N] [--perturb-norms] [--checkpoint PATH | --init-from DIR]\n"
                 "Writes the initial parameters, one batch's logits, loss and gradients.\n"
                 "  --threads N       OpenMP threads (the same as OMP_NUM_THREADS=N)\n"
                 "  --perturb-norms   move the norm gains off 1 (by up to +-0.15) before the pass\n"
-                "  --checkpoint PATH the weights of a checkpoint (or a run's latest) instead of the init");
+                "  --checkpoint PATH the weights of a checkpoint (or a run's latest) instead of the init\n"
+                "  --init-from DIR   the weights of a `gcompile export` directory instead of the init");
       return 0;
     }
     if (arg == "--perturb-norms") {
@@ -73,6 +76,11 @@ int main(int argc, char** argv) {
         return usage("--checkpoint needs a checkpoint or run directory");
       }
       checkpoint = argv[++i];
+    } else if (arg == "--init-from") {
+      if (i + 1 >= argc || argv[i + 1][0] == '\0') {
+        return usage("--init-from needs an export directory");
+      }
+      init_from = argv[++i];
     } else if (arg == "--threads") {
       if (i + 1 >= argc) {
         return usage("--threads needs a value");
@@ -91,6 +99,9 @@ int main(int argc, char** argv) {
   if (out.empty()) {
     return usage("no output file");
   }
+  if (!checkpoint.empty() && !init_from.empty()) {
+    return usage("--checkpoint and --init-from both choose the weights (use one)");
+  }
   if (!threads.empty()) {
     // The OpenMP runtime reads OMP_NUM_THREADS when it starts: run again with it set.
     setenv("OMP_NUM_THREADS", threads.c_str(), 1);
@@ -101,6 +112,11 @@ int main(int argc, char** argv) {
     if (!checkpoint.empty()) {
       args.push_back(checkpoint_flag);
       args.push_back(const_cast<char*>(checkpoint.c_str()));
+    }
+    char init_flag[] = "--init-from";
+    if (!init_from.empty()) {
+      args.push_back(init_flag);
+      args.push_back(const_cast<char*>(init_from.c_str()));
     }
     args.push_back(nullptr);
     execv("/proc/self/exe", args.data());
@@ -113,6 +129,9 @@ int main(int argc, char** argv) {
     std::int64_t checkpoint_step = -1;
     if (!checkpoint.empty()) {
       checkpoint_step = gcm::load_weights(checkpoint, model);
+    }
+    if (!init_from.empty()) {
+      gcm::load_export_weights(init_from, model);
     }
     if (perturb) {
       for (int i = 0; i < gcm::kNumParams; ++i) {

@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR [--checkpoint C]]\n"
     "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
-    "             [--no-checkpoint] [--help]\n\n"
+    "             [--no-checkpoint] [--init-from HF_DIR] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -60,7 +60,9 @@ const char* const kUsage =
     "  --val-data P     override the validation shards\n"
     "  --log-every N    write a training record every N steps (default: the spec's train.log_every)\n"
     "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n"
-    "  --no-checkpoint  save no checkpoint (timing runs)\n\n"
+    "  --no-checkpoint  save no checkpoint (timing runs)\n"
+    "  --init-from D    start a new run (step 0, fresh optimizer) from the weights of D, a directory\n"
+    "                   `gcompile export` wrote for a spec with the same tensors\n\n"
     "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
     "them; rank 0 logs and checkpoints): OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
 
@@ -156,6 +158,8 @@ int main(int argc, char** argv) {
       if (!value(options.val_data)) return usage_error("--val-data needs a path");
     } else if (arg == "--log-every") {
       if (!value(v) || !parse_steps(v, options.log_every)) return usage_error("--log-every needs a positive integer");
+    } else if (arg == "--init-from") {
+      if (!value(options.init_from) || options.init_from.empty()) return usage_error("--init-from needs a directory");
     } else if (arg == "--no-metrics") {
       options.metrics = false;
     } else if (arg == "--no-checkpoint") {
@@ -166,6 +170,9 @@ int main(int argc, char** argv) {
   }
   if (!out.empty() && !resume.empty()) return usage_error("--out and --resume are exclusive (--resume names the run)");
   if (!options.checkpoint.empty() && resume.empty()) return usage_error("--checkpoint needs --resume DIR");
+  if (!options.init_from.empty() && !resume.empty()) {
+    return usage_error("--init-from starts a new run; --resume continues one (use one of them)");
+  }
   options.device = device;
   options.resume = !resume.empty();
   gc::rt::Comm* comm = nullptr;

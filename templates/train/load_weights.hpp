@@ -1,9 +1,11 @@
-// Loading a checkpoint's weights into a host model, for the programs that
-// evaluate a trained model (analyze, probe): not the optimizer state.
+// Loading a checkpoint's (or a Hugging Face export's) weights into a host
+// model, for the programs that evaluate a trained model (analyze, probe): not
+// the optimizer state.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "model/model.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
+#include "runtime/hf_import.hpp"
 #include "train/moe_state.hpp"
 
 namespace gcm {
@@ -25,20 +28,45 @@ inline std::string checkpoint_dir(const std::string& path) {
   throw gc::rt::RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run with a checkpoint");
 }
 
-// Loads the weights (checked against this tree's spec hash and shapes) and,
-// for aux_free MoE routing, the selection biases; returns the checkpoint's step.
-inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
+// The model's parameters as checkpoint buffers (weights only).
+inline std::vector<gc::rt::ParamBuffers> weight_buffers(Model<float>& model) {
   std::vector<gc::rt::ParamBuffers> buffers;
   for (int i = 0; i < kNumParams; ++i) {
     const ParamInfo& p = kParams[i];
     buffers.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.param(i), nullptr, nullptr});
   }
+  return buffers;
+}
+
+// The aux_free selection biases, one vector per MoE layer in layer order,
+// from an export's biases by layer (zeros for a layer the export lacks).
+inline std::vector<std::vector<float>> selection_biases(const std::map<int, std::vector<float>>& by_layer) {
+  std::vector<std::vector<float>> out;
+  for (int l = 0; l < kLayers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    const auto it = by_layer.find(l);
+    out.push_back(it != by_layer.end() ? it->second : std::vector<float>(kExperts, 0.0f));
+  }
+  return out;
+}
+
+// Loads the weights (checked against this tree's spec hash and shapes) and,
+// for aux_free MoE routing, the selection biases; returns the checkpoint's step.
+inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
   const std::string dir = checkpoint_dir(path);
-  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, buffers, kSpecHash);
+  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, weight_buffers(model), kSpecHash);
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
     set_moe_biases(model, moe_bias_from_json(state.extra.value("moe_bias", Json::object()), dir + "/" + gc::rt::kStateFile));
   }
   return state.step;
+}
+
+// Loads the weights of a `gcompile export` directory (runtime/hf_import.hpp).
+inline void load_export_weights(const std::string& dir, Model<float>& model) {
+  const gc::rt::HfImport imported = gc::rt::load_hf_export(dir, weight_buffers(model));
+  if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
+    set_moe_biases(model, selection_biases(imported.selection_bias));
+  }
 }
 
 }  // namespace gcm

@@ -29,6 +29,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
+#include "train/load_weights.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
 #include "train/sample.hpp"
@@ -42,6 +43,7 @@ struct TrainOptions {
   std::int64_t steps = kTotalSteps;  // stop after this many steps (≤ the schedule's total)
   bool resume = false;
   std::string checkpoint;  // with resume: which checkpoint (step_N or N); "" = the latest
+  std::string init_from;   // a fresh run's initial weights from a `gcompile export` directory ("" = the init)
   bool progress = false;  // live progress line (on a terminal)
   std::string device = "auto";  // cpu, cuda, or auto (CUDA when present)
   bool metrics = true;          // false: no in-loop analyses (timing runs); losses are still logged
@@ -68,6 +70,7 @@ class Trainer {
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
   void per_class_records(std::int64_t s);
   void save(std::int64_t step);
+  void init_from_export();
   std::vector<gc::rt::ParamBuffers> buffers();
   void print_sample();
   void report(std::int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double elapsed);

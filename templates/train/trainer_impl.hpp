@@ -74,7 +74,7 @@ inline Trainer::Trainer(const TrainOptions& options)
   }
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
-  if (!zero_ || opt_.resume) {
+  if (!zero_ || opt_.resume || !opt_.init_from.empty()) {
     m_.assign(total, 0.0f);
     v_.assign(total, 0.0f);
   }
@@ -109,9 +109,37 @@ inline Trainer::Trainer(const TrainOptions& options)
     // The same Philox streams on every backend: identical initial weights.
     engine_->initialize(kSeed);
     host_fresh_ = false;
+    if (!opt_.init_from.empty()) init_from_export();
   }
   if constexpr (kEmbeddingCosineOn) {
     top_tokens_ = most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
+  }
+}
+
+// --init-from DIR: every weight from a Hugging Face export of a compatible
+// spec (runtime/hf_import.hpp), fresh optimizer state, step 0.
+inline void Trainer::init_from_export() {
+  const gc::rt::HfImport imported = gc::rt::load_hf_export(opt_.init_from, buffers());
+  if (zero_) {
+    zero_->keep_shard(m_.data(), v_.data());
+    std::vector<float>().swap(m_);
+    std::vector<float>().swap(v_);
+  }
+  engine_->upload(host_params(), m_.data(), v_.data());
+  host_fresh_ = true;
+  if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
+    engine_->set_moe_biases(selection_biases(imported.selection_bias));
+  }
+  if (comm_.root()) {
+    const Json& c = imported.config;
+    const Json provenance = c.value("gcompile", Json::object());
+    std::fprintf(stderr, "train: initialized from %s (%s, experiment %s, step %lld)\n", opt_.init_from.c_str(),
+                 c.value("model_type", "?").c_str(), provenance.value("experiment", "?").c_str(),
+                 (long long)provenance.value("step", std::int64_t(-1)));
+    if (c.contains("rms_norm_eps") && c["rms_norm_eps"].is_number() && float(c["rms_norm_eps"].get<double>()) != kNormEps) {
+      std::fprintf(stderr, "train: note: the export was trained with norm_eps %g; this spec uses %g\n",
+                   c["rms_norm_eps"].get<double>(), double(kNormEps));
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/safetensors.hpp"
 #include "tree_test_util.hpp"
 
 namespace {
@@ -98,6 +99,23 @@ class Export : public gc::test::TreeTest {
     EXPECT_NE(l.output.find("40 items"), std::string::npos) << l.output;
   }
 
+  // Importing the export (probe --init-from, the same loader as train
+  // --init-from) gives back exactly the checkpoint's weights and logits.
+  void expect_import_round_trips(const fs::path& export_dir) {
+    const fs::path from_checkpoint = dir_ / "probe.safetensors", from_export = dir_ / "probe_import.safetensors";
+    const Outcome p = sh((tree() / "probe").string() + " " + from_export.string() + " --init-from " + export_dir.string());
+    ASSERT_EQ(p.status, 0) << p.output;
+    const auto a = gc::rt::read_safetensors(from_checkpoint.string());
+    const auto b = gc::rt::read_safetensors(from_export.string());
+    ASSERT_EQ(a.tensors().size(), b.tensors().size());
+    for (const auto& t : a.tensors()) {
+      const auto& u = b.tensor(t.name);
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(a.bytes(t)), t.nbytes()),
+                std::string(reinterpret_cast<const char*>(b.bytes(u)), u.nbytes()))
+          << t.name << " differs bitwise";
+    }
+  }
+
   int exports_ = 0;
 };
 
@@ -115,6 +133,19 @@ TEST_F(Export, Qwen2MoeCompatibleSpecLoadsAsQwen2Moe) {
              "\n[moe]\nn_dense_layers = 1\nn_experts = 4\ntop_k = 2\nn_shared_experts = 1\nexpert_d_ff = 32\n"
              "shared_d_ff = 32\nrouter_scoring = \"softmax\"\nload_balance = \"aux_loss\"\nnorm_topk_prob = true\n"));
   expect_matches("Qwen2MoeForCausalLM");
+  expect_import_round_trips(dir_ / "hf0");
+  // A Qwen2-MoE model with a real attention bias is not one this tree computes.
+  const fs::path biased = dir_ / "biased";
+  fs::copy(dir_ / "hf0", biased);
+  const Outcome edit = sh(kPython + " -c \"from safetensors.numpy import load_file, save_file; p='" +
+                          (biased / "model.safetensors").string() + "'; t=load_file(p); "
+                          "t['model.layers.1.self_attn.k_proj.bias'][3]=0.5; save_file(t, p, metadata={'format':'pt'})\"");
+  ASSERT_EQ(edit.status, 0) << edit.output;
+  const Outcome bad = sh((tree() / "train").string() + " --init-from " + biased.string() + " --out " +
+                         (dir_ / "biased_run").string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("tensor 'model.layers.1.self_attn.k_proj.bias': is not zero"), std::string::npos)
+      << bad.output;
 }
 
 TEST_F(Export, EveryDenseFeatureLoadsThroughCustomCode) {
@@ -124,6 +155,26 @@ TEST_F(Export, EveryDenseFeatureLoadsThroughCustomCode) {
   expect_matches("GcompileForCausalLM");
   EXPECT_TRUE(fs::exists(dir_ / "hf0" / "modeling_gcompile.py"));
   EXPECT_TRUE(fs::exists(dir_ / "hf0" / "configuration_gcompile.py"));
+  expect_import_round_trips(dir_ / "hf0");
+
+  // train --init-from: a new run that starts where the exported one ended (its
+  // loss at step 0 on the validation batches is the source run's last).
+  const fs::path continued = dir_ / "continued";
+  const Outcome t = sh((tree() / "train").string() + " --init-from " + (dir_ / "hf0").string() + " --steps 2 --out " +
+                       continued.string());
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("initialized from"), std::string::npos) << t.output;
+  double source_val = 0.0, initial = -1.0;
+  for (const auto& r : gc::test::read_jsonl(run() / "metrics.jsonl")) {
+    if (r.contains("val_loss")) source_val = r["val_loss"].get<double>();
+  }
+  for (const auto& r : gc::test::read_jsonl(continued / "metrics.jsonl")) {
+    if (r.value("metric", "") == "initial_loss") initial = r["value"].get<double>();
+  }
+  EXPECT_EQ(initial, source_val);
+  // --init-from starts a run; it cannot be combined with --resume.
+  EXPECT_EQ(sh((tree() / "train").string() + " --init-from " + (dir_ / "hf0").string() + " --resume " +
+               continued.string()).status, 2);
 }
 
 TEST_F(Export, MoeWithSigmoidRouterAndSelectionBiasesLoadsThroughCustomCode) {
@@ -133,6 +184,7 @@ TEST_F(Export, MoeWithSigmoidRouterAndSelectionBiasesLoadsThroughCustomCode) {
              "\n[moe]\nlayer_interval = 2\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 32\nrouter_scoring = \"sigmoid\"\n"
              "load_balance = \"aux_free\"\n"));
   expect_matches("GcompileForCausalLM");
+  expect_import_round_trips(dir_ / "hf0");
 }
 
 TEST_F(Export, TinySpecExportsWithCustomCode) {
