@@ -226,6 +226,10 @@ int export_hf(const HfExportOptions& options) {
     }
     const std::vector<HfTensor> tensors = hf_tensors(plan, layout, CheckpointSource(ckpt, state));
 
+    const fs::path parent = fs::absolute(options.out).parent_path();
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) throw RuntimeError(parent.string(), "cannot create the output's parent directory: " + ec.message());
     rt::replace_dir_atomic(options.out, [&](const std::string& dir) {
       rt::write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
       rt::write_file_atomic(dir + "/generation_config.json", generation.dump(2) + "\n");

@@ -42,7 +42,7 @@ TEST(Cli, UsageErrorsExitTwo) {
   auto unknown = gcompile("frobnicate specs/tiny.toml");
   EXPECT_EQ(unknown.status, 2);
   EXPECT_EQ(unknown.err,
-            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, diff, sweep, report, schema, presets; or "
+            "gcompile: error: unknown command 'frobnicate' (commands: check, explain, resolve, diff, sweep, report, export, schema, presets; or "
             "a SPEC.toml to generate and build)\n"
             "Run 'gcompile --help' for usage.\n");
   EXPECT_EQ(gcompile("check").status, 2);

@@ -249,9 +249,11 @@ TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {
   EXPECT_EQ(e.status, 1);
   EXPECT_NE(e.output.find("pass --tokenizer FILE"), std::string::npos) << e.output;
   EXPECT_FALSE(fs::exists(dir_ / "x"));
-  e = export_hf(run().string() + " --hf " + (dir_ / "x").string() + " --tokenizer " + (tree() / "tokenizer.model").string());
+  // (The output's parent directories are created.)
+  const fs::path nested = dir_ / "exports" / "x";
+  e = export_hf(run().string() + " --hf " + nested.string() + " --tokenizer " + (tree() / "tokenizer.model").string());
   EXPECT_EQ(e.status, 0) << e.output;
-  EXPECT_TRUE(fs::exists(dir_ / "x" / "tokenizer.model"));
+  EXPECT_TRUE(fs::exists(nested / "tokenizer.model"));
 }
 
 // TensorBoard: the event file mirrors metrics.jsonl (scalars and heatmap
