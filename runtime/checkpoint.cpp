@@ -355,4 +355,12 @@ CheckpointState load_checkpoint(const std::string& checkpoint_dir, const std::ve
   return state;
 }
 
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) throw RuntimeError(path, "no such checkpoint or run directory");
+  if (std::filesystem::exists(std::filesystem::path(path) / kStateFile, ec)) return path;
+  if (auto latest = latest_checkpoint(path)) return *latest;
+  throw RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run directory with a checkpoint");
+}
+
 }  // namespace gc::rt

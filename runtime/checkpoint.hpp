@@ -71,6 +71,10 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // there is no `latest` file, or nullopt when the run has none.
 std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 
+// The checkpoint PATH names: PATH itself when it holds state.json, else the
+// latest checkpoint of the run directory PATH. Errors name PATH.
+std::string resolve_checkpoint(const std::string& path);
+
 // Parses DIR/state.json (strict; errors name the file and the field).
 CheckpointState read_checkpoint_state(const std::string& checkpoint_dir);
 

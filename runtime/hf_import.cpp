@@ -36,6 +36,14 @@ void require_zero(const SafetensorsFile& file, const std::string& name, std::set
 
 // One tree parameter from a Qwen2-MoE export.
 void load_qwen2_moe(const SafetensorsFile& file, const ParamBuffers& p, float* out, std::set<std::string>& used) {
+  // The attention biases Qwen2-MoE carries must be zero (checked with the layer's q_proj).
+  const std::string q = "self_attn.q_proj.weight";
+  if (p.name.size() > q.size() && p.name.compare(p.name.size() - q.size(), q.size(), q) == 0) {
+    const std::string layer = p.name.substr(0, p.name.size() - q.size());
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+      require_zero(file, layer + b, used);
+    }
+  }
   std::string prefix, rest;
   if (!split_mlp(p.name, prefix, rest)) {
     file.load_f32(p.name, p.shape, out);
@@ -65,12 +73,6 @@ void load_qwen2_moe(const SafetensorsFile& file, const ParamBuffers& p, float* o
   } else {
     file.load_f32(p.name, p.shape, out);
     used.insert(p.name);
-  }
-  // The attention biases Qwen2-MoE carries must be zero.
-  const std::size_t layer_end = p.name.find('.', std::string("model.layers.").size());
-  const std::string layer = p.name.substr(0, layer_end + 1);
-  for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
-    require_zero(file, layer + b, used);
   }
 }
 

@@ -229,6 +229,7 @@ std::string compress_png(const std::string& png, int max_side) {
     return png;
   }
   uLongf raw_size = uLongf(height) * (1 + uLongf(width) * uLongf(channels));
+  if (raw_size > (uLongf(64) << 20)) return png;  // not a heatmap: leave it (and the memory) alone
   std::string raw(raw_size, '\0');
   if (uncompress(reinterpret_cast<Bytef*>(raw.data()), &raw_size, reinterpret_cast<const Bytef*>(idat.data()),
                  uLong(idat.size())) != Z_OK ||
@@ -253,6 +254,17 @@ std::string compress_png(const std::string& png, int max_side) {
   (void)max_side;
   return png;
 #endif
+}
+
+bool png_dimensions(std::string_view bytes, int& width, int& height) {
+  if (bytes.size() < 8 + 8 + 13 + 4 || bytes.substr(0, 8) != std::string_view("\x89PNG\r\n\x1a\n", 8)) return false;
+  const std::string head(bytes.substr(0, 24));
+  if (get_u32_be(head, 8) != 13 || head.compare(12, 4, "IHDR") != 0) return false;
+  const std::uint32_t w = get_u32_be(head, 16), h = get_u32_be(head, 20);
+  if (w == 0 || h == 0 || w > 1u << 20 || h > 1u << 20) return false;
+  width = int(w);
+  height = int(h);
+  return true;
 }
 
 void write_png_rgb(const std::string& path, int width, int height, const std::vector<std::uint8_t>& rgb) {

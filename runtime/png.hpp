@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gc::rt {
@@ -31,6 +32,10 @@ void write_png_indexed(const std::string& path, int width, int height, const std
 // the heatmaps it inlines. Returns the input when it is not such a PNG, the
 // result would not be smaller, or the build has no zlib.
 std::string compress_png(const std::string& png, int max_side = 0);
+
+// True (and the size) for bytes that start with the PNG signature and a
+// valid IHDR chunk (sides from 1 to 2^20).
+bool png_dimensions(std::string_view bytes, int& width, int& height);
 
 // Writes the PNG atomically. Throws RuntimeError naming PATH on bad sizes or I/O errors.
 void write_png_rgb(const std::string& path, int width, int height, const std::vector<std::uint8_t>& rgb);

@@ -11,6 +11,7 @@
 
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
+#include "runtime/png.hpp"
 
 namespace gc::rt {
 
@@ -94,17 +95,6 @@ void write_all(int fd, const std::string& bytes, const std::string& path) {
   }
 }
 
-bool png_size(const std::string& png, int& width, int& height) {
-  if (png.size() < 24 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return false;
-  auto be32 = [&](std::size_t at) {
-    return int((std::uint8_t(png[at]) << 24) | (std::uint8_t(png[at + 1]) << 16) | (std::uint8_t(png[at + 2]) << 8) |
-               std::uint8_t(png[at + 3]));
-  };
-  width = be32(16);
-  height = be32(20);
-  return true;
-}
-
 }  // namespace
 
 std::uint32_t crc32c(const void* data, std::size_t n) {
@@ -174,7 +164,7 @@ std::string event_image(double wall_time, std::int64_t step, const std::string& 
   put_tag(image, 2, 0);
   put_varint(image, std::uint64_t(width));
   put_tag(image, 3, 0);
-  put_varint(image, 3);  // RGB
+  put_varint(image, 3);  // RGB (the heatmaps' palette colours)
   put_bytes(image, 4, png);
   std::string v;
   put_bytes(v, 1, tag);
@@ -222,7 +212,7 @@ std::string TensorBoardWriter::event_bytes(const json& record) const {
       return "";
     }
     int width = 0, height = 0;
-    if (!png_size(png, width, height)) return "";
+    if (!png_dimensions(png, width, height)) return "";
     return event_image(now(), step, "cosine_image/" + record.value("tensor", "?"), width, height, png);
   }
   const auto scalars = tensorboard_scalars(record);

@@ -60,15 +60,6 @@ class CheckpointSource : public TensorSource {
   std::string state_file_;
 };
 
-// A checkpoint directory, or a run directory's latest checkpoint.
-std::string find_checkpoint(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) throw RuntimeError(path, "no such checkpoint or run directory");
-  if (fs::exists(fs::path(path) / rt::kStateFile, ec)) return path;
-  if (auto latest = rt::latest_checkpoint(path)) return *latest;
-  throw RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run directory with a checkpoint");
-}
-
 // RUN for RUN/checkpoints/step_N.
 fs::path run_dir_of(const std::string& checkpoint) {
   return fs::weakly_canonical(fs::path(checkpoint)).parent_path().parent_path();
@@ -178,9 +169,19 @@ void write_custom_code(const std::string& dir) {
   for (const EmbeddedFile& f : embedded_hf_code()) rt::write_file_atomic(dir + "/" + f.path, f.text);
 }
 
-// OUT must be new (or an empty directory): an export never replaces files.
+// OUT must be new (or an empty directory), and the names the atomic swap
+// uses beside it (OUT.tmp, OUT.old) free: an export never replaces files.
 void check_output(const std::string& out) {
   std::error_code ec;
+  if (fs::path(out).filename().empty() || out == "." || out == "..") {
+    throw RuntimeError(out, "not a usable output directory name");
+  }
+  for (const char* suffix : {".tmp", ".old"}) {
+    if (fs::exists(out + suffix, ec)) {
+      throw RuntimeError(out + suffix, "exists; the export writes its files there before moving them into " + out +
+                                           ": remove it or choose another output directory");
+    }
+  }
   if (!fs::exists(out, ec)) return;
   if (!fs::is_directory(out, ec) || !fs::is_empty(out, ec)) {
     throw RuntimeError(out, "already exists and is not an empty directory; choose a new output directory");
@@ -204,7 +205,7 @@ int usage(const std::string& message) {
 int export_hf(const HfExportOptions& options) {
   try {
     check_output(options.out);
-    const std::string ckpt = find_checkpoint(options.checkpoint);
+    const std::string ckpt = rt::resolve_checkpoint(options.checkpoint);
     const rt::CheckpointState state = rt::read_checkpoint_state(ckpt);
     rt::verify_checkpoint_files(ckpt, state);
     const fs::path run = run_dir_of(ckpt);
@@ -264,6 +265,7 @@ int export_command(int argc, char** argv) {
     } else if (arg == "--hf") {
       if (!has_value) return usage("--hf needs an output directory");
       options.out = argv[++i];
+      while (options.out.size() > 1 && options.out.back() == '/') options.out.pop_back();  // "OUT/" is OUT
     } else if (arg == "--dtype") {
       if (!has_value) return usage("--dtype needs fp32 or bf16");
       const std::string d = argv[++i];

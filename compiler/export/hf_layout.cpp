@@ -134,6 +134,7 @@ nlohmann::json hf_config(const Plan& plan, const HfLayout& layout, bool bf16, co
       break;
     case HfKind::gcompile:
       c["model_type"] = "gcompile";
+      c["use_cache"] = false;  // modeling_gcompile.py keeps no key/value cache
       c["auto_map"] = {{"AutoConfig", "configuration_gcompile.GcompileConfig"},
                        {"AutoModelForCausalLM", "modeling_gcompile.GcompileForCausalLM"}};
       c["intermediate_size"] = dense_width(plan);

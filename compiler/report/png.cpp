@@ -7,36 +7,12 @@
 
 namespace gc::report {
 
-namespace {
-
-constexpr char kSignature[] = "\x89PNG\r\n\x1a\n";
-constexpr std::size_t kSignatureSize = 8;
-
-std::uint32_t get_be32(std::string_view s, std::size_t at) {
-  std::uint32_t v = 0;
-  for (std::size_t i = 0; i < 4; ++i) v = (v << 8) | std::uint8_t(s[at + i]);
-  return v;
-}
-
-}  // namespace
-
 std::string encode_png(const RgbImage& image) {
   if (image.width <= 0 || image.height <= 0 ||
       image.pixels.size() != std::size_t(image.width) * std::size_t(image.height) * 3) {
     throw std::invalid_argument("PNG image: pixel count does not match width x height");
   }
   return rt::encode_png_rgb(image.width, image.height, image.pixels);  // the runtime's writer (runtime/png.hpp)
-}
-
-bool png_dimensions(std::string_view bytes, int& width, int& height) {
-  if (bytes.size() < kSignatureSize + 8 + 13 + 4) return false;
-  if (bytes.substr(0, kSignatureSize) != std::string_view(kSignature, kSignatureSize)) return false;
-  if (get_be32(bytes, 8) != 13 || bytes.substr(12, 4) != "IHDR") return false;
-  const std::uint32_t w = get_be32(bytes, 16), h = get_be32(bytes, 20);
-  if (w == 0 || h == 0 || w > 1u << 20 || h > 1u << 20) return false;
-  width = int(w);
-  height = int(h);
-  return true;
 }
 
 std::string base64_encode(std::string_view bytes) {

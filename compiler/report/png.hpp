@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/png.hpp"
+
 namespace gc::report {
 
 // 8-bit RGB pixels, row-major from the top-left, 3 bytes each.
@@ -22,7 +24,7 @@ struct RgbImage {
 std::string encode_png(const RgbImage& image);
 
 // True (and the size) for bytes that start with the PNG signature and a valid IHDR chunk.
-bool png_dimensions(std::string_view bytes, int& width, int& height);
+using rt::png_dimensions;
 
 // Standard base64 (RFC 4648) with padding.
 std::string base64_encode(std::string_view bytes);

@@ -28,6 +28,7 @@ inline void diverging_color(double c, std::uint8_t* rgb) {
 inline constexpr int kHeatmapLevels = 255;
 
 inline int heatmap_level(double c) {
+  if (std::isnan(c)) c = 0.0;  // a zero row has no direction: drawn as white
   return int(std::lround((std::clamp(c, -1.0, 1.0) + 1.0) * 0.5 * (kHeatmapLevels - 1)));
 }
 

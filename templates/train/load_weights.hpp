@@ -18,16 +18,6 @@
 
 namespace gcm {
 
-// The checkpoint directory PATH names: itself, or a run's latest checkpoint.
-inline std::string checkpoint_dir(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw gc::rt::RuntimeError(path, "no such checkpoint or run directory");
-  if (fs::exists(fs::path(path) / gc::rt::kStateFile, ec)) return path;
-  if (auto latest = gc::rt::latest_checkpoint(path)) return *latest;
-  throw gc::rt::RuntimeError(path, "neither a checkpoint directory (no state.json) nor a run with a checkpoint");
-}
-
 // The model's parameters as checkpoint buffers (weights only).
 inline std::vector<gc::rt::ParamBuffers> weight_buffers(Model<float>& model) {
   std::vector<gc::rt::ParamBuffers> buffers;
@@ -40,7 +30,23 @@ inline std::vector<gc::rt::ParamBuffers> weight_buffers(Model<float>& model) {
 
 // The aux_free selection biases, one vector per MoE layer in layer order,
 // from an export's biases by layer (zeros for a layer the export lacks).
-inline std::vector<std::vector<float>> selection_biases(const std::map<int, std::vector<float>>& by_layer) {
+// Biases for a layer that routes without them (not an MoE layer, or a spec
+// whose load_balance is not aux_free), or of the wrong length, are errors:
+// the export's routing would silently change.
+inline std::vector<std::vector<float>> selection_biases(const std::map<int, std::vector<float>>& by_layer,
+                                                        const std::string& where) {
+  for (const auto& [layer, bias] : by_layer) {
+    if (layer < 0 || layer >= kLayers || !is_moe_layer(layer) || kLoadBalance != LoadBalance::aux_free) {
+      throw gc::rt::RuntimeError(where, "has aux_free selection biases for layer " + std::to_string(layer) +
+                                            ", but this tree's spec does not route that layer with them "
+                                            "(moe.load_balance = \"aux_free\" on an MoE layer)");
+    }
+    if (bias.size() != std::size_t(kExperts)) {
+      throw gc::rt::RuntimeError(where, "layer " + std::to_string(layer) + "'s selection bias has " +
+                                            std::to_string(bias.size()) + " values for " + std::to_string(kExperts) +
+                                            " experts");
+    }
+  }
   std::vector<std::vector<float>> out;
   for (int l = 0; l < kLayers; ++l) {
     if (!is_moe_layer(l)) continue;
@@ -53,7 +59,7 @@ inline std::vector<std::vector<float>> selection_biases(const std::map<int, std:
 // Loads the weights (checked against this tree's spec hash and shapes) and,
 // for aux_free MoE routing, the selection biases; returns the checkpoint's step.
 inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
-  const std::string dir = checkpoint_dir(path);
+  const std::string dir = gc::rt::resolve_checkpoint(path);
   const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, weight_buffers(model), kSpecHash);
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
     set_moe_biases(model, moe_bias_from_json(state.extra.value("moe_bias", Json::object()), dir + "/" + gc::rt::kStateFile));
@@ -64,8 +70,9 @@ inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
 // Loads the weights of a `gcompile export` directory (runtime/hf_import.hpp).
 inline void load_export_weights(const std::string& dir, Model<float>& model) {
   const gc::rt::HfImport imported = gc::rt::load_hf_export(dir, weight_buffers(model));
+  const std::vector<std::vector<float>> biases = selection_biases(imported.selection_bias, dir + "/model.safetensors");
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
-    set_moe_biases(model, selection_biases(imported.selection_bias));
+    set_moe_biases(model, biases);
   }
 }
 

@@ -119,7 +119,12 @@ inline Trainer::Trainer(const TrainOptions& options)
 // --init-from DIR: every weight from a Hugging Face export of a compatible
 // spec (runtime/hf_import.hpp), fresh optimizer state, step 0.
 inline void Trainer::init_from_export() {
-  const gc::rt::HfImport imported = gc::rt::load_hf_export(opt_.init_from, buffers());
+  // The weights land in the host buffers only once every check has passed.
+  std::vector<gc::rt::ParamBuffers> weights = buffers();
+  for (auto& b : weights) b.exp_avg = b.exp_avg_sq = nullptr;
+  const gc::rt::HfImport imported = gc::rt::load_hf_export(opt_.init_from, weights);
+  const std::vector<std::vector<float>> biases =
+      selection_biases(imported.selection_bias, opt_.init_from + "/model.safetensors");
   if (zero_) {
     zero_->keep_shard(m_.data(), v_.data());
     std::vector<float>().swap(m_);
@@ -128,7 +133,7 @@ inline void Trainer::init_from_export() {
   engine_->upload(host_params(), m_.data(), v_.data());
   host_fresh_ = true;
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
-    engine_->set_moe_biases(selection_biases(imported.selection_bias));
+    engine_->set_moe_biases(biases);
   }
   if (comm_.root()) {
     const Json& c = imported.config;
