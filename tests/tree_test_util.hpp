@@ -116,10 +116,12 @@ class TreeTest : public ::testing::Test {
 
   // Writes the spec and runs gcompile on it; the tree is dir_/tree. Trees
   // build without the CUDA backend (faster) unless `cuda`.
-  Outcome generate(const std::string& spec_text, bool build = true, bool cuda = false) {
+  // `extra`: more gcompile options (e.g. "--cuda-arch 80").
+  Outcome generate(const std::string& spec_text, bool build = true, bool cuda = false, const std::string& extra = "") {
     std::ofstream(spec_path()) << spec_text;
     return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() +
-              (build ? std::string(" -j 2") + (cuda ? "" : " --cpu-only") : " --no-build"));
+              (build ? std::string(" -j 2") + (cuda ? "" : " --cpu-only") : " --no-build") +
+              (extra.empty() ? "" : " " + extra));
   }
 
   std::filesystem::path dir_;

@@ -12,6 +12,7 @@ struct GenerateOptions {
   bool build = true;
   int jobs = 0;  // 0 = all cores
   bool cuda = true;  // false: configure the tree with -DGC_CUDA=OFF (CPU backend only)
+  std::string cuda_arch;  // "" = the tree's default list; else e.g. "90a" or "80;90a" (-DGC_CUDA_ARCHITECTURES)
 };
 
 // Returns the process exit status (0 ok, 1 spec or build error).

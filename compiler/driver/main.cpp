@@ -26,7 +26,7 @@ constexpr int kOk = 0;
 constexpr int kSpecError = 1;
 constexpr int kUsageError = 2;
 
-const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [-o DIR] [-j N]
+const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [-o DIR] [-j N]
        gcompile <command> [options]
 
 gcompile turns a TOML experiment spec into a specialized LLM training binary.
@@ -37,6 +37,9 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
     --no-build            generate only
     --cpu-only            build without the CUDA backend even where nvcc is
                           found (a faster build for CPU-only machines)
+    --cuda-arch LIST      build the CUDA backend for these architectures only
+                          (e.g. 90a, or 80,89; default 80,86,89,90a: any GPU of
+                          compute capability 8.0 or newer)
     -o DIR                write the tree to DIR
     -j N                  build with N parallel jobs
 
@@ -91,6 +94,7 @@ struct Args {
   std::string out_dir;  // -o: the tree's directory, or report's output file
   int jobs = 0;
   int world_size = 0;                      // explain --world-size
+  std::string cuda_arch;                   // gcompile SPEC --cuda-arch
   std::vector<std::string> compare_files;  // report --compare
 };
 
@@ -101,6 +105,23 @@ bool parse_int(const std::string& s, int& out) {
   }
   out = std::stoi(s);
   return out > 0;
+}
+
+// "80,90a" -> "80;90a": each entry 80 or newer, optionally with the a/f suffix.
+bool parse_cuda_arch(const std::string& text, std::string& out) {
+  out.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find_first_of(",;", start), text.size());
+    std::string entry = text.substr(start, end - start);
+    std::string digits = entry;
+    if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.pop_back();
+    int value = 0;
+    if (digits.size() < 2 || digits.size() > 3 || !parse_int(digits, value) || value < 80) return false;
+    out += (out.empty() ? "" : ";") + entry;
+    start = end + 1;
+  }
+  return !out.empty();
 }
 
 std::optional<Args> parse_args(int argc, char** argv, int& status) {
@@ -116,6 +137,15 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       std::cout << "gcompile " << gc::kVersion << "\n";
       status = kOk;
       return std::nullopt;
+    }
+    if (arg == "--cuda-arch") {
+      if (i + 1 >= argc || !parse_cuda_arch(argv[i + 1], a.cuda_arch)) {
+        status = usage_error("option '--cuda-arch' needs CUDA architectures of compute capability 8.0 or newer, "
+                             "comma-separated, e.g. 90a or 80,86,89,90a");
+        return std::nullopt;
+      }
+      ++i;
+      continue;
     }
     if (arg == "--world-size") {
       if (i + 1 >= argc || !parse_int(argv[i + 1], a.world_size)) {
@@ -199,7 +229,9 @@ bool looks_like_spec(const std::string& arg) {
 
 int report(const Args& a) {
   int status = kOk;
-  if (a.no_build || a.jobs || a.cpu_only) return usage_error("options --no-build, --cpu-only and -j do not apply to 'report'");
+  if (a.no_build || a.jobs || a.cpu_only || !a.cuda_arch.empty()) {
+    return usage_error("options --no-build, --cpu-only, --cuda-arch and -j do not apply to 'report'");
+  }
   if (!flags_allowed(a, false, false, status)) return status;
   if (a.positional.empty()) return usage_error("'report' takes one or more RUN_DIRs (got 0 arguments)");
   gc::report::ReportOptions options;
@@ -217,14 +249,15 @@ int run(const Args& a) {
   if (a.command == "report") return report(a);
   if (!a.compare_files.empty()) return usage_error("option '--compare' applies only to 'gcompile report'");
   const bool generate = looks_like_spec(a.command);
-  if ((a.no_build || a.cpu_only || !a.out_dir.empty() || a.jobs) && !generate) {
-    return usage_error("options --no-build, --cpu-only, -o and -j apply only to 'gcompile SPEC'");
+  if ((a.no_build || a.cpu_only || !a.out_dir.empty() || a.jobs || !a.cuda_arch.empty()) && !generate) {
+    return usage_error("options --no-build, --cpu-only, --cuda-arch, -o and -j apply only to 'gcompile SPEC'");
   }
   if (generate) {
     if (!a.positional.empty()) return usage_error("'gcompile SPEC' takes one spec (got " +
                                                   std::to_string(a.positional.size() + 1) + ")");
     if (!flags_allowed(a, false, false, status)) return status;
-    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only});
+    if (!a.cuda_arch.empty() && a.cpu_only) return usage_error("--cuda-arch and --cpu-only contradict each other");
+    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only, a.cuda_arch});
   }
   if (a.command == "diff") {
     if (!expect_args(a, 2, "two SPECs", status) || !flags_allowed(a, false, false, status)) return status;

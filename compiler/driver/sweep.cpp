@@ -360,7 +360,7 @@ int sweep_command(int argc, char** argv) {
   std::cerr << "gcompile sweep: " << points.size() << " points, specs in " << a.out << "\n";
   for (std::size_t i = 0; i < points.size(); ++i) {
     std::cerr << "gcompile sweep: point " << i + 1 << "/" << points.size() << ": " << points[i].name << "\n";
-    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda}) != 0) return 1;
+    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda, ""}) != 0) return 1;
   }
   if (!a.train) return 0;
   if (!train_points(points, a)) return 1;

@@ -78,8 +78,11 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
       << "target_link_libraries(" << name << " PRIVATE gc_common)\n"
       << "set_target_properties(" << name << " PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})\n\n";
   }
-  o << "# The CUDA backend (Hopper: sm_90a) builds when the toolkit is present, unless -DGC_CUDA=OFF.\n"
+  o << "# The CUDA backend builds when the toolkit is present, unless -DGC_CUDA=OFF, for every GPU of compute\n"
+    << "# capability 8.0 or newer: SASS and PTX for each architecture listed (newer GPUs compile the PTX when\n"
+    << "# loading). -DGC_CUDA_ARCHITECTURES=90a (or gcompile SPEC --cuda-arch 90a) builds for one and faster.\n"
     << "option(GC_CUDA \"Build the CUDA backend when nvcc is found\" ON)\n"
+    << "set(GC_CUDA_ARCHITECTURES \"80;86;89;90a\" CACHE STRING \"CUDA architectures of the CUDA backend (sm_80 or newer)\")\n"
     << "if(GC_CUDA)\n  include(CheckLanguage)\n  check_language(CUDA)\nendif()\n"
     << "if(GC_CUDA AND CMAKE_CUDA_COMPILER)\n  enable_language(CUDA)\n  find_package(CUDAToolkit REQUIRED)\n"
     << "  set(CMAKE_CUDA_STANDARD 17)\n  set(CMAKE_CUDA_STANDARD_REQUIRED ON)\n";
@@ -90,7 +93,8 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
     for (const auto& s : cuda_sources) {
       if (!is_main(s)) o << "\n    " << s;
     }
-    o << ")\n  set_target_properties(gc_cuda PROPERTIES CUDA_ARCHITECTURES 90a)\n"
+    o << ")\n  set_target_properties(gc_cuda PROPERTIES CUDA_ARCHITECTURES \"${GC_CUDA_ARCHITECTURES}\")\n"
+      << "  message(STATUS \"CUDA backend for architectures ${GC_CUDA_ARCHITECTURES}\")\n"
       << "  target_compile_options(gc_cuda PUBLIC $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)\n"
       << "  target_link_libraries(gc_cuda PUBLIC gc_common CUDA::cudart CUDA::cublasLt)\n"
       << "  target_compile_definitions(gc_cuda PUBLIC GC_HAVE_CUDA)\n"
@@ -117,7 +121,7 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
       if (!is_main(s)) continue;
       const std::string name = program_name(s);
       o << "  add_executable(" << name << " " << s << ")\n"
-        << "  set_target_properties(" << name << " PROPERTIES CUDA_ARCHITECTURES 90a RUNTIME_OUTPUT_DIRECTORY "
+        << "  set_target_properties(" << name << " PROPERTIES CUDA_ARCHITECTURES \"${GC_CUDA_ARCHITECTURES}\" RUNTIME_OUTPUT_DIRECTORY "
         << "${CMAKE_CURRENT_SOURCE_DIR})\n"
         << "  target_link_libraries(" << name << " PRIVATE gc_cuda)\n";
     }

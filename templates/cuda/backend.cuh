@@ -35,25 +35,37 @@ namespace gcm::cuda {
 using gc::rt::cuda::BlasLt;
 using gc::rt::cuda::DeviceBuffer;
 
-// "" when device 0 can run this tree's kernels (built for sm_90a: Hopper,
-// compute capability 9.0, only), else why not. train and parity both ask.
-inline std::string unusable_device_reason() {
-  if (gc::rt::cuda::device_count() == 0) return "no CUDA device is available (cudaGetDeviceCount found none)";
-  cudaDeviceProp prop{};
-  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major != 9 || prop.minor != 0) {
-    return std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
-           std::to_string(prop.minor) + "; this tree's kernels are built for sm_90a (Hopper, 9.0) only";
-  }
-  return "";
-}
-
 template <typename T>
 __global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x) {
     out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
   }
+}
+
+// "" when device 0 can run this tree's kernels, else why not (train and
+// parity both ask). The kernels need compute capability 8.0 or newer (bf16
+// arithmetic); the tree builds them for GC_CUDA_ARCHITECTURES (by default
+// sm_80, 86, 89 and 90a, with PTX that newer GPUs compile at load time), and a
+// device none of those covers has no kernel image.
+inline std::string unusable_device_reason() {
+  if (gc::rt::cuda::device_count() == 0) return "no CUDA device is available (cudaGetDeviceCount found none)";
+  cudaDeviceProp prop{};
+  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const std::string device = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) + "." +
+                             std::to_string(prop.minor) + ")";
+  if (prop.major < 8) {
+    return device + ": the CUDA backend needs compute capability 8.0 or newer (Ampere, Ada, Hopper or later)";
+  }
+  cudaFuncAttributes attributes{};
+  const cudaError_t image = cudaFuncGetAttributes(&attributes, add_kernel<float>);
+  if (image != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error of the probe
+    return device + ": this build has no kernels for it (" + cudaGetErrorString(image) +
+           "); rebuild the tree with -DGC_CUDA_ARCHITECTURES=" + std::to_string(prop.major * 10 + prop.minor) +
+           (prop.major == 9 ? "a" : "") + " (gcompile SPEC --cuda-arch ...)";
+  }
+  return "";
 }
 
 template <typename T>

@@ -156,7 +156,8 @@ class CpuEngine final : public Engine {
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len);
 // Whether the tree's CUDA backend was built with NCCL (multi-process training on GPUs).
 bool cuda_has_nccl();
-// Whether a GPU that can run this tree's kernels (sm_90a) is present.
+// Whether a GPU that can run this tree's kernels (compute capability 8.0 or
+// newer, with kernels built for it: GC_CUDA_ARCHITECTURES) is present.
 bool cuda_available();
 
 }  // namespace gcm

@@ -31,7 +31,7 @@ Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURC
 TEST(Cli, HelpAndVersion) {
   auto help = gcompile("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
+  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
   auto version = gcompile("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
@@ -57,6 +57,15 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(gcompile("specs/tiny.toml -j zero").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml -o").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml specs/tiny.toml").status, 2);
+  // --cuda-arch: architectures of compute capability 8.0 or newer, for 'gcompile SPEC' only.
+  for (const char* bad : {"75", "sm_90", "90b", "", "80,,90a", "8"}) {
+    const auto r = gcompile(std::string("specs/tiny.toml --no-build --cuda-arch '") + bad + "'");
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_NE(r.err.find("option '--cuda-arch' needs CUDA architectures of compute capability 8.0 or newer"),
+              std::string::npos) << r.err;
+  }
+  EXPECT_EQ(gcompile("check specs/tiny.toml --cuda-arch 90a").status, 2);
+  EXPECT_EQ(gcompile("specs/tiny.toml --cpu-only --cuda-arch 90a").status, 2);
 }
 
 TEST(Cli, SpecErrorsExitOneWithDiagnosticsOnStderr) {

@@ -32,9 +32,19 @@ const char* cudaGetErrorName(cudaError_t error);
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
+// Compute capability 9.0, or GC_CUDA_EMULATOR_CC=MAJOR.MINOR (to test the checks for older GPUs).
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 // total: a nominal 80 GiB; free: total minus the bytes currently allocated.
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total);
+
+// Every kernel has an "image" for the emulated device, unless
+// GC_CUDA_EMULATOR_NO_KERNEL_IMAGE=1 (a build for other architectures).
+cudaError_t emulated_kernel_image();
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, Kernel*) {
+  *attr = cudaFuncAttributes{90, 90, 32, 1024};
+  return emulated_kernel_image();
+}
 
 // Accepted and ignored: the emulator has no per-kernel resource limits.
 template <typename Kernel>

@@ -24,6 +24,7 @@ enum cudaError {
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
+  cudaErrorNoKernelImageForDevice = 209,
   cudaErrorInvalidDevice = 101,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
@@ -55,6 +56,13 @@ typedef enum cudaDataType_t cudaDataType;
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+
+struct cudaFuncAttributes {
+  int binaryVersion;
+  int ptxVersion;
+  int numRegs;
+  int maxThreadsPerBlock;
 };
 
 struct cudaDeviceProp {

@@ -164,6 +164,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
   }
   return "cudaErrorUnknown";
 }
@@ -178,6 +179,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
@@ -230,6 +232,18 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->multiProcessorCount = 1;
   prop->major = 9;
   prop->minor = 0;
+  const char* cc = std::getenv("GC_CUDA_EMULATOR_CC");
+  if (cc != nullptr && std::sscanf(cc, "%d.%d", &prop->major, &prop->minor) != 2) {
+    return gc_emu::record_error(cudaErrorInvalidValue, std::string("GC_CUDA_EMULATOR_CC=") + cc + " (want MAJOR.MINOR)");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t emulated_kernel_image() {
+  const char* none = std::getenv("GC_CUDA_EMULATOR_NO_KERNEL_IMAGE");
+  if (none != nullptr && std::strcmp(none, "1") == 0) {
+    return gc_emu::record_error(cudaErrorNoKernelImageForDevice, "GC_CUDA_EMULATOR_NO_KERNEL_IMAGE=1");
+  }
   return cudaSuccess;
 }
 

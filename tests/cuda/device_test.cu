@@ -1,0 +1,57 @@
+// Which GPUs the CUDA backend accepts: compute capability 8.0 or newer, with
+// kernels built for it; a clear reason otherwise. Under the CUDA emulator the
+// device's compute capability and the kernel images are set through the
+// environment (GC_CUDA_EMULATOR_CC, GC_CUDA_EMULATOR_NO_KERNEL_IMAGE); on a
+// real GPU the device in the machine must be accepted.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/backend.cuh"
+#include "cuda_test_util.hpp"
+
+namespace {
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+std::string reason_for(const char* cc, bool kernel_image) {
+  ScopedEnv capability("GC_CUDA_EMULATOR_CC", cc);
+  ScopedEnv image("GC_CUDA_EMULATOR_NO_KERNEL_IMAGE", kernel_image ? "0" : "1");
+  return gcm::cuda::unusable_device_reason();
+}
+
+TEST(CudaDevice, AcceptsComputeCapability80AndNewerWithTheirKernels) {
+  if constexpr (ct::kEmulated) {
+    for (const char* cc : {"8.0", "8.6", "8.9", "9.0", "10.0", "12.0"}) {
+      EXPECT_EQ(reason_for(cc, true), "") << cc;
+    }
+  } else {
+    GC_REQUIRE_GPU();
+    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "") << "scripts/gpu_check runs on sm_80 or newer";
+  }
+}
+
+TEST(CudaDevice, RefusesOlderGpusAndMissingKernelsNamingTheFix) {
+  if (!ct::kEmulated) GTEST_SKIP() << "the emulator sets the device's compute capability";
+  const std::string turing = reason_for("7.5", true);
+  EXPECT_NE(turing.find("compute capability 7.5): the CUDA backend needs compute capability 8.0 or newer"),
+            std::string::npos) << turing;
+  const std::string ada = reason_for("8.9", false);
+  EXPECT_NE(ada.find("this build has no kernels for it"), std::string::npos) << ada;
+  EXPECT_NE(ada.find("-DGC_CUDA_ARCHITECTURES=89 "), std::string::npos) << ada;
+  const std::string hopper = reason_for("9.0", false);
+  EXPECT_NE(hopper.find("-DGC_CUDA_ARCHITECTURES=90a "), std::string::npos) << hopper;
+  // The probe's error does not stick: the next check passes.
+  EXPECT_EQ(reason_for("9.0", true), "");
+}
+
+}  // namespace
