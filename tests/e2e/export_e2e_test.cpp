@@ -292,6 +292,17 @@ TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {
   EXPECT_EQ(e.status, 1);
   EXPECT_NE(e.output.find("pass --tokenizer FILE"), std::string::npos) << e.output;
   EXPECT_FALSE(fs::exists(dir_ / "x"));
+  // A tokenizer that is not a SentencePiece model.
+  e = export_hf(run().string() + " --hf " + (dir_ / "x").string() + " --tokenizer " + spec_path().string());
+  EXPECT_EQ(e.status, 1);
+  EXPECT_NE(e.output.find("spec.toml: not a SentencePiece model"), std::string::npos) << e.output;
+  // --init-from a directory that is not an export.
+  Outcome init = sh((tree() / "train").string() + " --init-from " + (run() / "checkpoints").string() + " --out " +
+                    (dir_ / "not_export").string());
+  EXPECT_EQ(init.status, 1);
+  EXPECT_NE(init.output.find("not a Hugging Face model directory (no config.json)"), std::string::npos) << init.output;
+  EXPECT_FALSE(fs::exists(dir_ / "not_export" / "checkpoints"));
+
   // The names the atomic swap uses beside OUT are never taken over.
   fs::create_directories(dir_ / "y.tmp");
   std::ofstream(dir_ / "y.tmp" / "mine.txt") << "user data";
