@@ -6,6 +6,7 @@
 
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
+#include "runtime/hf_names.hpp"
 #include "runtime/safetensors.hpp"
 
 namespace gc::rt {
@@ -14,18 +15,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "model.layers.7.mlp.experts.up_proj.weight" -> {"model.layers.7.mlp.", "experts.up_proj.weight"}.
-bool split_mlp(const std::string& name, std::string& prefix, std::string& rest) {
-  const std::size_t at = name.find(".mlp.");
-  if (name.rfind("model.layers.", 0) != 0 || at == std::string::npos) return false;
-  prefix = name.substr(0, at + 5);
-  rest = name.substr(at + 5);
+bool is_selection_bias(const std::string& name, int& layer) {
+  const std::string suffix = ".mlp.router.selection_bias";
+  if (name.rfind("model.layers.", 0) != 0 || name.size() <= suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  layer = std::stoi(name.substr(std::string("model.layers.").size()));
   return true;
 }
 
-void require_zero(const SafetensorsFile& file, const std::string& name, std::set<std::string>& used) {
-  if (!file.has(name)) return;
-  used.insert(name);
+void require_zero(const SafetensorsFile& file, const std::string& name) {
   for (float x : file.load_f32(name)) {
     if (x != 0.0f) {
       throw tensor_error(file.path(), name, "is not zero: this Qwen2-MoE model is not one gcompile trains "
@@ -34,45 +34,16 @@ void require_zero(const SafetensorsFile& file, const std::string& name, std::set
   }
 }
 
-// One tree parameter from a Qwen2-MoE export.
+// One tree parameter from a Qwen2-MoE export (runtime/hf_names.hpp).
 void load_qwen2_moe(const SafetensorsFile& file, const ParamBuffers& p, float* out, std::set<std::string>& used) {
-  // The attention biases Qwen2-MoE carries must be zero (checked with the layer's q_proj).
-  const std::string q = "self_attn.q_proj.weight";
-  if (p.name.size() > q.size() && p.name.compare(p.name.size() - q.size(), q.size(), q) == 0) {
-    const std::string layer = p.name.substr(0, p.name.size() - q.size());
-    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
-      require_zero(file, layer + b, used);
+  for (const HfPart& part : qwen2_moe_parts(p.name, p.shape)) {
+    float* at = out + part.offset;
+    file.load_f32(part.name, part.shape, at);
+    used.insert(part.name);
+    if (part.scale != 1.0f) {
+      const float undo = 1.0f / part.scale;  // 1/2: exact
+      for (std::int64_t i = 0; i < numel(part.shape); ++i) at[i] *= undo;
     }
-  }
-  std::string prefix, rest;
-  if (!split_mlp(p.name, prefix, rest)) {
-    file.load_f32(p.name, p.shape, out);
-    used.insert(p.name);
-    return;
-  }
-  if (rest == "router.weight") {
-    file.load_f32(prefix + "gate.weight", p.shape, out);
-    used.insert(prefix + "gate.weight");
-  } else if (rest.rfind("experts.", 0) == 0 && p.shape.size() == 3) {
-    const std::string proj = rest.substr(8);
-    const std::vector<std::int64_t> one = {p.shape[1], p.shape[2]};
-    for (std::int64_t e = 0; e < p.shape[0]; ++e) {
-      const std::string name = prefix + "experts." + std::to_string(e) + "." + proj;
-      file.load_f32(name, one, out + e * p.shape[1] * p.shape[2]);
-      used.insert(name);
-    }
-  } else if (rest.rfind("shared_experts.", 0) == 0) {
-    const std::string proj = rest.substr(15);
-    const std::string name = prefix + "shared_expert." + proj;
-    file.load_f32(name, p.shape, out);
-    used.insert(name);
-    if (proj == "down_proj.weight") {
-      for (std::int64_t i = 0; i < numel(p.shape); ++i) out[i] *= 0.5f;  // exact: the export doubled it
-    }
-    require_zero(file, prefix + "shared_expert_gate.weight", used);
-  } else {
-    file.load_f32(p.name, p.shape, out);
-    used.insert(p.name);
   }
 }
 
@@ -115,10 +86,13 @@ HfImport load_hf_export(const std::string& dir, const std::vector<ParamBuffers>&
     }
   }
   for (const TensorInfo& t : file.tensors()) {
-    std::string prefix, rest;
-    if (type == "gcompile" && split_mlp(t.name, prefix, rest) && rest == "router.selection_bias") {
-      const int layer = std::stoi(t.name.substr(std::string("model.layers.").size()));
+    int layer = 0;
+    if (type == "gcompile" && is_selection_bias(t.name, layer)) {
       out.selection_bias[layer] = file.load_f32(t.name);
+      used.insert(t.name);
+    }
+    if (type == "qwen2_moe" && !used.count(t.name) && is_qwen2_moe_zero_tensor(t.name)) {
+      require_zero(file, t.name);
       used.insert(t.name);
     }
     if (!used.count(t.name)) {

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "runtime/hf_names.hpp"
+#include "runtime/safetensors.hpp"
 
 namespace gc {
 
@@ -167,49 +169,26 @@ std::vector<HfTensor> hf_tensors(const Plan& plan, const HfLayout& layout, const
   const MoeSpec& moe = plan.spec.moe;
   for (const ParamEntry& p : plan.params) {
     std::vector<float> data = source.weight(p.name, p.shape);
-    const std::string prefix = p.layer >= 0 ? "model.layers." + std::to_string(p.layer) + ".mlp." : "";
-    const bool moe_tensor = !prefix.empty() && p.name.rfind(prefix, 0) == 0 &&
-                            plan.layers[std::size_t(p.layer)].kind == LayerKind::moe;
-    if (layout.kind != HfKind::qwen2_moe || !moe_tensor) {
+    if (layout.kind != HfKind::qwen2_moe) {
       out.push_back({p.name, p.shape, std::move(data)});
       continue;
     }
-    // Qwen2-MoE names: mlp.gate (router), mlp.experts.E.{gate,up,down}_proj,
-    // mlp.shared_expert.* and mlp.shared_expert_gate.
-    const std::string rest = p.name.substr(prefix.size());
-    if (rest == "router.weight") {
-      out.push_back({prefix + "gate.weight", p.shape, std::move(data)});
-    } else if (rest.rfind("experts.", 0) == 0) {
-      // Stacked [E, rows, cols] -> one [rows, cols] tensor per expert.
-      const std::string proj = rest.substr(std::strlen("experts."));
-      const std::int64_t rows = p.shape[1], cols = p.shape[2];
-      for (std::int64_t e = 0; e < p.shape[0]; ++e) {
-        const auto begin = data.begin() + std::ptrdiff_t(e * rows * cols);
-        out.push_back({prefix + "experts." + std::to_string(e) + "." + proj, {rows, cols},
-                       std::vector<float>(begin, begin + std::ptrdiff_t(rows * cols))});
-      }
-    } else if (rest.rfind("shared_experts.", 0) == 0) {
-      const std::string proj = rest.substr(std::strlen("shared_experts."));
-      // Qwen2-MoE multiplies the shared expert by sigmoid(x·w_gate); with w_gate = 0
-      // that is exactly 1/2, so the down projection is doubled (exact in binary).
-      if (proj == "down_proj.weight") {
-        for (float& x : data) x *= 2.0f;
-      }
-      out.push_back({prefix + "shared_expert." + proj, p.shape, std::move(data)});
-    } else {
-      out.push_back({p.name, p.shape, std::move(data)});
+    for (const rt::HfPart& part : rt::qwen2_moe_parts(p.name, p.shape)) {
+      const auto begin = data.begin() + std::ptrdiff_t(part.offset);
+      std::vector<float> values(begin, begin + std::ptrdiff_t(rt::numel(part.shape)));
+      for (float& x : values) x *= part.scale;
+      out.push_back({part.name, part.shape, std::move(values)});
     }
   }
   if (layout.kind == HfKind::qwen2_moe) {
+    // Zeros for what Qwen2-MoE has and gcompile's model lacks (runtime/hf_names.hpp).
     const ModelSpec& m = plan.spec.model;
+    const std::int64_t widths[3] = {m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim, m.n_kv_heads * m.head_dim};
     for (const LayerPlan& l : plan.layers) {
-      const std::string attn = "model.layers." + std::to_string(l.index) + ".self_attn.";
-      out.push_back({attn + "q_proj.bias", {m.n_heads * m.head_dim}, std::vector<float>(std::size_t(m.n_heads * m.head_dim))});
-      out.push_back({attn + "k_proj.bias", {m.n_kv_heads * m.head_dim}, std::vector<float>(std::size_t(m.n_kv_heads * m.head_dim))});
-      out.push_back({attn + "v_proj.bias", {m.n_kv_heads * m.head_dim}, std::vector<float>(std::size_t(m.n_kv_heads * m.head_dim))});
+      const std::vector<std::string> biases = rt::qwen2_moe_attention_biases(l.index);
+      for (int i = 0; i < 3; ++i) out.push_back({biases[std::size_t(i)], {widths[i]}, std::vector<float>(std::size_t(widths[i]))});
       if (l.kind == LayerKind::moe) {
-        out.push_back({"model.layers." + std::to_string(l.index) + ".mlp.shared_expert_gate.weight", {1, m.d_model},
-                       std::vector<float>(std::size_t(m.d_model))});
+        out.push_back({rt::qwen2_moe_shared_gate(l.index), {1, m.d_model}, std::vector<float>(std::size_t(m.d_model))});
       }
     }
   }

@@ -116,6 +116,17 @@ class Export : public gc::test::TreeTest {
     }
   }
 
+  // A copy of export `from` named `name`, its weights `t` (name -> numpy array) changed by `edit` (Python).
+  fs::path edited_copy(const fs::path& from, const std::string& name, const std::string& edit) {
+    const fs::path to = dir_ / name;
+    fs::copy(from, to);
+    const Outcome e = sh(kPython + " -c \"from safetensors.numpy import load_file, save_file; p='" +
+                         (to / "model.safetensors").string() + "'; t=load_file(p); " + edit +
+                         "; save_file(t, p, metadata={'format':'pt'})\"");
+    EXPECT_EQ(e.status, 0) << e.output;
+    return to;
+  }
+
   int exports_ = 0;
 };
 
@@ -165,12 +176,7 @@ TEST_F(Export, Qwen2MoeCompatibleSpecLoadsAsQwen2Moe) {
   expect_matches("Qwen2MoeForCausalLM");
   expect_import_round_trips(dir_ / "hf0");
   // A Qwen2-MoE model with a real attention bias is not one this tree computes.
-  const fs::path biased = dir_ / "biased";
-  fs::copy(dir_ / "hf0", biased);
-  const Outcome edit = sh(kPython + " -c \"from safetensors.numpy import load_file, save_file; p='" +
-                          (biased / "model.safetensors").string() + "'; t=load_file(p); "
-                          "t['model.layers.1.self_attn.k_proj.bias'][3]=0.5; save_file(t, p, metadata={'format':'pt'})\"");
-  ASSERT_EQ(edit.status, 0) << edit.output;
+  const fs::path biased = edited_copy(dir_ / "hf0", "biased", "t['model.layers.1.self_attn.k_proj.bias'][3]=0.5");
   const Outcome bad = sh((tree() / "train").string() + " --init-from " + biased.string() + " --out " +
                          (dir_ / "biased_run").string());
   EXPECT_EQ(bad.status, 1);
@@ -217,13 +223,8 @@ TEST_F(Export, MoeWithSigmoidRouterAndSelectionBiasesLoadsThroughCustomCode) {
   expect_matches("GcompileForCausalLM");
   expect_import_round_trips(dir_ / "hf0");
   // Selection biases of the wrong length are refused, naming the layer.
-  const fs::path cut = dir_ / "cut";
-  fs::copy(dir_ / "hf0", cut);
-  const Outcome edit = sh(kPython + " -c \"from safetensors.numpy import load_file, save_file; p='" +
-                          (cut / "model.safetensors").string() + "'; t=load_file(p); "
-                          "k='model.layers.2.mlp.router.selection_bias'; t[k]=t[k][:3].copy(); "
-                          "save_file(t, p, metadata={'format':'pt'})\"");
-  ASSERT_EQ(edit.status, 0) << edit.output;
+  const fs::path cut = edited_copy(dir_ / "hf0", "cut",
+                                   "k='model.layers.2.mlp.router.selection_bias'; t[k]=t[k][:3].copy()");
   const Outcome bad = sh((tree() / "probe").string() + " " + (dir_ / "cut.safetensors").string() + " --init-from " +
                          cut.string());
   EXPECT_EQ(bad.status, 1);
