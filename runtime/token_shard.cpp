@@ -212,8 +212,8 @@ std::vector<std::int32_t> Batch::inputs() const {
 }
 
 std::vector<std::int32_t> Batch::targets() const {
-  std::vector<std::int32_t> out(std::size_t(B * T));
-  for (std::int64_t b = 0; b < B; ++b) std::copy(row(b) + 1, row(b) + 1 + T, out.begin() + b * T);
+  std::vector<std::int32_t> inputs, out;
+  split(inputs, out);
   return out;
 }
 
@@ -222,12 +222,17 @@ void Batch::split(std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& 
   targets.resize(std::size_t(B * T));
   for (std::int64_t b = 0; b < B; ++b) {
     std::copy(row(b), row(b) + T, inputs.begin() + b * T);
-    std::copy(row(b) + 1, row(b) + 1 + T, targets.begin() + b * T);
+    if (layout == SequenceLayout::examples) {
+      std::fill(targets.begin() + b * T, targets.begin() + (b + 1) * T - 1, kIgnoreTarget);
+      targets[std::size_t((b + 1) * T - 1)] = row(b)[T];
+    } else {
+      std::copy(row(b) + 1, row(b) + 1 + T, targets.begin() + b * T);
+    }
   }
 }
 
-ShardSet::ShardSet(const std::string& source, std::int64_t vocab_size)
-    : source_(source), vocab_size_(vocab_size), files_(expand_shard_paths(source)) {
+ShardSet::ShardSet(const std::string& source, std::int64_t vocab_size, SequenceLayout layout)
+    : source_(source), vocab_size_(vocab_size), layout_(layout), files_(expand_shard_paths(source)) {
   for (const auto& f : files_) counts_.push_back(read_shard_header(f).count);
   validated_.assign(files_.size(), false);
 }
@@ -248,6 +253,15 @@ void ShardSet::check_shape(std::int64_t B, std::int64_t T) const {
     throw RuntimeError(source_, "no shard holds T + 1 = " + std::to_string(T + 1) + " tokens (the largest, " +
                                     files_[std::size_t(largest - counts_.begin())] + ", holds " +
                                     std::to_string(*largest) + ")");
+  }
+  if (layout_ == SequenceLayout::examples) {
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      if (counts_[i] % std::uint64_t(T + 1) != 0) {
+        throw RuntimeError(files_[i], "holds " + std::to_string(counts_[i]) +
+                                          " tokens, not whole examples of T + 1 = " + std::to_string(T + 1) +
+                                          " tokens (T inputs and the target): was it written for this seq_len?");
+      }
+    }
   }
 }
 
@@ -277,13 +291,14 @@ void ShardSet::read_sequence(Cursor& cursor, std::int64_t T, std::int32_t* out) 
     }
   }
   shard(cursor).read(pos.offset, need, out);
-  pos.offset += std::uint64_t(T);
+  pos.offset += layout_ == SequenceLayout::examples ? need : std::uint64_t(T);
 }
 
 void ShardSet::read_batch(Cursor& cursor, std::int64_t B, std::int64_t T, Batch& out) const {
   check_shape(B, T);
   out.B = B;
   out.T = T;
+  out.layout = layout_;
   out.tokens.resize(std::size_t(B * (T + 1)));
   for (std::int64_t b = 0; b < B; ++b) read_sequence(cursor, T, out.tokens.data() + b * (T + 1));
 }

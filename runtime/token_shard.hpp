@@ -70,10 +70,30 @@ void write_token_shard(const std::string& path, const std::uint32_t* tokens, std
 // *.bin files, sorted) or a single file. Throws when nothing matches.
 std::vector<std::string> expand_shard_paths(const std::string& source);
 
+// How sequences lie in the shards.
+//   stream:   llm.c's token stream; sequences of T + 1 tokens overlap by one, so every
+//             token is a target exactly once.
+//   examples: back-to-back examples of exactly T + 1 tokens (T inputs, then the one
+//             target), read without overlap; only the last position is scored, the other
+//             targets are kIgnoreTarget (data.format = "anchor", runtime/anchor.hpp).
+enum class SequenceLayout { stream, examples };
+
+// A target the loss skips (cross-entropy counts and differentiates only targets ≥ 0).
+inline constexpr std::int32_t kIgnoreTarget = -1;
+
+// How many of n targets are scored (≥ 0): the divisor of the mean loss, on every backend.
+inline std::int64_t count_scored(const std::int32_t* targets, std::int64_t n) {
+  std::int64_t scored = 0;
+  for (std::int64_t i = 0; i < n; ++i) scored += targets[i] >= 0 ? 1 : 0;
+  return scored;
+}
+
 // B sequences of T + 1 tokens: row b holds inputs row(b)[0..T) and targets
-// row(b)[1..T] (inputs shifted by one).
+// row(b)[1..T] (inputs shifted by one; in the examples layout all but the last
+// are kIgnoreTarget).
 struct Batch {
   std::int64_t B = 0, T = 0;
+  SequenceLayout layout = SequenceLayout::stream;
   std::vector<std::int32_t> tokens;  // B * (T + 1), row-major
 
   const std::int32_t* row(std::int64_t b) const { return tokens.data() + b * (T + 1); }
@@ -100,14 +120,16 @@ struct DataPosition {
 
 // A sorted set of shards read as one deterministic stream. Each sequence is
 // T + 1 consecutive tokens of one shard; consecutive sequences overlap by one
-// token (stride T, as in llm.c), so every token is a target exactly once. When
+// token (stride T, as in llm.c), so every token is a target exactly once; in the
+// examples layout they do not overlap (stride T + 1). When
 // fewer than T + 1 tokens remain in a shard, reading moves to the next shard;
 // past the last shard it wraps to the first and increments the epoch. Headers
 // are validated on construction; a shard's tokens when it is first opened.
 // Not thread-safe.
 class ShardSet {
  public:
-  ShardSet(const std::string& source, std::int64_t vocab_size);
+  // In the examples layout every shard must hold whole examples (a multiple of T + 1 tokens).
+  ShardSet(const std::string& source, std::int64_t vocab_size, SequenceLayout layout = SequenceLayout::stream);
 
   const std::string& source() const { return source_; }
   const std::vector<std::string>& files() const { return files_; }
@@ -138,6 +160,7 @@ class ShardSet {
 
   std::string source_;
   std::int64_t vocab_size_;
+  SequenceLayout layout_;
   std::vector<std::string> files_;
   std::vector<std::uint64_t> counts_;
   mutable std::vector<bool> validated_;  // token scan done for shard i

@@ -3,6 +3,7 @@
 //   analyze metrics CHECKPOINT     every in-loop metric on the validation set
 //   analyze tokens CHECKPOINT      per-token log p of the targets, to a token file
 //   analyze compare A B            seed 000 §2.5: Δp, Δsym p, difficulty deciles
+//   analyze anchor CHECKPOINT      the anchor task's accuracies (data.format = "anchor")
 //
 // CHECKPOINT is a checkpoint directory (RUN/checkpoints/step_N) or a run
 // directory (its latest checkpoint) of this experiment. compare takes token
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/anchor_eval.hpp"
 #include "analysis/token_compare.hpp"
 #include "config.hpp"
 #include "metrics/collector.hpp"
@@ -42,7 +44,8 @@ const char* const kUsage =
     "usage: analyze metrics CHECKPOINT [-o FILE.jsonl] [--images DIR] [--batches N] [--val-data P] [--train-data P]\n"
     "       analyze tokens CHECKPOINT -o FILE.safetensors [--batches N] [--val-data P]\n"
     "       analyze compare A B [-o FILE.json] [--tokens-out FILE.tsv] [--top N] [--context N]\n"
-    "                           [--label-a NAME] [--label-b NAME] [--batches N] [--val-data P]\n\n"
+    "                           [--label-a NAME] [--label-b NAME] [--batches N] [--val-data P]\n"
+    "       analyze anchor CHECKPOINT [-o FILE.jsonl]\n\n"
     "CHECKPOINT: a checkpoint directory (RUN/checkpoints/step_N) or a run directory (its latest).\n"
     "  metrics   every metric of docs/metrics.md at that checkpoint, as metrics.jsonl records\n"
     "            (stdout unless -o); --images DIR also writes the cosine heatmaps under DIR\n"
@@ -50,6 +53,8 @@ const char* const kUsage =
     "  compare   token-level comparison (seed 000 §2.5), A = the small-init model: Δp, Δsym p,\n"
     "            its histogram, ten difficulty deciles, the largest gains in context.\n"
     "            A and B: token files or checkpoints of this experiment.\n"
+    "  anchor    data.format = \"anchor\" only: accuracy on seen pairs (train and test keys) and\n"
+    "            on the held-out pair, inferential (composite) and symmetric (mirror's answer)\n"
     "  --batches N     validation batches (default: metrics the spec's eval_batches; tokens and\n"
     "                  compare the whole validation set, at most 2^20 tokens)\n";
 
@@ -74,10 +79,13 @@ int positive(const std::string& flag, const std::string& v) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  if (argc < 2) throw UsageError("missing command (metrics, tokens or compare)");
+  if (argc < 2) throw UsageError("missing command (metrics, tokens, compare or anchor)");
   a.command = argv[1];
-  if (a.command != "metrics" && a.command != "tokens" && a.command != "compare") {
-    throw UsageError("unknown command '" + a.command + "' (metrics, tokens or compare)");
+  if (a.command != "metrics" && a.command != "tokens" && a.command != "compare" && a.command != "anchor") {
+    throw UsageError("unknown command '" + a.command + "' (metrics, tokens, compare or anchor)");
+  }
+  if (a.command == "anchor" && !gcm::kAnchorTask) {
+    throw UsageError("'anchor' needs a tree of data.format = \"anchor\" (this experiment's data is not the anchor task)");
   }
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -122,15 +130,20 @@ Args parse(int argc, char** argv) {
 
 // Whole sequences available in the validation shards without wrapping around.
 std::int64_t available_batches(const gc::rt::ShardSet& val) {
+  const bool examples = gcm::sequence_layout() == gc::rt::SequenceLayout::examples;
   std::int64_t sequences = 0;
   for (std::uint64_t count : val.counts()) {
-    if (count > std::uint64_t(gcm::kSeqLen)) sequences += std::int64_t((count - 1) / std::uint64_t(gcm::kSeqLen));
+    if (examples) {
+      sequences += std::int64_t(count / std::uint64_t(gcm::kSeqLen + 1));
+    } else if (count > std::uint64_t(gcm::kSeqLen)) {
+      sequences += std::int64_t((count - 1) / std::uint64_t(gcm::kSeqLen));
+    }
   }
   return sequences / gcm::kMicroBatch;
 }
 
 std::vector<gc::rt::Batch> validation(const Args& a, std::int64_t default_batches) {
-  gc::rt::ShardSet val(a.val_data, gcm::kVocab);
+  gc::rt::ShardSet val(a.val_data, gcm::kVocab, gcm::sequence_layout());
   const std::int64_t available = available_batches(val);
   if (available == 0) {
     throw RuntimeError(a.val_data, "too little validation data for one batch of " + std::to_string(gcm::kMicroBatch) +
@@ -325,8 +338,27 @@ Json side_json(const TokenLogProbs& t, const std::string& label, double mean_los
   return {{"label", label.empty() ? t.label : label}, {"source", t.source}, {"step", t.step}, {"mean_loss", mean_loss}};
 }
 
+// The positions whose targets are scored (all but kIgnoreTarget: the anchor task scores the
+// last position of each sequence only), and the log p of those positions.
+std::vector<std::size_t> scored_positions(const std::vector<std::int32_t>& targets) {
+  std::vector<std::size_t> kept;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] >= 0) kept.push_back(i);
+  }
+  return kept;
+}
+
+std::vector<double> logp_at(const TokenLogProbs& t, const std::vector<std::size_t>& kept) {
+  std::vector<double> out;
+  out.reserve(kept.size());
+  for (std::size_t i : kept) out.push_back(t.logp[i]);
+  return out;
+}
+
 // The top gains with their preceding context, decoded when the tree has a vocabulary.
-Json top_gains(const Args& a, const TokenLogProbs& A, const std::vector<double>& delta_sym) {
+// delta_sym[j] belongs to position kept[j].
+Json top_gains(const Args& a, const TokenLogProbs& A, const std::vector<double>& delta_sym,
+               const std::vector<std::size_t>& kept) {
   const bool text = !std::string(gcm::kVocabFile).empty();
   const std::vector<std::string> pieces = text ? gcm::load_vocab(gcm::kVocabFile) : std::vector<std::string>();
   auto show = [&](std::vector<std::int32_t> ids) {
@@ -336,12 +368,13 @@ Json top_gains(const Args& a, const TokenLogProbs& A, const std::vector<double>&
     return s;
   };
   Json out = Json::array();
-  for (std::size_t i : gcm::analysis::largest_gains(delta_sym, std::size_t(a.top))) {
+  for (std::size_t j : gcm::analysis::largest_gains(delta_sym, std::size_t(a.top))) {
+    const std::size_t i = kept[j];
     const std::size_t seq = i / std::size_t(A.seq_len), pos = i % std::size_t(A.seq_len);
     const std::size_t from = seq * std::size_t(A.seq_len) + (pos + 1 > std::size_t(a.context) ? pos + 1 - a.context : 0);
     const std::vector<std::int32_t> context(A.inputs.begin() + std::ptrdiff_t(from), A.inputs.begin() + std::ptrdiff_t(i) + 1);
     out.push_back({{"position", i}, {"context", show(context)}, {"token", show({A.targets[i]})},
-                   {"delta_sym_p", delta_sym[i]}, {"p_a", std::exp(A.logp[i])}});
+                   {"delta_sym_p", delta_sym[j]}, {"p_a", std::exp(A.logp[i])}});
   }
   return out;
 }
@@ -350,13 +383,14 @@ int run_compare(const Args& a) {
   const TokenLogProbs A = load_side(a, a.inputs[0]);
   const TokenLogProbs B = load_side(a, a.inputs[1]);
   check_comparable(A, B);
-  const auto c = gcm::analysis::compare_tokens(A.logp, B.logp);
+  const std::vector<std::size_t> kept = scored_positions(A.targets);
+  const auto c = gcm::analysis::compare_tokens(logp_at(A, kept), logp_at(B, kept));
   Json deciles = Json::array();
   for (const auto& d : c.deciles) {
     deciles.push_back({{"decile", d.index}, {"count", d.count}, {"difficulty_min", d.difficulty_min},
                        {"difficulty_max", d.difficulty_max}, {"mean", d.mean}, {"median", d.median}});
   }
-  Json gains = top_gains(a, A, c.delta_sym);
+  Json gains = top_gains(a, A, c.delta_sym, kept);
   for (auto& g : gains) g["p_b"] = std::exp(B.logp[g["position"].get<std::size_t>()]);
   const Json out = {{"a", side_json(A, a.label_a, c.mean_loss_a)},
                     {"b", side_json(B, a.label_b, c.mean_loss_b)},
@@ -372,10 +406,11 @@ int run_compare(const Args& a) {
     gc::rt::write_file_atomic(a.tokens_out, [&](gc::rt::FileWriter& w) {
       w.write("index\ttarget\tp_a\tp_b\tloss_a\tloss_b\tdelta_p\tdelta_sym_p\n");
       char line[256];
-      for (std::size_t i = 0; i < A.logp.size(); ++i) {
+      for (std::size_t j = 0; j < kept.size(); ++j) {
+        const std::size_t i = kept[j];
         const double pa = std::exp(A.logp[i]), pb = std::exp(B.logp[i]);
         const int n = std::snprintf(line, sizeof line, "%zu\t%d\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\n", i, A.targets[i],
-                                    pa, pb, -A.logp[i], -B.logp[i], pa - pb, c.delta_sym[i]);
+                                    pa, pb, -A.logp[i], -B.logp[i], pa - pb, c.delta_sym[j]);
         w.write(line, std::size_t(n));
       }
     });
@@ -383,6 +418,24 @@ int run_compare(const Args& a) {
   emit(a.out, out.dump(2) + "\n");
   std::fprintf(stderr, "analyze: %lld tokens: mean loss %.4f (a) vs %.4f (b); mean Δsym p %+.4f, median %+.4f\n",
                (long long)c.tokens, c.mean_loss_a, c.mean_loss_b, c.mean_delta_sym_p, c.median_delta_sym_p);
+  return 0;
+}
+
+// The anchor task's accuracies at one checkpoint, as the training loop records them.
+int run_anchor(const Args& a) {
+  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen);
+  const std::int64_t step = load_weights(a.inputs[0], model);
+  const gc::rt::anchor::Scores scores =
+      gcm::anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+        model.forward(inputs, targets);
+        return model.logits();
+      });
+  emit(a.out, gc::rt::metrics_line(gcm::anchor_record(step, scores)) + "\n");
+  std::fprintf(stderr,
+               "analyze: step %lld, %lld sequences per set: train %.3f, test %.3f; held-out pair [%d, %d]: "
+               "inferential %.3f, symmetric %.3f\n",
+               (long long)step, (long long)scores.test.total, scores.train.value(), scores.test.value(),
+               gcm::kAnchorHeldFirst, gcm::kAnchorHeldSecond, scores.inferential.value(), scores.symmetric.value());
   return 0;
 }
 
@@ -402,6 +455,7 @@ int main(int argc, char** argv) {
       write_token_file(a.out, evaluate_tokens(a, a.inputs[0]));
       return 0;
     }
+    if (a.command == "anchor") return run_anchor(a);
     return run_compare(a);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "analyze: error: %s\nRun './analyze --help' for usage.\n", e.what());

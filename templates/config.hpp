@@ -27,6 +27,7 @@ extern const char* const kValData;
 extern const char* const kVocabFile;
 extern const char* const kSpecHash;
 extern const char* const kGcompileVersion;
+extern const std::uint64_t kAnchorSeed;  // data.anchor.seed (data.format = "anchor")
 
 // --- model (seed 000 Table 2 shapes: d_model, heads, head_dim, d_ff)
 inline constexpr int kVocab = gc::knob<int>("model.vocab_size", 256);
@@ -84,6 +85,13 @@ inline constexpr Decay kDecay = gc::knob<Decay>("schedule.decay", Decay::cosine)
 inline constexpr double kMinLrRatio = gc::knob<double>("schedule.min_lr_ratio", 0.1);
 inline constexpr std::int64_t kWarmupSteps = gc::knob<std::int64_t>("plan.warmup_steps", 2);
 inline constexpr std::int64_t kTotalSteps = gc::knob<std::int64_t>("plan.total_steps", 20);
+
+// --- the anchor-function task (data.format = "anchor"; runtime/anchor.hpp): one target per
+// sequence, at the last position, and its accuracies at every evaluation.
+inline constexpr bool kAnchorTask = gc::knob<bool>("plan.anchor_task", false);
+inline constexpr int kAnchorHeldFirst = gc::knob<int>("plan.anchor_held_first", 4);
+inline constexpr int kAnchorHeldSecond = gc::knob<int>("plan.anchor_held_second", 3);
+inline constexpr int kAnchorEvalSequences = gc::knob<int>("plan.anchor_eval_sequences", 1);
 
 // --- training
 inline constexpr int kSeqLen = gc::knob<int>("train.seq_len", 32);

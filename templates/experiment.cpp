@@ -17,5 +17,6 @@ constexpr const char* kValData = gc::knob<const char*>("plan.val_data", "");
 constexpr const char* kVocabFile = gc::knob<const char*>("plan.vocab_file", "");
 constexpr const char* kSpecHash = gc::knob<const char*>("plan.spec_hash", "");
 constexpr const char* kGcompileVersion = gc::knob<const char*>("plan.gcompile_version", "");
+constexpr std::uint64_t kAnchorSeed = gc::knob<std::uint64_t>("plan.anchor_seed", 0);
 
 }  // namespace gcm

@@ -16,6 +16,7 @@
 
 #include "common/text.hpp"
 #include "emit/emit.hpp"
+#include "runtime/anchor.hpp"
 #include "runtime/token_shard.hpp"
 
 namespace gc {
@@ -251,8 +252,48 @@ std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_
   return out;
 }
 
+// The anchor task (runtime/anchor.hpp): train.bin holds the training stream, val.bin the
+// test-key stream of the trained pairs (val_loss is the test loss), 10 tokens a sequence.
+std::optional<PreparedData> anchor_data(const Spec& spec, Diagnostics& diags) {
+  namespace anchor = rt::anchor;
+  const auto& d = spec.data;
+  const anchor::Task task{d.anchor_seed, d.anchor_held_first, d.anchor_held_second};
+  PreparedData out;
+  const std::string key =
+      sha256_hex("gcompile-anchor-v1\n" + std::to_string(task.seed) + "\n" + std::to_string(task.held_first) + "," +
+                 std::to_string(task.held_second) + "\n" + std::to_string(d.anchor_train_sequences) + "\n" +
+                 std::to_string(d.anchor_eval_sequences) + "\n" + std::to_string(spec.model.vocab_size))
+          .substr(0, 16);
+  const fs::path cache = cache_root(spec) / ("anchor-" + key);
+  out.train = (cache / "train.bin").string();
+  out.val = (cache / "val.bin").string();
+  out.train_tokens = d.anchor_train_sequences * (anchor::kInputs + 1);
+  out.val_tokens = d.anchor_eval_sequences * (anchor::kInputs + 1);
+  std::error_code ec;
+  if (fs::exists(cache / "complete", ec)) {
+    out.reused = true;
+    return out;
+  }
+  const fs::path staging = cache.string() + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  try {
+    const auto train = anchor::make_sequences(task, anchor::Stream::train, std::uint64_t(d.anchor_train_sequences));
+    const auto test = anchor::make_sequences(task, anchor::Stream::test, std::uint64_t(d.anchor_eval_sequences));
+    rt::write_token_shard((staging / "train.bin").string(), anchor::sequence_tokens(train), spec.model.vocab_size);
+    rt::write_token_shard((staging / "val.bin").string(), anchor::sequence_tokens(test), spec.model.vocab_size);
+  } catch (const std::exception& e) {
+    diags.error({staging.string(), 0, 0}, e.what());
+    return std::nullopt;
+  }
+  std::ofstream(staging / "complete") << out.train_tokens << " " << out.val_tokens << "\n";
+  if (!publish(staging, cache, "anchor-task data", diags)) return std::nullopt;
+  return out;
+}
+
 std::optional<PreparedData> prepare_data(const Spec& spec, Diagnostics& diags) {
   PreparedData out;
+  if (spec.data.format == DataFormat::anchor) return anchor_data(spec, diags);
   if (spec.data.format == DataFormat::synthetic) {
     // Enough for the whole run (the reader wraps around), within reason.
     const std::int64_t needed = std::int64_t(spec.train.global_batch) * (spec.train.seq_len + 1) *

@@ -50,6 +50,13 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   t["plan.gcompile_version"] = Value::string(kVersion);
   add_moe_knobs(plan.spec, t);
   t["plan.distributed_none"] = Value::boolean(s.distributed.backend == "none");
+  // The anchor task (runtime/anchor.hpp): the generated program rebuilds its evaluation sets.
+  const bool anchor = s.data.format == DataFormat::anchor;
+  t["plan.anchor_task"] = Value::boolean(anchor);
+  t["plan.anchor_seed"] = Value::integer(anchor ? std::int64_t(s.data.anchor_seed) : 0);
+  t["plan.anchor_held_first"] = Value::integer(anchor ? s.data.anchor_held_first : 4);
+  t["plan.anchor_held_second"] = Value::integer(anchor ? s.data.anchor_held_second : 3);
+  t["plan.anchor_eval_sequences"] = Value::integer(anchor ? s.data.anchor_eval_sequences : 1);
   return t;
 }
 
@@ -87,6 +94,7 @@ constexpr Consumer kConsumers[] = {
     {"metrics.*.layers", "plan.hpp: the metric's layer selection"},
     {"metrics.*.classes", "plan.hpp: the metric's tensor selection"},
     {"metrics.cosine_similarity.image_steps", "plan.hpp: kCosineImageSteps"},
+    {"data.anchor.*", "data preparation (compiler/data) and the plan.anchor_* knobs"},
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
     {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},
     {"distributed.backend", "the plan.distributed_none knob; \"nccl\" is refused at generation (not implemented yet)"},

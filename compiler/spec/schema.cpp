@@ -402,11 +402,39 @@ void add_train(Builder& b) {
           "1");
 }
 
+// data.format = "anchor" (runtime/anchor.hpp; docs/reproductions.md).
+void add_anchor(Builder& b) {
+  example(at_least(derived(b.add("data.anchor.seed", KeyType::integer,
+                                 "anchor: seed of the generated sequences (training and evaluation sets)."),
+                           "experiment.seed"),
+                   0),
+          "7");
+  example(between(with_default(b.add("data.anchor.train_sequences", KeyType::integer,
+                                     "anchor: training sequences generated (the reader cycles through them)."),
+                               Value::integer(20000)),
+                  1, 100000000),
+          "50000");
+  example(between(with_default(b.add("data.anchor.eval_sequences", KeyType::integer,
+                                     "anchor: sequences in each evaluation set (train keys, test keys, held-out pair)."),
+                               Value::integer(1000)),
+                  1, 1000000),
+          "2000");
+  auto& held = with_default(b.add("data.anchor.held_out", KeyType::integer_list,
+                                  "anchor: the anchor pair never trained on; its mirror is trained with the composite "
+                                  "plus 4 (x−6 for the default)."),
+                            Value::list({Value::integer(4), Value::integer(3)}));
+  held.list_length = 2;
+  held.min = 1;
+  held.max = 4;
+  example(held, "[2, 1]");
+}
+
 void add_data(Builder& b) {
   auto& format = required(b.add("data.format", KeyType::choice,
                                 "llmc: llm.c token shards; text: raw text tokenized with SentencePiece; "
-                                "synthetic: a generated task (no files)."));
-  format.choices = {"llmc", "text", "synthetic"};
+                                "synthetic: a generated task (no files); anchor: the anchor-function task of "
+                                "Zhang et al. (NeurIPS 2024), generated, loss on the last position only ([data.anchor])."));
+  format.choices = {"llmc", "text", "synthetic", "anchor"};
   example(format, "\"llmc\"");
   example(derived(b.add("data.train", KeyType::string,
                         "Training data: a file, directory or glob; a relative path is relative to the spec file that sets it."),
@@ -441,6 +469,7 @@ void add_data(Builder& b) {
                             Value::string("copy"));
   task.choices = {"copy", "reverse", "sort"};
   example(task, "\"sort\"");
+  add_anchor(b);
 }
 
 struct MetricDefault {

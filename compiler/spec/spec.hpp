@@ -24,7 +24,7 @@ enum class FanMode { fan_in, d_model };
 enum class DepthScaling { none, total, per_layer };
 enum class Decay { cosine, linear, constant };
 enum class Precision { bf16, fp32 };
-enum class DataFormat { llmc, text, synthetic };
+enum class DataFormat { llmc, text, synthetic, anchor };
 enum class RouterScoring { softmax, sigmoid };
 enum class LoadBalance { none, aux_loss, aux_free };
 
@@ -114,6 +114,10 @@ struct DataSpec {
   double val_fraction = 0.02;
   std::string tokenizer_type, synthetic_task;
   std::vector<std::string> text_extensions;
+  // data.format = "anchor" (runtime/anchor.hpp)
+  std::uint64_t anchor_seed = 0;
+  std::int64_t anchor_train_sequences = 0, anchor_eval_sequences = 0;
+  int anchor_held_first = 4, anchor_held_second = 3;
 };
 
 struct MetricSpec {

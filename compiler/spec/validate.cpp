@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/text.hpp"
+#include "runtime/anchor.hpp"
 #include "spec/schema.hpp"
 #include "spec/spec.hpp"
 
@@ -362,11 +363,55 @@ void check_path(Reader& r, const std::string& path) {
   }
 }
 
+// data.format = "anchor": the task fixes the sequence (9 inputs, one target) and the
+// smallest vocabulary; [data.anchor] keys belong to that format only.
+void build_anchor(Reader& r, Spec& spec) {
+  auto& d = spec.data;
+  if (d.format != DataFormat::anchor) {
+    for (const char* key : {"data.anchor.seed", "data.anchor.train_sequences", "data.anchor.eval_sequences",
+                            "data.anchor.held_out"}) {
+      if (const Setting* s = r.explicit_setting(key)) {
+        r.diags().error(s->key_loc, std::string("'") + key + "' applies to data.format = \"anchor\" only");
+      }
+    }
+    return;
+  }
+  d.anchor_seed = std::uint64_t(r.has("data.anchor.seed") ? r.integer("data.anchor.seed") : spec.experiment.seed);
+  r.derive("data.anchor.seed", Value::integer(std::int64_t(d.anchor_seed)));
+  d.anchor_train_sequences = r.integer("data.anchor.train_sequences");
+  d.anchor_eval_sequences = r.integer("data.anchor.eval_sequences");
+  if (const Value* held = r.value("data.anchor.held_out"); held && held->items.size() == 2) {
+    d.anchor_held_first = int(held->items[0].i);
+    d.anchor_held_second = int(held->items[1].i);
+  }
+  const gc::rt::anchor::Task task{d.anchor_seed, d.anchor_held_first, d.anchor_held_second};
+  if (const std::string problem = task.check(); !problem.empty()) {
+    r.diags().error(r.loc("data.anchor.held_out"), "'data.anchor.held_out': " + problem);
+    return;
+  }
+  if (spec.train.seq_len != 0 && spec.train.seq_len != gc::rt::anchor::kInputs) {
+    r.diags().error(r.loc("train.seq_len"), "data.format = \"anchor\" reads sequences of " +
+                                                std::to_string(gc::rt::anchor::kInputs) +
+                                                " input tokens: set 'train.seq_len' = " +
+                                                std::to_string(gc::rt::anchor::kInputs) + " (got " +
+                                                std::to_string(spec.train.seq_len) + ")");
+  }
+  if (spec.model.vocab_size != 0 && spec.model.vocab_size < task.min_vocab()) {
+    r.diags().error(r.loc("model.vocab_size"), "data.format = \"anchor\" needs 'model.vocab_size' >= " +
+                                                   std::to_string(task.min_vocab()) +
+                                                   " (items 20-99 and every target; got " +
+                                                   std::to_string(spec.model.vocab_size) + ")");
+  }
+}
+
 void build_data(Reader& r, Spec& spec) {
   auto& d = spec.data;
-  d.format = r.choice<DataFormat>("data.format", {{"synthetic", DataFormat::synthetic}, {"llmc", DataFormat::llmc}, {"text", DataFormat::text}});
+  d.format = r.choice<DataFormat>("data.format", {{"synthetic", DataFormat::synthetic},
+                                                  {"llmc", DataFormat::llmc},
+                                                  {"text", DataFormat::text},
+                                                  {"anchor", DataFormat::anchor}});
   r.str("data.format", true);
-  const bool files = r.has("data.format") && d.format != DataFormat::synthetic;
+  const bool files = r.has("data.format") && d.format != DataFormat::synthetic && d.format != DataFormat::anchor;
   d.train = r.str("data.train", files);
   d.val = r.str("data.val", files && d.format == DataFormat::llmc);
   d.val_fraction = r.number("data.val_fraction");
@@ -383,6 +428,7 @@ void build_data(Reader& r, Spec& spec) {
     }
   }
   for (const char* p : {"data.train", "data.val", "data.tokenizer", "data.cache_dir"}) check_path(r, p);
+  build_anchor(r, spec);
 }
 
 void build_metrics(Reader& r, Spec& spec) {
@@ -446,6 +492,11 @@ std::optional<Spec> build(std::optional<SpecDocument> doc, Diagnostics& diags) {
   if (spec.model.arch != Arch::moe) {
     for (auto it = spec.resolved.begin(); it != spec.resolved.end();) {
       it = it->first.rfind("moe.", 0) == 0 ? spec.resolved.erase(it) : std::next(it);
+    }
+  }
+  if (spec.data.format != DataFormat::anchor) {  // the task's keys (and spec hashes) only where it is used
+    for (auto it = spec.resolved.begin(); it != spec.resolved.end();) {
+      it = it->first.rfind("data.anchor.", 0) == 0 ? spec.resolved.erase(it) : std::next(it);
     }
   }
   spec.document = std::move(*doc);

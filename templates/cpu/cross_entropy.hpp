@@ -2,8 +2,11 @@
 // (μP-style output scaling): z = α · logits.
 //
 //   ℓ_n   = lse(z_n) − z_n[y_n],   lse computed max-subtracted with a double accumulator
-//   L     = (1/N) Σ_n ℓ_n,         p_n(target) = exp(−ℓ_n)
-//   backward  dlogits_n = dL · α · (softmax(z_n) − onehot(y_n)) / N
+//   L     = (1/S) Σ_n ℓ_n,         p_n(target) = exp(−ℓ_n)
+//   backward  dlogits_n = dL · α · (softmax(z_n) − onehot(y_n)) / S
+//
+// A row whose target is negative (kIgnoreTarget: the anchor task scores the last position
+// only) is skipped: ℓ_n = 0, p_n = 0, no gradient. S counts the scored rows (count_scored).
 //
 // Per-token losses and p(target) are kept for the token-level analyses of seed 000 §2.5
 // (Δp between checkpoints, difficulty deciles). The mean is summed serially over the stored
@@ -14,6 +17,7 @@
 #include <cstdint>
 
 #include "common.hpp"
+#include "runtime/token_shard.hpp"
 
 namespace gcm::cpu {
 
@@ -43,17 +47,20 @@ double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* log
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
-    const double loss = detail::scaled_log_sum_exp(row, V, logit_scale) - logit_scale * double(row[targets[n]]);
+    const bool scored = targets[n] >= 0;
+    const double loss =
+        scored ? detail::scaled_log_sum_exp(row, V, logit_scale) - logit_scale * double(row[targets[n]]) : 0.0;
     losses[n] = T(loss);
     if (p_target != nullptr) {
-      p_target[n] = T(std::exp(-loss));
+      p_target[n] = T(scored ? std::exp(-loss) : 0.0);
     }
   }
   double total = 0.0;
   for (std::int64_t n = 0; n < N; ++n) {
     total += double(losses[n]);
   }
-  return N > 0 ? total / double(N) : 0.0;
+  const std::int64_t scored = gc::rt::count_scored(targets, N);
+  return scored > 0 ? total / double(scored) : 0.0;
 }
 
 // dlogits is overwritten and may alias logits (each row is reduced before it is written).
@@ -61,13 +68,20 @@ double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* log
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
                             double logit_scale = 1.0, double dloss = 1.0) {
-  const double coef = dloss * logit_scale / double(N);
+  const std::int64_t scored = gc::rt::count_scored(targets, N);
+  const double coef = scored > 0 ? dloss * logit_scale / double(scored) : 0.0;
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
     T* drow = dlogits + n * V;
-    const double lse = detail::scaled_log_sum_exp(row, V, logit_scale);
     const int target = targets[n];
+    if (target < 0) {
+      for (int v = 0; v < V; ++v) {
+        drow[v] = T(0);
+      }
+      continue;
+    }
+    const double lse = detail::scaled_log_sum_exp(row, V, logit_scale);
     for (int v = 0; v < V; ++v) {
       const double p = std::exp(logit_scale * double(row[v]) - lse);
       drow[v] = T(coef * (p - (v == target ? 1.0 : 0.0)));

@@ -29,6 +29,7 @@
 #include "cuda/swiglu.cuh"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
+#include "runtime/token_shard.hpp"
 
 namespace gcm::cuda {
 
@@ -140,6 +141,7 @@ class Backend {
     return tokens_.data();
   }
   const std::int32_t* stage_targets(const std::int32_t* targets, int N) {
+    scored_ = gc::rt::count_scored(targets, N);
     targets_.upload(targets, std::size_t(N));
     return targets_.data();
   }
@@ -279,18 +281,18 @@ class Backend {
     cuda::embedding_backward(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(), num_unique_,
                              dout, d, float(scale));
   }
-  // Mean loss over the N rows (waits for the GPU: the value is read on the host).
+  // Mean loss over the scored rows (waits for the GPU: the value is read on the host).
   double cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
                                std::int64_t N, int V, double alpha) {
     cuda::cross_entropy_forward(losses, p_target, logits, targets, N, V, float(alpha));
     sum_losses(loss_sum_.data(), losses, N);
     double sum = 0.0;
     loss_sum_.download(&sum, 1);
-    return N > 0 ? sum / double(N) : 0.0;
+    return scored_ > 0 ? sum / double(scored_) : 0.0;
   }
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
                               double alpha, double loss_scale) {
-    cuda::cross_entropy_backward(dlogits, logits, targets, N, V, float(alpha), float(loss_scale));
+    cuda::cross_entropy_backward(dlogits, logits, targets, N, V, float(alpha), float(loss_scale), scored_);
   }
 
  private:
@@ -300,6 +302,7 @@ class Backend {
   }
 
   int batch_ = 0, seq_len_ = 0, num_unique_ = 0;
+  std::int64_t scored_ = 0;  // targets ≥ 0 of the last stage_targets (the loss divisor)
   BlasLt blas_;
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;
   DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;

@@ -3,8 +3,11 @@
 // z = α · logits,
 //
 //   ℓ_n   = lse(z_n) − z_n[y_n],      p_n(target) = exp(−ℓ_n)
-//   L     = (1/N) Σ_n ℓ_n             (sum_losses gives Σ_n ℓ_n; the caller divides by N)
-//   backward  dlogits_n = loss_scale · α · (softmax(z_n) − onehot(y_n)) / N
+//   L     = (1/S) Σ_n ℓ_n             (sum_losses gives Σ_n ℓ_n; the caller divides by S)
+//   backward  dlogits_n = loss_scale · α · (softmax(z_n) − onehot(y_n)) / S
+//
+// A row whose target is negative (kIgnoreTarget) is skipped: ℓ_n = 0, p_n = 0, no gradient;
+// S counts the scored rows (gc::rt::count_scored on the host targets).
 //
 // The logits stay T [N, V] (never copied to fp32). One block per row (block-stride over rows):
 // each thread keeps an online (running max m, Σ exp(z − m)) over its strided share of the row,
@@ -48,6 +51,13 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* p_target, con
   __shared__ float scratch_max[kWarp], scratch_sum[kWarp];
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
     const T* row = logits + n * V;
+    if (targets[n] < 0) {  // not scored (block-uniform: no thread reaches the reductions)
+      if (threadIdx.x == 0) {
+        losses[n] = 0.0f;
+        if (p_target != nullptr) p_target[n] = 0.0f;
+      }
+      continue;
+    }
     const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
     if (threadIdx.x == 0) {
       const float loss = lse - alpha * to_float(row[targets[n]]);
@@ -64,6 +74,10 @@ __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
     const T* row = logits + n * V;
     T* drow = dlogits + n * V;
+    if (targets[n] < 0) {  // not scored: no gradient (block-uniform)
+      for (int v = threadIdx.x; v < V; v += blockDim.x) drow[v] = from_float<T>(0.0f);
+      continue;
+    }
     // The whole row is reduced before any element is written (and each thread rewrites only the
     // elements it read), so dlogits may alias logits.
     const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
@@ -105,14 +119,14 @@ inline void sum_losses(double* out_device, const float* losses, std::int64_t N) 
   launch(sum_losses_kernel<kSumLossesThreads>, 1, kSumLossesThreads, 0, out_device, losses, N < 0 ? 0 : N);
 }
 
-// dlogits T [N, V] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / N, overwritten;
-// loss_scale is the upstream gradient of the mean loss L (e.g. 1 / grad_accum_steps).
-// dlogits may alias logits (in place).
+// dlogits T [N, V] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / S, overwritten
+// (S = scored rows; zero rows where the target is negative); loss_scale is the upstream
+// gradient of the mean loss L (e.g. 1 / grad_accum_steps). dlogits may alias logits (in place).
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
-                            float alpha, float loss_scale) {
+                            float alpha, float loss_scale, std::int64_t scored) {
   if (N <= 0 || V <= 0) return;
-  const float coef = float(double(loss_scale) * double(alpha) / double(N));
+  const float coef = scored > 0 ? float(double(loss_scale) * double(alpha) / double(scored)) : 0.0f;
   launch(cross_entropy_backward_kernel<T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, dlogits, logits, targets,
          N, V, alpha, coef);
 }

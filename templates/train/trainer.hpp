@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "analysis/anchor_eval.hpp"
 #include "config.hpp"
 #include "cpu/adamw.hpp"
 #include "train/engine.hpp"
@@ -68,6 +69,7 @@ class Trainer {
   double evaluate(ActivationMetrics* metrics = nullptr);
   // Evaluation and metrics after `s` completed steps (s = 0: at initialization).
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
+  void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void per_class_records(std::int64_t s);
   void save(std::int64_t step);
   void init_from_export();

@@ -51,7 +51,7 @@ inline void check_world(const gc::rt::Comm& comm) {
 }
 
 inline Trainer::Trainer(const TrainOptions& options)
-    : opt_(options), comm_(gc::rt::Comm::world()), train_(options.train_data, kVocab) {
+    : opt_(options), comm_(gc::rt::Comm::world()), train_(options.train_data, kVocab, sequence_layout()) {
   const std::size_t total = std::size_t(kOffsets.at[kNumParams]);
   check_world(comm_);
   choose_engine();  // first: the memory check precedes every large allocation
@@ -78,7 +78,7 @@ inline Trainer::Trainer(const TrainOptions& options)
     m_.assign(total, 0.0f);
     v_.assign(total, 0.0f);
   }
-  gc::rt::ShardSet val(opt_.val_data, kVocab);
+  gc::rt::ShardSet val(opt_.val_data, kVocab, sequence_layout());
   val_batches_ = val.validation_batches(kMicroBatch, kSeqLen, kEvalBatches);
   if (opt_.resume) {
     const std::string from = resume_checkpoint(opt_.run_dir, opt_.checkpoint);
@@ -369,6 +369,18 @@ inline double Trainer::evaluate(ActivationMetrics* metrics) {
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
 }
 
+// The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward.
+inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
+  const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+    engine_->forward_loss(inputs, targets);
+    return engine_->activations(metrics_model()).logits();
+  });
+  log.write(anchor_record(s, scores));
+  std::fprintf(stderr, "step %lld: anchor accuracy train %.3f test %.3f; held-out pair inferential %.3f symmetric %.3f\n",
+               (long long)s, scores.train.value(), scores.test.value(), scores.inferential.value(),
+               scores.symmetric.value());
+}
+
 inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
   using Clock = std::chrono::steady_clock;
   const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
@@ -376,7 +388,8 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   if constexpr (kInitialLossOn) {
     initial_loss = s == 0 && opt_.metrics;
   }
-  if (!eval_due && !initial_loss && !due.any_activation() && !due.any_weight()) return;
+  const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
+  if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
   const auto t0 = Clock::now();
   ActivationMetrics activations(due);
   if (eval_due || initial_loss || due.any_activation()) {
@@ -393,6 +406,11 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
                  {"ratio", val / log_vocab}});
     }
     for (const Json& r : activations.records(s)) log.write(r);
+  }
+  if constexpr (kAnchorTask) {
+    if (anchor_due) {
+      write_anchor_record(s, log);
+    }
   }
   if (due.any_weight()) {
     sync_host(false);

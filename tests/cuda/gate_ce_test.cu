@@ -98,11 +98,20 @@ TEST(CudaGateCe, GateElementwiseMatchesCpu) {
 // ---- cross-entropy -----------------------------------------------------------------------------
 
 // Logits ~ N(0, 2²) rounded to T; V = 1000 is no multiple of the block size.
+// ignore: every third target is kIgnoreTarget (anchor task: only the last position is scored).
+std::vector<std::int32_t> ce_targets(int N, int V, std::uint64_t seed, bool ignore) {
+  auto targets = kt::random_tokens(N, V, seed);
+  if (ignore) {
+    for (int n = 1; n < N; n += 3) targets[std::size_t(n)] = gc::rt::kIgnoreTarget;
+  }
+  return targets;
+}
+
 template <typename T>
-void check_cross_entropy_forward(float alpha) {
+void check_cross_entropy_forward(float alpha, bool ignore = false) {
   const int N = 37, V = 1000;
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 41, 2.0));
-  const auto targets = kt::random_tokens(N, V, 42);
+  const auto targets = ce_targets(N, V, 42, ignore);
   std::vector<double> loss_ref(N), p_ref(N);
   const double mean_ref = gcm::cpu::cross_entropy_forward<double>(loss_ref.data(), p_ref.data(), logits.data(),
                                                                   targets.data(), N, V, double(alpha));
@@ -113,11 +122,12 @@ void check_cross_entropy_forward(float alpha) {
   DeviceBuffer<double> total(1);
   gcm::cuda::cross_entropy_forward(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N, V, alpha);
   gcm::cuda::sum_losses(total.data(), losses.data(), N);
-  const std::string what = "cross_entropy forward " + type_name<T>() + " alpha " + std::to_string(alpha);
+  const std::string what = "cross_entropy forward " + type_name<T>() + " alpha " + std::to_string(alpha) +
+                           (ignore ? " with ignored targets" : "");
   // The outputs are fp32 computed from the same T inputs: fp32 tolerance for both T.
   expect_close(download_double(losses), loss_ref, ct::tolerance<float>(), what + " losses");
   expect_close(download_double(p_target), p_ref, ct::tolerance<float>(), what + " p_target");
-  const double mean = ct::download(total)[0] / N;
+  const double mean = ct::download(total)[0] / double(gc::rt::count_scored(targets.data(), N));
   EXPECT_NEAR(mean, mean_ref, ct::tolerance<float>() * std::fabs(mean_ref)) << what;
 
   // p_target may be omitted.
@@ -129,11 +139,11 @@ void check_cross_entropy_forward(float alpha) {
 // dlogits = loss_scale · α · (softmax − onehot) / N. in_place: dlogits is the logits buffer.
 // Two runs must agree bitwise.
 template <typename T>
-void check_cross_entropy_backward(bool in_place) {
+void check_cross_entropy_backward(bool in_place, bool ignore = false) {
   const int N = 37, V = 1000;
   const float alpha = 0.5f, loss_scale = 0.25f;
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 43, 2.0));
-  const auto targets = kt::random_tokens(N, V, 44);
+  const auto targets = ce_targets(N, V, 44, ignore);
   std::vector<double> ref(logits.size());
   gcm::cpu::cross_entropy_backward<double>(ref.data(), logits.data(), targets.data(), N, V, double(alpha),
                                            double(loss_scale));
@@ -144,10 +154,12 @@ void check_cross_entropy_backward(bool in_place) {
     auto logits_d = upload_as<T>(logits);
     DeviceBuffer<T> own(logits.size());
     DeviceBuffer<T>& dlogits = in_place ? logits_d : own;
-    gcm::cuda::cross_entropy_backward(dlogits.data(), logits_d.data(), targets_d.data(), N, V, alpha, loss_scale);
+    gcm::cuda::cross_entropy_backward(dlogits.data(), logits_d.data(), targets_d.data(), N, V, alpha, loss_scale,
+                                      gc::rt::count_scored(targets.data(), N));
     runs.push_back(ct::download(dlogits));
   }
-  const std::string what = "cross_entropy backward " + type_name<T>() + (in_place ? " in place" : "");
+  const std::string what =
+      "cross_entropy backward " + type_name<T>() + (in_place ? " in place" : "") + (ignore ? " ignored targets" : "");
   expect_close(ct::to_double(runs[0]), ref, ct::tolerance<T>(), what);
   EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << what << ": not deterministic";
 }
@@ -158,6 +170,8 @@ TEST(CudaGateCe, CrossEntropyForwardMatchesCpu) {
     check_cross_entropy_forward<float>(alpha);
     check_cross_entropy_forward<bf16>(alpha);
   }
+  check_cross_entropy_forward<float>(0.35f, true);
+  check_cross_entropy_forward<bf16>(1.0f, true);
 }
 
 TEST(CudaGateCe, CrossEntropyBackwardMatchesCpu) {
@@ -165,6 +179,8 @@ TEST(CudaGateCe, CrossEntropyBackwardMatchesCpu) {
   for (bool in_place : {false, true}) {
     check_cross_entropy_backward<float>(in_place);
     check_cross_entropy_backward<bf16>(in_place);
+    check_cross_entropy_backward<float>(in_place, true);
+    check_cross_entropy_backward<bf16>(in_place, true);
   }
 }
 

@@ -87,4 +87,47 @@ TEST(KernelCrossEntropy, BackwardMatchesFiniteDifferences) {
   EXPECT_EQ(in_place, dlogits);
 }
 
+// Ignored targets (the anchor task scores the last position only): the mean covers the
+// scored rows alone, ignored rows give ℓ = p = 0 and no gradient, and the gradient still
+// matches finite differences of that mean.
+TEST(KernelCrossEntropy, IgnoredTargetsAreLeftOutOfLossAndGradient) {
+  const int N = 9, V = 11;
+  const double alpha = 0.8, dloss = 0.6;
+  auto logits = kt::random_vector(std::size_t(N) * V, 5, 0.1, 3.0);
+  auto targets = kt::random_tokens(N, V, 6);
+  for (int n = 0; n < N; n += 3) targets[std::size_t(n)] = gc::rt::kIgnoreTarget;  // rows 0, 3, 6
+  std::vector<double> losses(N), p_target(N);
+  const double mean =
+      cross_entropy_forward(losses.data(), p_target.data(), logits.data(), targets.data(), N, V, alpha);
+  auto scored_targets = targets;
+  for (auto& t : scored_targets) t = t < 0 ? 0 : t;
+  const auto ref = reference_losses(logits, scored_targets, N, V, alpha);
+  double expected = 0.0;
+  for (int n = 0; n < N; ++n) {
+    if (targets[std::size_t(n)] < 0) {
+      EXPECT_EQ(losses[std::size_t(n)], 0.0) << "row " << n;
+      EXPECT_EQ(p_target[std::size_t(n)], 0.0) << "row " << n;
+      continue;
+    }
+    expected += ref[std::size_t(n)] / 6.0;  // 6 of the 9 rows are scored
+  }
+  EXPECT_NEAR(mean, expected, 1e-12 * expected);
+
+  auto loss = [&] { return dloss * cross_entropy_forward(losses.data(), nullptr, logits.data(), targets.data(), N, V, alpha); };
+  std::vector<double> dlogits(logits.size(), 7.0);  // overwritten, ignored rows with zeros
+  cross_entropy_backward(dlogits.data(), logits.data(), targets.data(), N, V, alpha, dloss);
+  for (int n = 0; n < N; n += 3) {
+    for (int v = 0; v < V; ++v) EXPECT_EQ(dlogits[std::size_t(n) * V + v], 0.0) << "row " << n;
+  }
+  const double err = kt::rel_error(dlogits, kt::numeric_grad(logits, loss));
+  kt::report("cross-entropy backward, ignored targets, vs FD", err);
+  EXPECT_LT(err, kt::kGradTol);
+
+  // Nothing scored: loss 0 and no gradient (not 0/0).
+  const std::vector<std::int32_t> none(N, gc::rt::kIgnoreTarget);
+  EXPECT_EQ(cross_entropy_forward(losses.data(), nullptr, logits.data(), none.data(), N, V, alpha), 0.0);
+  cross_entropy_backward(dlogits.data(), logits.data(), none.data(), N, V, alpha, dloss);
+  for (double g : dlogits) EXPECT_EQ(g, 0.0);
+}
+
 }  // namespace
