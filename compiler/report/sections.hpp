@@ -24,6 +24,9 @@ std::vector<Section> training_sections(const std::vector<RunData>& runs);
 // Mixture of experts: expert load (layer × expert heatmap), imbalance, router
 // entropy and balancing loss over training (sections_moe.cpp).
 std::optional<Section> moe_section(const std::vector<RunData>& runs);
+// The anchor task (data.format = "anchor"): its accuracies over training and, across a
+// sweep, the held-out pair's final accuracies against init.gamma (sections_anchor.cpp).
+std::optional<Section> anchor_section(const std::vector<RunData>& runs);
 std::vector<Section> matrix_sections(const std::vector<RunData>& runs);
 std::vector<Section> diagnostic_sections(const std::vector<RunData>& runs);
 std::vector<Section> other_metric_sections(const std::vector<RunData>& runs);

@@ -235,6 +235,8 @@ Section norms_section(const std::vector<RunData>& runs) {
 
 bool is_known_metric(const std::string& name) {
   static const std::set<std::string> kKnown = {"sink_score",
+                                               "anchor",
+                                               "anchor.sequences",
                                                "attention_entropy",
                                                "activation_rms",
                                                "rmsnorm_factor",

@@ -163,6 +163,7 @@ std::vector<Section> training_sections(const std::vector<RunData>& runs) {
   if (auto s = loss_section(runs)) out.push_back(std::move(*s));
   if (auto s = sink_section(runs)) out.push_back(std::move(*s));
   if (auto s = moe_section(runs)) out.push_back(std::move(*s));
+  if (auto s = anchor_section(runs)) out.push_back(std::move(*s));
   return out;
 }
 
