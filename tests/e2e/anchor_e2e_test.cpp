@@ -74,7 +74,7 @@ enabled = false
 
 constexpr int kVocab = 112, kDModel = 128;
 
-class Anchor : public gc::test::TreeTest {
+class AnchorE2e : public gc::test::TreeTest {
  protected:
   Outcome run(const std::string& program, const std::string& args) {
     return sh("cd " + dir_.string() + " && OMP_NUM_THREADS=2 " + (tree() / program).string() + " " + args);
@@ -124,7 +124,7 @@ void write_hand_made_checkpoint(const std::string& trained, const std::string& r
   gc::rt::save_checkpoint(run_dir, params, state, 0);
 }
 
-TEST_F(Anchor, TrainRecordsAccuraciesAnalyzeReproducesThemAndAHandMadeModelScoresAsCounted) {
+TEST_F(AnchorE2e, TrainRecordsAccuraciesAnalyzeReproducesThemAndAHandMadeModelScoresAsCounted) {
   const Outcome gen = generate(kSpec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome train = run("train", "--out run");

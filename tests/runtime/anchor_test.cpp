@@ -12,7 +12,7 @@ namespace gc::rt::anchor {
 namespace {
 
 // The paper's four anchor functions and the (4,3) / (3,4) rule, written out by hand.
-TEST(Anchor, FunctionsAreThePapers) {
+TEST(RuntimeAnchor, FunctionsAreThePapers) {
   EXPECT_EQ(composite(50, 1, 1), 60);  // x+5+5
   EXPECT_EQ(composite(50, 2, 3), 49);  // x+1−2
   EXPECT_EQ(composite(50, 4, 3), 40);  // x−8−2: the inferential answer for (4,3)
@@ -67,7 +67,7 @@ void check_stream(const Task& task, Stream stream, std::uint64_t n) {
   EXPECT_EQ(pairs.size(), stream == Stream::held_out ? 1u : 15u);
 }
 
-TEST(Anchor, StreamsFollowTheSplitAndNeverShowTheHeldOutPair) {
+TEST(RuntimeAnchor, StreamsFollowTheSplitAndNeverShowTheHeldOutPair) {
   for (const Task& task : {Task{1, 4, 3}, Task{99, 2, 1}}) {
     check_stream(task, Stream::train, 20000);
     check_stream(task, Stream::test, 5000);
@@ -84,7 +84,7 @@ TEST(Anchor, StreamsFollowTheSplitAndNeverShowTheHeldOutPair) {
   EXPECT_GT(mirrors, 200);  // about 1/15 of 5000
 }
 
-TEST(Anchor, SequencesArePureFunctionsOfSeedStreamAndIndex) {
+TEST(RuntimeAnchor, SequencesArePureFunctionsOfSeedStreamAndIndex) {
   const Task task{5, 4, 3};
   const auto a = make_sequences(task, Stream::train, 300);
   const auto b = make_sequences(task, Stream::train, 100);  // a prefix: the same first 100
@@ -104,7 +104,7 @@ TEST(Anchor, SequencesArePureFunctionsOfSeedStreamAndIndex) {
   EXPECT_EQ(tokens[10], std::uint32_t(b[1].tokens[0]));
 }
 
-TEST(Anchor, ParseRejectsSequencesWithoutOnePair) {
+TEST(RuntimeAnchor, ParseRejectsSequencesWithoutOnePair) {
   Sequence s;
   std::array<std::int32_t, kInputs> none = {20, 21, 22, 23, 24, 25, 26, 27, 28};
   EXPECT_FALSE(parse_sequence(none.data(), s));
@@ -121,7 +121,7 @@ TEST(Anchor, ParseRejectsSequencesWithoutOnePair) {
 }
 
 // Hand-made predictions: the scores count what they should.
-TEST(Anchor, ScoresCountHandMadePredictions) {
+TEST(RuntimeAnchor, ScoresCountHandMadePredictions) {
   const Task task{3, 4, 3};
   Scores scores;
   const auto train = make_sequences(task, Stream::train, 4);
@@ -142,7 +142,7 @@ TEST(Anchor, ScoresCountHandMadePredictions) {
 
 // The examples layout: sequences of T + 1 tokens read back to back, every target but the
 // last ignored; a shard that does not hold whole examples is refused by name.
-TEST(Anchor, ShardSetReadsWholeExamplesAndMasksAllButTheLastTarget) {
+TEST(RuntimeAnchor, ShardSetReadsWholeExamplesAndMasksAllButTheLastTarget) {
   test::TempDir dir;
   const Task task{11, 4, 3};
   const auto seqs = make_sequences(task, Stream::train, 5);

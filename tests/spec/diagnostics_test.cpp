@@ -57,6 +57,17 @@ std::string edit(const std::string& from, const std::string& to) {
 
 std::string add(const std::string& more) { return base() + more; }
 
+// The minimal spec with several unique replacements, in order.
+std::string edits(const std::vector<std::pair<std::string, std::string>>& changes) {
+  std::string s = base();
+  for (const auto& [from, to] : changes) {
+    const auto at = s.find(from);
+    if (at == std::string::npos) throw std::logic_error("edits: '" + from + "' is not in the spec");
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
 std::string e(const std::string& where, const std::string& message) { return "spec.toml:" + where + ": error: " + message; }
 std::string w(const std::string& where, const std::string& message) {
   return "spec.toml:" + where + ": warning: " + message;
@@ -215,7 +226,7 @@ std::vector<Case> type_cases() {
       {"ScalarForArray", edit("lr = 1e-3", "lr = 1e-3\nno_decay = \"norm\""),
        {e("13:12", "'optim.no_decay' must be an array of strings, not string \"norm\"")}},
       {"IntegerForChoice", edit("format = \"synthetic\"", "format = 1"),
-       {e("20:10", "'data.format' must be a string (one of: llmc, text, synthetic), not integer 1")}},
+       {e("20:10", "'data.format' must be a string (one of: llmc, text, synthetic, anchor), not integer 1")}},
       {"BooleanForFormula", edit("d_ff = 128", "d_ff = 128\nattn_scale = true"),
        {e("10:14", "'model.attn_scale' must be a number or an expression string, not boolean true")}},
       {"IntegerForExtends", edit("name = \"t\"", "name = \"t\"\nextends = 3"),
@@ -308,7 +319,20 @@ std::vector<Case> choice_and_list_cases() {
       {"ChoiceIsCaseSensitive", edit("d_ff = 128", "d_ff = 128\narch = \"MoE\""),
        {e("10:8", "'model.arch' has no option \"MoE\"; did you mean \"moe\"? (options: dense, moe)")}},
       {"ChoiceDataFormat", edit("format = \"synthetic\"", "format = \"llm.c\""),
-       {e("20:10", "'data.format' has no option \"llm.c\"; did you mean \"llmc\"? (options: llmc, text, synthetic)")}},
+       {e("20:10", "'data.format' has no option \"llm.c\"; did you mean \"llmc\"? (options: llmc, text, synthetic, anchor)")}},
+      {"AnchorNeedsNineTokenSequences", edit("format = \"synthetic\"", "format = \"anchor\""),
+       {e("15:11", "data.format = \"anchor\" reads sequences of 9 input tokens: set 'train.seq_len' = 9 (got 32)")}},
+      {"AnchorNeedsTheTargetsInTheVocabulary",
+       edits({{"vocab_size = 512", "vocab_size = 100"}, {"seq_len = 32", "seq_len = 9"},
+              {"format = \"synthetic\"", "format = \"anchor\""}}),
+       {e("5:14", "data.format = \"anchor\" needs 'model.vocab_size' >= 110 (items 20-99 and every target; got 100)")}},
+      {"AnchorHeldOutPairNeedsTwoAnchors",
+       edits({{"seq_len = 32", "seq_len = 9"}, {"format = \"synthetic\"", "format = \"anchor\""}}) +
+           "\n[data.anchor]\nheld_out = [3, 3]\n",
+       {e("23:12", "'data.anchor.held_out': the held-out pair needs two different anchors, so that its mirror is "
+                   "another pair (got [3, 3])")}},
+      {"AnchorKeysNeedTheAnchorFormat", add("\n[data.anchor]\nseed = 3\n"),
+       {e("23:1", "'data.anchor.seed' applies to data.format = \"anchor\" only")}},
       {"ChoiceDistribution", add("\n[init]\ndistribution = \"truncnormal\"\n"),
        {e("23:16", "'init.distribution' has no option \"truncnormal\"; did you mean \"trunc_normal\"? (options: "
                    "normal, trunc_normal, uniform)")}},
