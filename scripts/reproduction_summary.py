@@ -5,7 +5,8 @@
 
 Reads OUT/sweep.json and every point's RUN/metrics.jsonl (standard library only). For
 `loss` it also runs the token-level comparison (seed 000 §2.5) of γ = 1 against γ = 0.5 at
-each (ε, gate) setting with the trees' own ./analyze, writing OUT/compare-*.json.
+each (ε, gate) setting with the trees' own ./analyze, writing RUN/vs-gamma0.5.compare.json
+into each γ = 1 run (scripts/reproduce then redraws the report with them).
 """
 import json
 import math
@@ -42,8 +43,13 @@ def points(out):
     return sweep["points"]
 
 
+def plain(value):
+    """A sweep setting as written on the command line: TOML strings lose their quotes."""
+    return value.strip("'\"")
+
+
 def label(p, keys):
-    return ", ".join(f"{k.split('.')[-1]}={p['settings'][k]}" for k in keys if k in p["settings"])
+    return ", ".join(f"{k.split('.')[-1]}={plain(p['settings'][k])}" for k in keys if k in p["settings"])
 
 
 def anchor(pts, out):
@@ -56,13 +62,23 @@ def anchor(pts, out):
         by_gamma.setdefault(float(g), []).append(last)
         print(f"| {g} | {s} | {last['train']:.3f} | {last['test']:.3f} | {last['inferential']:.3f} | "
               f"{last['symmetric']:.3f} |")
-    print("\nmean over seeds:\n\n| γ | γ at d = 400 (γ·ln d / ln 400) | test | inferential | symmetric |")
-    print("|---|---|---|---|---|")
+    print("\nmean over seeds; a run counts as inferential or symmetric when that accuracy is the larger of the two "
+          "and at least 0.25 (else neither):\n")
+    print("| γ | γ at d = 400 (γ·ln d / ln 400) | test | inferential | symmetric | runs: inferential / symmetric / neither |")
+    print("|---|---|---|---|---|---|")
     d_model = 128
     for g in sorted(by_gamma):
         v = by_gamma[g]
+        kinds = [solution(x) for x in v]
         print(f"| {g} | {g * math.log(d_model) / math.log(400):.2f} | {mean([x['test'] for x in v]):.3f} | "
-              f"{mean([x['inferential'] for x in v]):.3f} | {mean([x['symmetric'] for x in v]):.3f} |")
+              f"{mean([x['inferential'] for x in v]):.3f} | {mean([x['symmetric'] for x in v]):.3f} | "
+              f"{kinds.count('inferential')} / {kinds.count('symmetric')} / {kinds.count('neither')} |")
+
+
+def solution(acc):
+    """Which answer a run gives the held-out pair."""
+    best = max(("inferential", "symmetric"), key=lambda k: acc[k])
+    return best if acc[best] >= 0.25 else "neither"
 
 
 def mean_keyed(rec, prefix=""):
@@ -104,13 +120,13 @@ def loss(pts, out):
     print("|---|---|---|---|")
     for p in pts:
         s = p["settings"]
-        print(f"| {s['init.gamma']} | {s['model.norm_eps']} | {s['model.gated_attention']} | "
+        print(f"| {s['init.gamma']} | {s['model.norm_eps']} | {plain(s['model.gated_attention'])} | "
               f"{final_val_loss(p['recs']):.4f} |")
     # Token level: γ = 1 (A, small init) against γ = 0.5 (B) at each (ε, gate).
     groups = {}
     for p in pts:
         s = p["settings"]
-        groups.setdefault((s["model.norm_eps"], s["model.gated_attention"]), {})[s["init.gamma"]] = p
+        groups.setdefault((s["model.norm_eps"], plain(s["model.gated_attention"])), {})[s["init.gamma"]] = p
     for (eps, gate), pair in sorted(groups.items()):
         small, large = pair.get("1.0"), pair.get("0.5")
         if not small or not large:
@@ -120,7 +136,8 @@ def loss(pts, out):
             f = os.path.join(out, p["name"] + ".tokens.safetensors")
             analyze(p["tree"], "tokens", p["run_dir"], "-o", f)
             files.append(f)
-        target = os.path.join(out, f"compare-eps{eps}-{gate}.json")
+        # In the γ = 1 run's directory, where `gcompile report` picks *.compare.json up.
+        target = os.path.join(small["run_dir"], "vs-gamma0.5.compare.json")
         analyze(small["tree"], "compare", files[0], files[1], "-o", target)
         with open(target) as f:
             c = json.load(f)

@@ -28,11 +28,13 @@ struct ParamInfo {
 
 inline constexpr int kNumParams = 21;
 inline constexpr std::int64_t kTotalParams = 106816;
+// Elements of the flat parameter array as planned (each tensor 128-aligned; model.hpp checks it).
+inline constexpr std::int64_t kStoredParams = 107136;
 // FLOPs per token (6·matmul weights + attention) and planned bytes: the model's
 // buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).
 inline constexpr double kFlopsPerToken = 589824.0;
 inline constexpr std::int64_t kPlannedModelBufferBytes = 1925120;
-inline constexpr std::int64_t kPlannedDeviceBytes = 37195780;
+inline constexpr std::int64_t kPlannedDeviceBytes = 37200900;
 
 inline constexpr ParamInfo kParams[kNumParams] = {
     {"model.embed_tokens.weight", "embedding", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.0, 1.0, 0.1},

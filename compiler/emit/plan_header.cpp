@@ -178,6 +178,8 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
        "};\n\n";
   o << "inline constexpr int kNumParams = " << plan.params.size() << ";\n";
   o << "inline constexpr std::int64_t kTotalParams = " << plan.counts.total << ";\n";
+  o << "// Elements of the flat parameter array as planned (each tensor 128-aligned; model.hpp checks it).\n";
+  o << "inline constexpr std::int64_t kStoredParams = " << plan.counts.stored << ";\n";
   o << "// FLOPs per token (6·matmul weights + attention) and planned bytes: the model's\n"
     << "// buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).\n";
   o << "inline constexpr double kFlopsPerToken = " << literal(plan.flops.per_token) << ";\n";

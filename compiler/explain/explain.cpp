@@ -226,7 +226,10 @@ std::string explain_world(const Plan& plan, int world_size) {
   o << "  " << micro / world_size << " of the step's " << micro << " micro-batches per rank; the global batch is unchanged\n";
   const auto& m = plan.memory;
   const bool zero1 = plan.spec.distributed.zero_stage == 1 && world_size > 1;
-  const double moments = zero1 ? m.optimizer / double(world_size) : m.optimizer;
+  // ZeRO-1 cuts the flat array into consecutive shards of ⌈stored / N⌉ elements (train/zero.hpp);
+  // rank 0 holds a full one.
+  const std::int64_t stored = plan.counts.stored;
+  const double moments = zero1 ? 8.0 * double((stored + world_size - 1) / world_size) : m.optimizer;
   o << "  model state per rank: weights " << format_bytes(m.weights);
   if (m.master_weights > 0) o << ", fp32 masters " << format_bytes(m.master_weights);
   o << ", gradients " << format_bytes(m.gradients) << ", AdamW moments " << format_bytes(moments)

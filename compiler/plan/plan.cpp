@@ -182,6 +182,7 @@ ParamCounts count_parameters(const Spec& spec, const std::vector<ParamEntry>& pa
   for (const auto& p : params) {
     const std::int64_t n = p.numel();
     c.total += n;
+    c.stored += (n + kTensorAlignElements - 1) / kTensorAlignElements * kTensorAlignElements;
     if (p.cls == ParamClass::embedding || p.cls == ParamClass::lm_head) c.embedding += n;
     if (p.cls == ParamClass::attn_gate) c.attn_gate += n;
     if (is_routed_expert(p.cls)) inactive += n - std::llround(double(n) * active_fraction);
@@ -284,7 +285,7 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
 
 MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
   MemoryEstimate mem;
-  const double n = double(counts.total);
+  const double n = double(counts.stored);
   const bool bf16 = spec.train.precision == Precision::bf16;
   mem.weights = n * (bf16 ? 2.0 : 4.0);
   mem.master_weights = bf16 ? n * 4.0 : 0.0;

@@ -52,8 +52,14 @@ struct OptimGroup {
   std::int64_t n_params = 0;
 };
 
+// The generated program lays every tensor out in one flat array, each starting on a
+// multiple of this many elements (templates/model/model.hpp kTensorAlign); parameters,
+// gradients and AdamW moments all have that layout, gaps included.
+inline constexpr std::int64_t kTensorAlignElements = 128;
+
 struct ParamCounts {
   std::int64_t total = 0;
+  std::int64_t stored = 0;         // elements of the flat array: Σ numel rounded up to kTensorAlignElements
   std::int64_t embedding = 0;      // token embedding + untied LM head
   std::int64_t non_embedding = 0;  // total − embedding (norm gains included)
   std::int64_t attn_gate = 0;      // gated-attention projections
@@ -74,7 +80,8 @@ struct FlopCounts {
 };
 
 struct MemoryEstimate {
-  // Bytes for the whole model on one device (ZeRO sharding divides later).
+  // Bytes for the whole model on one device (ZeRO sharding divides later), counted
+  // over the flat array the program allocates (ParamCounts::stored, alignment gaps included).
   double weights = 0.0;         // working weights (bf16 or fp32)
   double master_weights = 0.0;  // fp32 masters (bf16 only)
   double gradients = 0.0;       // fp32

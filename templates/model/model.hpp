@@ -48,6 +48,8 @@ struct ParamOffsets {
   }
 };
 inline constexpr ParamOffsets kOffsets{};
+static_assert(kOffsets.at[kNumParams] == kStoredParams,
+              "the flat parameter array differs from the planner's (compiler/plan: ParamCounts::stored)");
 
 // Fills the parameters from the table with the counter-based RNG: tensor i
 // uses Philox stream i, so values are independent of thread count and match

@@ -181,6 +181,12 @@ inline void check_host_memory() {
   throw gc::rt::RuntimeError(kExperimentName, msg);
 }
 
+// AdamW moments one rank holds as planned: the whole flat array, or rank 0's ZeRO-1 shard
+// of ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
+inline std::int64_t planned_optimizer_bytes(int ranks) {
+  return 8 * ((kStoredParams + ranks - 1) / ranks);
+}
+
 inline void Trainer::choose_engine() {
 #ifdef GC_HAVE_CUDA
   if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
@@ -539,6 +545,8 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"model_buffer_bytes", engine_->model_buffer_bytes()},
             // AdamW moments held by this process (rank 0): the whole state, or its ZeRO-1 shard.
             {"optimizer_bytes", zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4)},
+            // The planner's figure for the same (gcompile explain --world-size N).
+            {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ ? comm_.size() : 1)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
