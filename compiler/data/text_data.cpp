@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <glob.h>
 #include <optional>
 #include <random>
@@ -218,13 +219,15 @@ std::vector<std::uint32_t> synthetic_tokens(const Spec& spec, std::uint64_t seed
   return out;
 }
 
-std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_tokens, Diagnostics& diags) {
+// Generated data (the synthetic and anchor tasks): train.bin and val.bin from `make`,
+// written once into cache_root/NAME-KEY through a staging directory and reused after.
+// A fresh write sets the token counts; a reused cache leaves them to the caller.
+using ShardPair = std::pair<std::vector<std::uint32_t>, std::vector<std::uint32_t>>;
+std::optional<PreparedData> generated_data(const Spec& spec, const std::string& name, const std::string& key_text,
+                                           const std::function<ShardPair()>& make, const char* what,
+                                           Diagnostics& diags) {
   PreparedData out;
-  const std::string key = sha256_hex("gcompile-synthetic-v1\n" + spec.data.synthetic_task + "\n" +
-                                     std::to_string(spec.model.vocab_size) + "\n" + std::to_string(spec.train.seq_len) +
-                                     "\n" + std::to_string(spec.experiment.seed) + "\n" + std::to_string(train_tokens))
-                              .substr(0, 16);
-  const fs::path cache = cache_root(spec) / ("synthetic-" + key);
+  const fs::path cache = cache_root(spec) / (name + "-" + sha256_hex(key_text).substr(0, 16));
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   std::error_code ec;
@@ -236,20 +239,31 @@ std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
   try {
-    rt::write_token_shard((staging / "train.bin").string(), synthetic_tokens(spec, spec.experiment.seed, train_tokens),
-                          spec.model.vocab_size);
-    rt::write_token_shard((staging / "val.bin").string(),
-                          synthetic_tokens(spec, spec.experiment.seed ^ 0x9e3779b97f4a7c15ull, 1 << 16),
-                          spec.model.vocab_size);
+    const auto [train, val] = make();
+    rt::write_token_shard((staging / "train.bin").string(), train, spec.model.vocab_size);
+    rt::write_token_shard((staging / "val.bin").string(), val, spec.model.vocab_size);
+    out.train_tokens = std::int64_t(train.size());
+    out.val_tokens = std::int64_t(val.size());
   } catch (const std::exception& e) {
     diags.error({staging.string(), 0, 0}, e.what());
     return std::nullopt;
   }
-  std::ofstream(staging / "complete") << train_tokens << "\n";
-  if (!publish(staging, cache, "synthetic data", diags)) return std::nullopt;
-  out.train_tokens = train_tokens;
-  out.val_tokens = 1 << 16;
+  std::ofstream(staging / "complete") << out.train_tokens << " " << out.val_tokens << "\n";
+  if (!publish(staging, cache, what, diags)) return std::nullopt;
   return out;
+}
+
+std::optional<PreparedData> synthetic_data(const Spec& spec, std::int64_t train_tokens, Diagnostics& diags) {
+  const std::string key = "gcompile-synthetic-v1\n" + spec.data.synthetic_task + "\n" +
+                          std::to_string(spec.model.vocab_size) + "\n" + std::to_string(spec.train.seq_len) + "\n" +
+                          std::to_string(spec.experiment.seed) + "\n" + std::to_string(train_tokens);
+  return generated_data(
+      spec, "synthetic", key,
+      [&] {
+        return ShardPair{synthetic_tokens(spec, spec.experiment.seed, train_tokens),
+                         synthetic_tokens(spec, spec.experiment.seed ^ 0x9e3779b97f4a7c15ull, 1 << 16)};
+      },
+      "synthetic data", diags);
 }
 
 // The anchor task (runtime/anchor.hpp): train.bin holds the training stream, val.bin the
@@ -258,36 +272,22 @@ std::optional<PreparedData> anchor_data(const Spec& spec, Diagnostics& diags) {
   namespace anchor = rt::anchor;
   const auto& d = spec.data;
   const anchor::Task task{d.anchor_seed, d.anchor_held_first, d.anchor_held_second};
-  PreparedData out;
-  const std::string key =
-      sha256_hex("gcompile-anchor-v1\n" + std::to_string(task.seed) + "\n" + std::to_string(task.held_first) + "," +
-                 std::to_string(task.held_second) + "\n" + std::to_string(d.anchor_train_sequences) + "\n" +
-                 std::to_string(d.anchor_eval_sequences) + "\n" + std::to_string(spec.model.vocab_size))
-          .substr(0, 16);
-  const fs::path cache = cache_root(spec) / ("anchor-" + key);
-  out.train = (cache / "train.bin").string();
-  out.val = (cache / "val.bin").string();
-  out.train_tokens = d.anchor_train_sequences * (anchor::kInputs + 1);
-  out.val_tokens = d.anchor_eval_sequences * (anchor::kInputs + 1);
-  std::error_code ec;
-  if (fs::exists(cache / "complete", ec)) {
-    out.reused = true;
-    return out;
+  const std::string key = "gcompile-anchor-v1\n" + std::to_string(task.seed) + "\n" + std::to_string(task.held_first) +
+                          "," + std::to_string(task.held_second) + "\n" + std::to_string(d.anchor_train_sequences) +
+                          "\n" + std::to_string(d.anchor_eval_sequences) + "\n" + std::to_string(spec.model.vocab_size);
+  auto out = generated_data(
+      spec, "anchor", key,
+      [&] {
+        return ShardPair{anchor::sequence_tokens(anchor::make_sequences(
+                             task, anchor::Stream::train, std::uint64_t(d.anchor_train_sequences))),
+                         anchor::sequence_tokens(anchor::make_sequences(task, anchor::Stream::test,
+                                                                        std::uint64_t(d.anchor_eval_sequences)))};
+      },
+      "anchor-task data", diags);
+  if (out) {  // known without reading the cache
+    out->train_tokens = d.anchor_train_sequences * (anchor::kInputs + 1);
+    out->val_tokens = d.anchor_eval_sequences * (anchor::kInputs + 1);
   }
-  const fs::path staging = cache.string() + ".tmp" + std::to_string(::getpid());
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  try {
-    const auto train = anchor::make_sequences(task, anchor::Stream::train, std::uint64_t(d.anchor_train_sequences));
-    const auto test = anchor::make_sequences(task, anchor::Stream::test, std::uint64_t(d.anchor_eval_sequences));
-    rt::write_token_shard((staging / "train.bin").string(), anchor::sequence_tokens(train), spec.model.vocab_size);
-    rt::write_token_shard((staging / "val.bin").string(), anchor::sequence_tokens(test), spec.model.vocab_size);
-  } catch (const std::exception& e) {
-    diags.error({staging.string(), 0, 0}, e.what());
-    return std::nullopt;
-  }
-  std::ofstream(staging / "complete") << out.train_tokens << " " << out.val_tokens << "\n";
-  if (!publish(staging, cache, "anchor-task data", diags)) return std::nullopt;
   return out;
 }
 

@@ -406,7 +406,7 @@ void add_train(Builder& b) {
 void add_anchor(Builder& b) {
   example(at_least(derived(b.add("data.anchor.seed", KeyType::integer,
                                  "anchor: seed of the generated sequences (training and evaluation sets)."),
-                           "experiment.seed"),
+                           "= experiment.seed"),
                    0),
           "7");
   example(between(with_default(b.add("data.anchor.train_sequences", KeyType::integer,
