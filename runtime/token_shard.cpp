@@ -243,6 +243,16 @@ std::uint64_t ShardSet::total_tokens() const {
   return total;
 }
 
+std::int64_t ShardSet::whole_sequences(std::int64_t T) const {
+  const std::uint64_t need = std::uint64_t(T) + 1;
+  const std::uint64_t stride = layout_ == SequenceLayout::examples ? need : std::uint64_t(T);
+  std::int64_t sequences = 0;
+  for (std::uint64_t count : counts_) {
+    if (count >= need) sequences += std::int64_t((count - need) / stride + 1);
+  }
+  return sequences;
+}
+
 void ShardSet::check_shape(std::int64_t B, std::int64_t T) const {
   if (B < 1 || T < 1) {
     throw RuntimeError(source_,

@@ -135,6 +135,8 @@ class ShardSet {
   const std::vector<std::string>& files() const { return files_; }
   const std::vector<std::uint64_t>& counts() const { return counts_; }
   std::uint64_t total_tokens() const;
+  // Sequences of T + 1 tokens the set holds without wrapping around, in its layout.
+  std::int64_t whole_sequences(std::int64_t T) const;
 
   Batch next_batch(std::int64_t B, std::int64_t T);
   // The same into `out`, reusing its storage (the training loop: no allocation per step).

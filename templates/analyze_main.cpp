@@ -128,19 +128,8 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Whole sequences available in the validation shards without wrapping around.
-std::int64_t available_batches(const gc::rt::ShardSet& val) {
-  const bool examples = gcm::sequence_layout() == gc::rt::SequenceLayout::examples;
-  std::int64_t sequences = 0;
-  for (std::uint64_t count : val.counts()) {
-    if (examples) {
-      sequences += std::int64_t(count / std::uint64_t(gcm::kSeqLen + 1));
-    } else if (count > std::uint64_t(gcm::kSeqLen)) {
-      sequences += std::int64_t((count - 1) / std::uint64_t(gcm::kSeqLen));
-    }
-  }
-  return sequences / gcm::kMicroBatch;
-}
+// Whole batches available in the validation shards without wrapping around.
+std::int64_t available_batches(const gc::rt::ShardSet& val) { return val.whole_sequences(gcm::kSeqLen) / gcm::kMicroBatch; }
 
 std::vector<gc::rt::Batch> validation(const Args& a, std::int64_t default_batches) {
   gc::rt::ShardSet val(a.val_data, gcm::kVocab, gcm::sequence_layout());

@@ -233,6 +233,30 @@ TEST(RuntimeShardSet, BatchesAreSequentialAndWrapAcrossShardsAndEpochs) {
   EXPECT_EQ(set.position(), (DataPosition{0, 3, 1, "a.bin"}));
 }
 
+// whole_sequences counts what the reader yields before it wraps: stride T in the stream
+// layout (a: offsets 0, 3, 6; b: 0, 3), stride T + 1 for whole examples.
+TEST(RuntimeShardSet, WholeSequencesCountsWhatIsReadBeforeWrapping) {
+  TwoShards data;
+  ShardSet stream(data.glob(), 1000);
+  EXPECT_EQ(stream.whole_sequences(3), 5);
+  for (int i = 0; i < 5; ++i) stream.next_batch(1, 3);
+  EXPECT_EQ(stream.position().epoch, 0u);
+  stream.next_batch(1, 3);
+  EXPECT_EQ(stream.position().epoch, 1u);
+  EXPECT_EQ(stream.whole_sequences(9), 1);   // only a.bin holds 10 tokens
+  EXPECT_EQ(stream.whole_sequences(10), 0);
+
+  TempDir dir;
+  write_token_shard(dir / "a.bin", iota_tokens(8, 0), 1000);
+  write_token_shard(dir / "b.bin", iota_tokens(4, 100), 1000);
+  ShardSet examples(dir / "*.bin", 1000, SequenceLayout::examples);
+  EXPECT_EQ(examples.whole_sequences(3), 3);
+  for (int i = 0; i < 3; ++i) examples.next_batch(1, 3);
+  EXPECT_EQ(examples.position().epoch, 0u);
+  examples.next_batch(1, 3);
+  EXPECT_EQ(examples.position().epoch, 1u);
+}
+
 TEST(RuntimeShardSet, InputsAndTargetsAreShiftedByOne) {
   TwoShards data;
   ShardSet set(data.glob(), 1000);
