@@ -33,6 +33,31 @@ std::string banner(const Plan& plan, const std::string& comment, const std::stri
          " Do not edit: change the spec and run gcompile again.\n";
 }
 
+// "// Specialized for: KEY = VALUE, ..." (wrapped at 100 columns): the spec values folded into a
+// template that declares its own knobs (the kernel files), so a generated kernel says what it
+// was specialized for and an ablation's diff shows the change in its header too. config.hpp and
+// experiment.cpp are themselves that list, and get none.
+std::string specialized_for(const std::string& template_path, const std::string& template_text,
+                            const KnobTable& knobs) {
+  if (template_path == "config.hpp" || template_path == "experiment.cpp") return "";
+  std::vector<std::string> items;
+  for (const std::string& key : knob_keys_in(template_text)) {
+    const auto it = knobs.find(key);
+    if (it != knobs.end()) items.push_back(key + " = " + comment_safe(it->second.to_toml()));
+  }
+  if (items.empty()) return "";
+  std::string out, line = "// Specialized for:";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string item = " " + items[i] + (i + 1 < items.size() ? "," : ".");
+    if (line.size() + item.size() > 100) {
+      out += line + "\n";
+      line = "//  ";
+    }
+    line += item;
+  }
+  return out + line + "\n";
+}
+
 std::vector<TemplateFile> template_inputs() {
   std::vector<TemplateFile> out;
   for (const auto& f : embedded_templates()) out.push_back({f.path, f.text});
@@ -143,9 +168,12 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   toolchain.include_dirs.push_back("/gcompile");
   // Knobs fold against the templates' default plan.hpp (it matches the
   // default knobs); pruning then sees this plan's table.
-  auto specialized =
-      specialize_templates(inputs, runtime, knob_table(plan, data), {{"plan.hpp", plan_body}}, toolchain, diags);
+  const KnobTable knobs = knob_table(plan, data);
+  auto specialized = specialize_templates(inputs, runtime, knobs, {{"plan.hpp", plan_body}}, toolchain, diags);
   if (!specialized || !check_keys_consumed(plan, specialized->used_knobs, diags)) return std::nullopt;
+
+  std::map<std::string, std::string> template_text;
+  for (const auto& t : inputs) template_text[t.path] = t.text;
 
   Tree tree;
   std::vector<std::string> sources, cuda_sources;
@@ -155,7 +183,8 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
     if (f.path == "plan.hpp" || f.path == "plan_init.cpp") {
       tree.files[path] = f.path == "plan.hpp" ? plan_hpp : plan_init;
     } else {
-      tree.files[path] = banner(plan, "//", "template templates/" + f.path) + "\n" + f.text;
+      tree.files[path] = banner(plan, "//", "template templates/" + f.path) +
+                         specialized_for(f.path, template_text.at(f.path), knobs) + "\n" + f.text;
     }
     if (ends_with(path, ".cu")) cuda_sources.push_back(path);
     if (ends_with(path, ".cpp")) sources.push_back(path);

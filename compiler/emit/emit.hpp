@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ std::optional<SpecializeResult> specialize_templates(const std::vector<TemplateF
                                                      const KnobTable& knobs,
                                                      const std::map<std::string, std::string>& after_knobs,
                                                      const Toolchain& toolchain, Diagnostics& diags);
+
+// Keys of the gc::knob<T>("KEY", ...) calls in a template's text, sorted.
+std::set<std::string> knob_keys_in(const std::string& text);
 
 // The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
 KnobTable knob_table(const Plan& plan, const PreparedData& data);

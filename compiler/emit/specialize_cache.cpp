@@ -26,11 +26,6 @@ namespace gc {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr const char* kExperimentTemplate = "experiment.cpp";
-
-// Keys of gc::knob<T>("KEY", ...) calls in `text`.
 std::set<std::string> knob_keys_in(const std::string& text) {
   std::set<std::string> keys;
   for (std::size_t at = text.find("knob<"); at != std::string::npos; at = text.find("knob<", at + 5)) {
@@ -41,6 +36,10 @@ std::set<std::string> knob_keys_in(const std::string& text) {
   }
   return keys;
 }
+
+namespace {
+
+constexpr const char* kExperimentTemplate = "experiment.cpp";
 
 std::string binary_identity() {
   std::error_code ec;

@@ -99,7 +99,7 @@ class Backend {
     seq_len_ = seq_len;
     const std::int64_t N = std::int64_t(batch) * seq_len;
     std::vector<float> cos_host(std::size_t(seq_len) * kHeadDim / 2), sin_host(cos_host.size());
-    cpu::rope_table(cos_host.data(), sin_host.data(), seq_len, kHeadDim, kRopeTheta);
+    cpu::rope_table(cos_host.data(), sin_host.data(), seq_len, RopeShape::kHeadDim, RopeShape::kTheta);
     cos_.resize(cos_host.size());
     sin_.resize(sin_host.size());
     cos_.upload(cos_host.data(), cos_host.size());
@@ -110,11 +110,10 @@ class Backend {
     index_offsets_.resize(std::size_t(N) + 1);
     index_positions_.resize(std::size_t(N));
     // The largest dg reduction: a d_model-wide norm over N rows, or a QK-norm over N·heads rows.
-    const std::size_t dg = std::max(rmsnorm_dg_scratch_floats(N, kDModel),
-                                    rmsnorm_dg_scratch_floats(N * kHeads, kHeadDim));
+    const std::size_t dg = std::max(rmsnorm_dg_scratch_floats<ResidualNorm>(N),
+                                    rmsnorm_dg_scratch_floats<QkNorm>(N * kHeads));
     dg_scratch_.resize(dg);
-    const cpu::AttentionDims dims{batch, seq_len, kHeads, kKvHeads, kHeadDim};
-    attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats(dims), 1));
+    attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats<AttentionShape>(batch, seq_len), 1));
     loss_sum_.resize(1);
     if constexpr (kMoe) {
       moe_bias_.resize(kExperts);
@@ -156,43 +155,56 @@ class Backend {
     blas_.gemm(false, false, N, in, out, 1.0f, dy, out, W, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
     blas_.gemm(true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
   }
+  // The model's norms are d_model wide (ResidualNorm) or, for QK-norm, head_dim wide (QkNorm):
+  // the width picks the specialized kernel (the two coincide when d_model = head_dim).
   void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows, int dim) {
-    cuda::rmsnorm_forward(y, rstd, x, g, rows, dim, kNormEps);
+    with_norm(dim, [&](auto norm) { cuda::rmsnorm_forward<decltype(norm)>(y, rstd, x, g, rows); });
   }
   void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows, int dim) {
-    cuda::add_rmsnorm_forward(h, y, rstd, a, b, g, rows, dim, kNormEps);
+    with_norm(dim, [&](auto norm) { cuda::add_rmsnorm_forward<decltype(norm)>(h, y, rstd, a, b, g, rows); });
   }
   void rmsnorm_backward(T* dx, float* dg, const T* dy, const T* x, const T* g, const float* rstd, std::int64_t rows,
                         int dim, bool accumulate_dx = false) {
-    cuda::rmsnorm_backward(dx, dg, dg_scratch_.data(), dy, x, g, rstd, rows, dim, accumulate_dx);
+    with_norm(dim, [&](auto norm) {
+      cuda::rmsnorm_backward<decltype(norm)>(dx, dg, dg_scratch_.data(), dy, x, g, rstd, rows, accumulate_dx);
+    });
   }
+  // q has RopeShape::kHeads heads, k RopeShape::kKvHeads: each count has its kernel.
   void rope_forward(T* out, const T* x, int heads) {
-    cuda::rope_forward(out, x, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+    with_rope_heads(heads, [&](auto h) {
+      cuda::rope_forward<RopeShape::kHeadDim, decltype(h)::value>(out, x, cos_.data(), sin_.data(), batch_, seq_len_);
+    });
   }
   void rope_backward(T* dx, const T* dy, int heads) {
-    cuda::rope_backward(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
+    with_rope_heads(heads, [&](auto h) {
+      cuda::rope_backward<RopeShape::kHeadDim, decltype(h)::value>(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_);
+    });
   }
+  // The attention kernels are specialized for the spec's heads, head_dim and scale
+  // (AttentionShape); the model's dims must be those.
   void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const cpu::AttentionDims& d,
                          double scale) {
-    cuda::attention_forward(out, lse, q, k, v, d, float(scale));
+    check_attention_shape(d, scale);
+    cuda::attention_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
   }
   void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                           const T* v, const cpu::AttentionDims& d, double scale) {
-    cuda::attention_backward(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v, d, float(scale));
+    check_attention_shape(d, scale);
+    cuda::attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v, d.batch,
+                                             d.seq_len);
   }
   template <GatedAttention kMode>
   void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
-    cuda::gate_forward<gate_mode<kMode>()>(out, attn, z, N, kHeads, kHeadDim);
+    cuda::gate_forward<gate_mode<kMode>(), GateShape>(out, attn, z, N);
   }
   template <GatedAttention kMode>
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
-    cuda::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
+    cuda::gate_backward<gate_mode<kMode>(), GateShape>(dattn, dz, dout, attn, z, N);
   }
   // --- mixture of experts (cuda/moe.cuh). As on the CPU, the bias, the
   // balancing loss's gradient, the mean probabilities and the expert offsets
   // are host arrays (E or E+1 entries): small copies, and the grouped GEMM
   // needs each expert's row count on the host anyway.
-  static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
   // Router logits in fp32 from bf16/fp32 operands; backward through a T copy of the fp32 gradient.
   void router_forward(float* logits, const T* b, const T* W, int N) {
     blas_.gemm(false, true, N, kExperts, kDModel, 1.0f, b, kDModel, W, kDModel, 0.0f, logits, kExperts);
@@ -214,29 +226,33 @@ class Backend {
       moe_bias_.upload(bias_host, std::size_t(kExperts));
       bias = moe_bias_.data();
     }
-    cuda::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
+    cuda::moe_route_forward<MoeLayout>(scores, expert, weight, logits, bias, N);
   }
   void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets_host, const std::int32_t* expert,
                     int N) {
-    cuda::moe_dispatch(order, position, moe_offsets_.data(), moe_counts_.data(), expert, N, kExperts, kTopK);
+    cuda::moe_dispatch<MoeLayout>(order, position, moe_offsets_.data(), moe_counts_.data(), expert, N);
     moe_offsets_.download(offsets_host, std::size_t(kExperts) + 1);  // synchronizes
   }
   void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
-    cuda::moe_gather(xs, x, order, std::int64_t(N) * kTopK, dim, kTopK);
+    check_moe_dim(dim);
+    cuda::moe_gather<MoeLayout>(xs, x, order, std::int64_t(N) * kTopK);
   }
   void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
-    cuda::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);
+    check_moe_dim(dim);
+    cuda::moe_combine<MoeLayout>(out, ys, weight, position, N, accumulate);
   }
   void moe_combine_backward(T* dys, float* dweight, const T* dout, const T* ys, const float* weight,
                             const std::int32_t* order, int N, int dim) {
-    cuda::moe_combine_backward(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK, dim, kTopK);
+    check_moe_dim(dim);
+    cuda::moe_combine_backward<MoeLayout>(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK);
   }
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
-    cuda::moe_scatter_add(dx, dxs, position, N, dim, kTopK);
+    check_moe_dim(dim);
+    cuda::moe_scatter_add<MoeLayout>(dx, dxs, position, N);
   }
   void moe_mean_probs(double* mean_host, const float* scores, int N) {
-    cuda::moe_mean_probs(moe_mean_.data(), moe_row_total_.data(), scores, N, kMoeShape);
+    cuda::moe_mean_probs<MoeLayout>(moe_mean_.data(), moe_row_total_.data(), scores, N);
     moe_mean_.download(mean_host, std::size_t(kExperts));
   }
   void moe_route_backward(float* dlogits, const float* dweight, const float* scores, const std::int32_t* expert,
@@ -246,7 +262,7 @@ class Backend {
       moe_aux_.upload(aux_host, std::size_t(kExperts));
       aux = moe_aux_.data();
     }
-    cuda::moe_route_backward<kExperts>(dlogits, dweight, scores, expert, weight, aux, N, kMoeShape);
+    cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, N);
   }
   // One cuBLASLt GEMM per expert with rows (W stacked [E, out, in]).
   void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
@@ -269,22 +285,36 @@ class Backend {
     }
   }
 
-  void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) { cuda::swiglu_forward(h, a, b, n); }
-  void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
-    cuda::swiglu_backward(da, db, dh, a, b, n);
+  // n values are rows of one of the spec's MLP widths (SwigluShape); any width that divides n
+  // gives the same result, so the first that does picks the kernel.
+  void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) {
+    with_mlp_width(n, [&](auto width) {
+      constexpr int kWidth = decltype(width)::value;
+      cuda::swiglu_forward<kWidth>(h, a, b, n / kWidth);
+    });
   }
+  void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
+    with_mlp_width(n, [&](auto width) {
+      constexpr int kWidth = decltype(width)::value;
+      cuda::swiglu_backward<kWidth>(da, db, dh, a, b, n / kWidth);
+    });
+  }
+  // Specialized for d_model and the embedding scale (EmbeddingShape); the model passes those.
   void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, double scale) {
-    cuda::embedding_forward(out, tokens, E, N, d, float(scale));
+    check_embedding_shape(d, scale);
+    cuda::embedding_forward<EmbeddingShape>(out, tokens, E, N);
   }
   // Uses the index of the batch last passed to stage_tokens.
   void embedding_backward(float* dE, const std::int32_t*, const T* dout, int, int d, double scale) {
-    cuda::embedding_backward(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(), num_unique_,
-                             dout, d, float(scale));
+    check_embedding_shape(d, scale);
+    cuda::embedding_backward<EmbeddingShape>(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(),
+                                             num_unique_, dout);
   }
   // Mean loss over the scored rows (waits for the GPU: the value is read on the host).
   double cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
                                std::int64_t N, int V, double alpha) {
-    cuda::cross_entropy_forward(losses, p_target, logits, targets, N, V, float(alpha));
+    check_logit_shape(V, alpha);
+    cuda::cross_entropy_forward<LogitShape>(losses, p_target, logits, targets, N);
     sum_losses(loss_sum_.data(), losses, N);
     double sum = 0.0;
     loss_sum_.download(&sum, 1);
@@ -292,10 +322,89 @@ class Backend {
   }
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
                               double alpha, double loss_scale) {
-    cuda::cross_entropy_backward(dlogits, logits, targets, N, V, float(alpha), float(loss_scale), scored_);
+    check_logit_shape(V, alpha);
+    cuda::cross_entropy_backward<LogitShape>(dlogits, logits, targets, N, float(loss_scale), scored_);
   }
 
  private:
+  static void check_moe_dim(int dim) {
+    if (dim != MoeLayout::kDim) {
+      throw gc::rt::RuntimeError("moe: the kernels are specialized for rows of " + std::to_string(MoeLayout::kDim) +
+                                 ", but were called with rows of " + std::to_string(dim));
+    }
+  }
+
+  static void check_logit_shape(int V, double alpha) {
+    if (V != LogitShape::kVocab || float(alpha) != LogitShape::kScale) {
+      throw gc::rt::RuntimeError("cross_entropy: the kernels are specialized for V = " +
+                                 std::to_string(LogitShape::kVocab) + " and the spec's logit scale, but were called "
+                                 "with V = " + std::to_string(V));
+    }
+  }
+
+  static void check_embedding_shape(int d, double scale) {
+    if (d != EmbeddingShape::kDim || float(scale) != EmbeddingShape::kScale) {
+      throw gc::rt::RuntimeError("embedding: the kernels are specialized for d = " + std::to_string(EmbeddingShape::kDim) +
+                                 " and the spec's scale, but were called with d = " + std::to_string(d));
+    }
+  }
+
+  static void check_attention_shape(const cpu::AttentionDims& d, double scale) {
+    if (d.heads != AttentionShape::kHeads || d.kv_heads != AttentionShape::kKvHeads ||
+        d.head_dim != AttentionShape::kHeadDim || float(scale) != AttentionShape::kScale) {
+      throw gc::rt::RuntimeError("attention: the kernels are specialized for " + std::to_string(AttentionShape::kHeads) +
+                                 " heads, " + std::to_string(AttentionShape::kKvHeads) + " kv heads, head_dim " +
+                                 std::to_string(AttentionShape::kHeadDim) + ", but were called with " +
+                                 std::to_string(d.heads) + ", " + std::to_string(d.kv_heads) + ", " +
+                                 std::to_string(d.head_dim) + " (or another scale)");
+    }
+  }
+
+  template <class F>
+  static void with_mlp_width(std::int64_t n, F&& run) {
+    if (n % SwigluShape::kDff == 0) {
+      run(std::integral_constant<int, SwigluShape::kDff>{});
+      return;
+    }
+    if constexpr (kMoe) {
+      if (n % SwigluShape::kExpertDff == 0) {
+        run(std::integral_constant<int, SwigluShape::kExpertDff>{});
+        return;
+      }
+      if constexpr (SwigluShape::kSharedDff > 0) {
+        if (n % SwigluShape::kSharedDff == 0) {
+          run(std::integral_constant<int, SwigluShape::kSharedDff>{});
+          return;
+        }
+      }
+    }
+    throw gc::rt::RuntimeError("swiglu: " + std::to_string(n) + " values are rows of none of the spec's MLP widths");
+  }
+
+  template <class F>
+  static void with_rope_heads(int heads, F&& run) {
+    if (heads == RopeShape::kHeads) {
+      run(std::integral_constant<int, RopeShape::kHeads>{});
+    } else if (heads == RopeShape::kKvHeads) {
+      run(std::integral_constant<int, RopeShape::kKvHeads>{});
+    } else {
+      throw gc::rt::RuntimeError("rope: no kernel specialized for " + std::to_string(heads) + " heads");
+    }
+  }
+
+  template <class F>
+  static void with_norm(int dim, F&& run) {
+    if (dim == ResidualNorm::kDim) {
+      run(ResidualNorm{});
+    } else if (dim == QkNorm::kDim) {
+      run(QkNorm{});
+    } else {
+      throw gc::rt::RuntimeError("rmsnorm: no kernel specialized for rows of " + std::to_string(dim) +
+                                 " (this tree's norms are " + std::to_string(ResidualNorm::kDim) + " and " +
+                                 std::to_string(QkNorm::kDim) + " wide)");
+    }
+  }
+
   template <GatedAttention kMode>
   static constexpr GateMode gate_mode() {
     return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;

@@ -9,9 +9,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "runtime/cuda/check.hpp"
+#include "runtime/error.hpp"
 
 namespace gcm::cuda {
 
@@ -51,6 +53,73 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, 
 inline unsigned blocks_for(std::int64_t n, int threads) {
   const std::int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 1 ? 1 : (b > 65535LL * 16 ? 65535LL * 16 : b));
+}
+
+// ---- packed row access ---------------------------------------------------------------------
+// A row of kDim elements of T walked by one warp with compile-time trip counts: lane `lane`
+// owns packs of kVec consecutive elements, pack c starting at c·32·kVec + lane·kVec, so a warp
+// reads 32·kVec consecutive elements per step (one 128-bit load a lane for bf16 rows that are a
+// multiple of 256 wide, or fp32 rows of 128). kVec is the widest pack of at most 16 bytes that
+// tiles the row exactly; a row that no pack tiles (kDim not a multiple of 32) takes kVec = 1 and
+// a bound check on its last step only. Rows must start on a kVec·sizeof(T)-byte boundary
+// (cudaMalloc'd buffers and row strides of kDim elements do; check_pack_aligned tells).
+template <typename T>
+constexpr int widest_pack(int dim) {
+  for (int v = int(16 / sizeof(T)); v > 1; v /= 2) {
+    if (dim % (kWarp * v) == 0) return v;
+  }
+  return 1;
+}
+
+// The widest pack (at most 16 bytes) that divides a row of `dim` elements: for kernels where
+// one thread handles one pack.
+template <typename T>
+constexpr int row_pack(int dim) {
+  for (int v = int(16 / sizeof(T)); v > 1; v /= 2) {
+    if (dim % v == 0) return v;
+  }
+  return 1;
+}
+
+template <int kDim, typename T>
+struct WarpRow {
+  static constexpr int kVec = widest_pack<T>(kDim);
+  static constexpr int kStride = kWarp * kVec;  // elements the warp covers per step
+  static constexpr int kSteps = (kDim + kStride - 1) / kStride;
+  static constexpr bool kExact = kDim % kStride == 0;
+  __host__ __device__ static constexpr int start(int lane, int step) { return step * kStride + lane * kVec; }
+  __host__ __device__ static constexpr bool in_row(int lane, int step) { return kExact || start(lane, step) < kDim; }
+};
+
+// kVec elements as one aligned memory access.
+template <int kVec, typename T>
+struct alignas(kVec * sizeof(T)) Pack {
+  T v[kVec];
+};
+
+template <int kVec, typename T>
+__device__ __forceinline__ void load_pack(float (&dst)[kVec], const T* src) {
+  const Pack<kVec, T> p = *reinterpret_cast<const Pack<kVec, T>*>(src);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) dst[e] = to_float(p.v[e]);
+}
+
+template <int kVec, typename T>
+__device__ __forceinline__ void store_pack(T* dst, const float (&src)[kVec]) {
+  Pack<kVec, T> p;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) p.v[e] = from_float<T>(src[e]);
+  *reinterpret_cast<Pack<kVec, T>*>(dst) = p;
+}
+
+// Throws unless `p` may be read in packs of kVec elements of T (a host-side guard of the
+// kernels that use WarpRow; every buffer of the model satisfies it).
+template <int kVec, typename T>
+void check_pack_aligned(const void* p, const char* who) {
+  if (reinterpret_cast<std::uintptr_t>(p) % (kVec * sizeof(T)) != 0) {
+    throw gc::rt::RuntimeError(std::string(who) + ": a buffer is not aligned to " +
+                               std::to_string(kVec * sizeof(T)) + " bytes (its rows are read in packs)");
+  }
 }
 
 struct SumOp {

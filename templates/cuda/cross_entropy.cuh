@@ -13,13 +13,24 @@
 // each thread keeps an online (running max m, Σ exp(z − m)) over its strided share of the row,
 // in fp32; the block then takes the max M of the m's and sums the shares rescaled to M. Every
 // step has a fixed order, so the results repeat bitwise run to run (no atomics).
+//
+// Specialized: the vocabulary V and α are compile-time (LogitShape below, or a test's own shape
+// S with kVocab and kScale), so each thread's strided walk over a row has a constant trip count
+// and α is a literal.
 #pragma once
 
 #include <cstdint>
 
 #include "common.cuh"
+#include "gc/knob.hpp"
 
 namespace gcm::cuda {
+
+// ---- the output layer of this experiment (gcompile folds the spec's values in) ---------------
+struct LogitShape {
+  static constexpr int kVocab = gc::knob<int>("model.vocab_size", 256);
+  static constexpr float kScale = gc::knob<float>("plan.logit_scale", 1.0f);  // α: z = α · logits
+};
 
 inline constexpr int kCrossEntropyThreads = 512;
 inline constexpr int kSumLossesThreads = 1024;
@@ -28,11 +39,11 @@ inline constexpr std::int64_t kCrossEntropyMaxBlocks = 65535LL * 16;
 // log Σ_v exp(α · row[v]) over the block; every thread gets the result. Must be called by all
 // threads of the block (it synchronizes). Thread t reads exactly the elements v ≡ t (mod
 // blockDim), the same ones it writes in the backward, so an in-place backward is safe.
-template <typename T>
-__device__ inline float block_scaled_lse(const T* row, int V, float alpha, float* scratch_max, float* scratch_sum) {
+template <class S, typename T>
+__device__ inline float block_scaled_lse(const T* row, float* scratch_max, float* scratch_sum) {
   float m = -INFINITY, s = 0.0f;  // s = Σ exp(z − m) over this thread's elements so far
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const float zv = alpha * to_float(row[v]);
+  for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) {
+    const float zv = S::kScale * to_float(row[v]);
     if (zv > m) {
       s = s * expf(m - zv) + 1.0f;  // rescale to the new max (first element: 0 · 0 + 1)
       m = zv;
@@ -45,12 +56,13 @@ __device__ inline float block_scaled_lse(const T* row, int V, float alpha, float
   return max_z + logf(block_sum(share, scratch_sum));
 }
 
-template <typename T>
-__global__ void cross_entropy_forward_kernel(float* losses, float* p_target, const T* logits,
-                                             const std::int32_t* targets, std::int64_t N, int V, float alpha) {
+template <class S, typename T>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_forward_kernel(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
+                                 std::int64_t N) {
   __shared__ float scratch_max[kWarp], scratch_sum[kWarp];
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
-    const T* row = logits + n * V;
+    const T* row = logits + n * S::kVocab;
     if (targets[n] < 0) {  // not scored (block-uniform: no thread reaches the reductions)
       if (threadIdx.x == 0) {
         losses[n] = 0.0f;
@@ -58,32 +70,33 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* p_target, con
       }
       continue;
     }
-    const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
+    const float lse = block_scaled_lse<S>(row, scratch_max, scratch_sum);
     if (threadIdx.x == 0) {
-      const float loss = lse - alpha * to_float(row[targets[n]]);
+      const float loss = lse - S::kScale * to_float(row[targets[n]]);
       losses[n] = loss;
       if (p_target != nullptr) p_target[n] = expf(-loss);
     }
   }
 }
 
-template <typename T>
-__global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const std::int32_t* targets,
-                                              std::int64_t N, int V, float alpha, float coef) {
+template <class S, typename T>
+__global__ void __launch_bounds__(kCrossEntropyThreads)
+    cross_entropy_backward_kernel(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N,
+                                  float coef) {
   __shared__ float scratch_max[kWarp], scratch_sum[kWarp];
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
-    const T* row = logits + n * V;
-    T* drow = dlogits + n * V;
+    const T* row = logits + n * S::kVocab;
+    T* drow = dlogits + n * S::kVocab;
     if (targets[n] < 0) {  // not scored: no gradient (block-uniform)
-      for (int v = threadIdx.x; v < V; v += blockDim.x) drow[v] = from_float<T>(0.0f);
+      for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) drow[v] = from_float<T>(0.0f);
       continue;
     }
     // The whole row is reduced before any element is written (and each thread rewrites only the
     // elements it read), so dlogits may alias logits.
-    const float lse = block_scaled_lse(row, V, alpha, scratch_max, scratch_sum);
+    const float lse = block_scaled_lse<S>(row, scratch_max, scratch_sum);
     const int target = targets[n];
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-      const float p = expf(alpha * to_float(row[v]) - lse);
+    for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) {
+      const float p = expf(S::kScale * to_float(row[v]) - lse);
       drow[v] = from_float<T>(coef * (p - (v == target ? 1.0f : 0.0f)));
     }
   }
@@ -94,13 +107,13 @@ inline unsigned cross_entropy_blocks(std::int64_t N) {
 }
 
 // losses [N] (fp32) receive ℓ_n; p_target [N] (may be nullptr) receives exp(−ℓ_n).
-// logits T [N, V], targets [N] in [0, V).
-template <typename T>
+// logits T [N, S::kVocab], targets [N] in [0, V) or negative (not scored).
+template <class S, typename T>
 void cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
-                           std::int64_t N, int V, float alpha) {
-  if (N <= 0 || V <= 0) return;
-  launch(cross_entropy_forward_kernel<T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, losses, p_target, logits,
-         targets, N, V, alpha);
+                           std::int64_t N) {
+  if (N <= 0) return;
+  launch(cross_entropy_forward_kernel<S, T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, losses, p_target,
+         logits, targets, N);
 }
 
 // Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then the
@@ -119,16 +132,16 @@ inline void sum_losses(double* out_device, const float* losses, std::int64_t N) 
   launch(sum_losses_kernel<kSumLossesThreads>, 1, kSumLossesThreads, 0, out_device, losses, N < 0 ? 0 : N);
 }
 
-// dlogits T [N, V] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / S, overwritten
+// dlogits T [N, S::kVocab] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / S, overwritten
 // (S = scored rows; zero rows where the target is negative); loss_scale is the upstream
 // gradient of the mean loss L (e.g. 1 / grad_accum_steps). dlogits may alias logits (in place).
-template <typename T>
-void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
-                            float alpha, float loss_scale, std::int64_t scored) {
-  if (N <= 0 || V <= 0) return;
-  const float coef = scored > 0 ? float(double(loss_scale) * double(alpha) / double(scored)) : 0.0f;
-  launch(cross_entropy_backward_kernel<T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, dlogits, logits, targets,
-         N, V, alpha, coef);
+template <class S, typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N,
+                            float loss_scale, std::int64_t scored) {
+  if (N <= 0) return;
+  const float coef = scored > 0 ? float(double(loss_scale) * double(S::kScale) / double(scored)) : 0.0f;
+  launch(cross_entropy_backward_kernel<S, T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, dlogits, logits,
+         targets, N, coef);
 }
 
 }  // namespace gcm::cuda

@@ -9,6 +9,9 @@
 // columns); one thread owns one column of that token's dE row and adds the positions in index
 // order, so every dE element receives its additions in the same order on every run, and no two
 // threads ever write the same element.
+//
+// Specialized: the row width d and the scale are compile-time (EmbeddingShape below, or a test's
+// own shape S with kDim and kScale); the forward copies rows in packs of up to 16 bytes.
 #pragma once
 
 #include <algorithm>
@@ -16,30 +19,46 @@
 #include <vector>
 
 #include "common.cuh"
+#include "gc/knob.hpp"
 
 namespace gcm::cuda {
 
+// ---- the embedding of this experiment (gcompile folds the spec's values in) ------------------
+struct EmbeddingShape {
+  static constexpr int kDim = gc::knob<int>("model.d_model", 64);
+  static constexpr float kScale = gc::knob<float>("plan.embedding_scale", 1.0f);  // out = scale · E[token]
+};
+
 inline constexpr int kEmbeddingThreads = 256;
 
-// One thread per output element (grid-stride).
-template <typename T>
-__global__ void embedding_forward_kernel(T* out, const std::int32_t* tokens, const T* E, int N, int d, float scale) {
-  const std::int64_t total = std::int64_t(N) * d;
+// One thread per pack of kVec elements of the output (grid-stride); kVec divides d, so a pack
+// never straddles two rows.
+template <class S, typename T>
+__global__ void embedding_forward_kernel(T* out, const std::int32_t* tokens, const T* E, int N) {
+  constexpr int kVec = row_pack<T>(S::kDim);
+  constexpr int kPacksPerRow = S::kDim / kVec;
+  const std::int64_t packs = std::int64_t(N) * kPacksPerRow;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const std::int64_t n = i / d;
-    const std::int64_t j = i - n * d;
-    out[i] = from_float<T>(scale * to_float(E[std::int64_t(tokens[n]) * d + j]));
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < packs; i += stride) {
+    const std::int64_t n = i / kPacksPerRow;
+    const int j = int(i - n * kPacksPerRow) * kVec;
+    float v[kVec];
+    load_pack(v, E + std::int64_t(tokens[n]) * S::kDim + j);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] *= S::kScale;
+    store_pack(out + n * S::kDim + j, v);
   }
 }
 
-// out [N,d] = scale · E[tokens]; tokens [N] on the device, each in [0, V).
-template <typename T>
-void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, float scale) {
-  const std::int64_t total = std::int64_t(N) * d;
-  if (total <= 0) return;
-  launch(embedding_forward_kernel<T>, blocks_for(total, kEmbeddingThreads), kEmbeddingThreads, 0, out, tokens, E, N, d,
-         scale);
+// out [N, S::kDim] = S::kScale · E[tokens]; tokens [N] on the device, each in [0, V).
+template <class S, typename T>
+void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N) {
+  if (N <= 0) return;
+  constexpr int kVec = row_pack<T>(S::kDim);
+  check_pack_aligned<kVec, T>(out, "embedding_forward");
+  check_pack_aligned<kVec, T>(E, "embedding_forward");
+  launch(embedding_forward_kernel<S, T>, blocks_for(std::int64_t(N) * (S::kDim / kVec), kEmbeddingThreads),
+         kEmbeddingThreads, 0, out, tokens, E, N);
 }
 
 // Inverse index of one batch of tokens, built on the host:
@@ -69,29 +88,28 @@ inline EmbeddingIndex build_embedding_index(const std::int32_t* host_tokens, int
 }
 
 // Block (u, chunk): thread t owns column j = chunk·blockDim + t of distinct token u's row.
-template <typename T>
+template <class S, typename T>
 __global__ void embedding_backward_kernel(float* dE, const std::int32_t* unique_tokens, const std::int32_t* offsets,
-                                          const std::int32_t* positions, const T* dout, int d, float scale) {
+                                          const std::int32_t* positions, const T* dout) {
   const int u = blockIdx.x;
   const int j = blockIdx.y * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+  if (j >= S::kDim) return;
   const int begin = offsets[u], end = offsets[u + 1];
   float acc = 0.0f;
   for (int k = begin; k < end; ++k) {  // positions in index order: a fixed summation order
-    acc += to_float(dout[std::int64_t(positions[k]) * d + j]);
+    acc += to_float(dout[std::int64_t(positions[k]) * S::kDim + j]);
   }
-  dE[std::int64_t(unique_tokens[u]) * d + j] += scale * acc;
+  dE[std::int64_t(unique_tokens[u]) * S::kDim + j] += S::kScale * acc;
 }
 
-// dE [V,d] += scale · (scatter of dout by token). unique_tokens/offsets/positions are the
-// device copies of an EmbeddingIndex (num_unique = unique_tokens.size()). Accumulates into dE.
-template <typename T>
+// dE [V, S::kDim] += S::kScale · (scatter of dout by token). unique_tokens/offsets/positions are
+// the device copies of an EmbeddingIndex (num_unique = unique_tokens.size()). Accumulates into dE.
+template <class S, typename T>
 void embedding_backward(float* dE, const std::int32_t* unique_tokens, const std::int32_t* offsets,
-                        const std::int32_t* positions, int num_unique, const T* dout, int d, float scale) {
-  if (num_unique <= 0 || d <= 0) return;
-  const dim3 grid(unsigned(num_unique), unsigned((d + kEmbeddingThreads - 1) / kEmbeddingThreads));
-  launch(embedding_backward_kernel<T>, grid, kEmbeddingThreads, 0, dE, unique_tokens, offsets, positions, dout, d,
-         scale);
+                        const std::int32_t* positions, int num_unique, const T* dout) {
+  if (num_unique <= 0) return;
+  const dim3 grid(unsigned(num_unique), unsigned((S::kDim + kEmbeddingThreads - 1) / kEmbeddingThreads));
+  launch(embedding_backward_kernel<S, T>, grid, kEmbeddingThreads, 0, dE, unique_tokens, offsets, positions, dout);
 }
 
 }  // namespace gcm::cuda

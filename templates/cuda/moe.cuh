@@ -12,28 +12,44 @@
 // The router runs in fp32 (scores, weights and their gradients are float:
 // a bf16 router gradient would lose most of its digits to cancellation); the
 // expert rows are T.
+//
+// Specialized: a routing layout M (MoeLayout below, or a test's own) fixes the
+// row width M::kDim, the experts E = M::kExperts, top-k K = M::kTopK, the
+// scoring (M::kScoring) and the renormalization (M::kNormTopk) at compile
+// time: the router's loops over E and K have constant trip counts, its
+// per-token score and gradient arrays live in registers, and the scoring
+// branch is decided by the compiler.
 #pragma once
 
 #include <cstdint>
 
 #include "common.cuh"
-#include "cpu/moe.hpp"
+#include "gc/knob.hpp"
 
 namespace gcm::cuda {
 
-using cpu::MoeShape;
+enum class MoeScoring { softmax, sigmoid };
+
+// ---- the mixture of experts of this experiment (gcompile folds the spec's values in) ---------
+struct MoeLayout {
+  static constexpr int kDim = gc::knob<int>("model.d_model", 64);  // the rows routed to experts
+  static constexpr int kExperts = gc::knob<int>("plan.moe_experts", 1);
+  static constexpr int kTopK = gc::knob<int>("plan.moe_top_k", 1);
+  static constexpr MoeScoring kScoring = gc::knob<MoeScoring>("plan.moe_router_scoring", MoeScoring::softmax);
+  static constexpr bool kNormTopk = gc::knob<bool>("plan.moe_norm_topk_prob", false);
+};
 
 inline constexpr int kMoeThreads = 256;
 
-template <typename T>
+template <class M, typename T>
 __global__ void moe_route_kernel(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias,
-                                 std::int64_t N, MoeShape m) {
+                                 std::int64_t N) {
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= N) return;
-  const int E = m.experts, k = m.top_k;
+  constexpr int E = M::kExperts, k = M::kTopK;
   const T* r = logits + t * E;
   T* s = scores + t * E;
-  if (m.sigmoid) {
+  if (M::kScoring == MoeScoring::sigmoid) {
     for (int e = 0; e < E; ++e) s[e] = from_float<T>(float(1.0 / (1.0 + exp(-double(to_float(r[e]))))));
   } else {
     double max_r = double(to_float(r[0]));
@@ -61,16 +77,14 @@ __global__ void moe_route_kernel(T* scores, std::int32_t* expert, T* weight, con
     prev_v = best_v;
     prev_e = best;
   }
-  if (m.norm_topk) {
+  if (M::kNormTopk) {
     for (int j = 0; j < k; ++j) weight[t * k + j] = from_float<T>(float(double(to_float(weight[t * k + j])) / selected));
   }
 }
 
-// The dispatch kernels are templates only so that a header can define them
-// for several translation units.
 
 // counts[e] = assignments to expert e (block e).
-template <int Unused = 0>
+template <class M>
 __global__ void moe_count_kernel(std::int64_t* counts, const std::int32_t* expert, std::int64_t A) {
   __shared__ int scratch[kWarp];
   const int e = blockIdx.x;
@@ -81,16 +95,16 @@ __global__ void moe_count_kernel(std::int64_t* counts, const std::int32_t* exper
 }
 
 // offsets[0] = 0, offsets[e+1] = offsets[e] + counts[e] (E is small: one thread).
-template <int Unused = 0>
-__global__ void moe_offsets_kernel(std::int64_t* offsets, const std::int64_t* counts, int experts) {
+template <class M>
+__global__ void moe_offsets_kernel(std::int64_t* offsets, const std::int64_t* counts) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   offsets[0] = 0;
-  for (int e = 0; e < experts; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  for (int e = 0; e < M::kExperts; ++e) offsets[e + 1] = offsets[e] + counts[e];
 }
 
 // Block e writes expert e's rows: the a-th assignment with expert e (in a's
 // order) goes to row offsets[e] + (how many came before it).
-template <int Unused = 0>
+template <class M>
 __global__ void moe_place_kernel(std::int32_t* order, std::int32_t* position, const std::int64_t* offsets,
                                  const std::int32_t* expert, std::int64_t A) {
   __shared__ int flags[kMoeThreads];
@@ -119,64 +133,70 @@ __global__ void moe_place_kernel(std::int32_t* order, std::int32_t* position, co
   }
 }
 
-template <typename T>
-__global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim,
-                                  int top_k) {
-  const std::int64_t n = rows * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+template <class M, typename T>
+__global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
+  constexpr int D = M::kDim;
+  const std::int64_t n = rows * D, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t p = i / dim;
-    xs[i] = x[std::int64_t(order[p] / top_k) * dim + i % dim];
+    const std::int64_t p = i / D;
+    xs[i] = x[std::int64_t(order[p] / M::kTopK) * D + i % D];
   }
 }
 
-template <typename T, typename S>
-__global__ void moe_combine_kernel(T* out, const T* ys, const S* weight, const std::int32_t* position, std::int64_t N,
-                                   int dim, int top_k, bool accumulate) {
-  const std::int64_t n = N * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+template <class M, typename T, typename W>
+__global__ void moe_combine_kernel(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N,
+                                   bool accumulate) {
+  constexpr int D = M::kDim, K = M::kTopK;
+  const std::int64_t n = N * D, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t t = i / dim;
+    const std::int64_t t = i / D;
     float acc = accumulate ? to_float(out[i]) : 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      acc += to_float(weight[t * top_k + j]) * to_float(ys[std::int64_t(position[t * top_k + j]) * dim + i % dim]);
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      acc += to_float(weight[t * K + j]) * to_float(ys[std::int64_t(position[t * K + j]) * D + i % D]);
     }
     out[i] = from_float<T>(acc);
   }
 }
 
 // One warp per row p: dys[p] = w_a·dout[t], dweight[a] = dout[t]·ys[p].
-template <typename T, typename S>
-__global__ void moe_combine_backward_kernel(T* dys, S* dweight, const T* dout, const T* ys, const S* weight,
-                                            const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
+template <class M, typename T, typename W>
+__global__ void moe_combine_backward_kernel(T* dys, W* dweight, const T* dout, const T* ys, const W* weight,
+                                            const std::int32_t* order, std::int64_t rows) {
+  constexpr int D = M::kDim;
   const std::int64_t p = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (p >= rows) return;
   const std::int32_t a = order[p];
-  const T* g = dout + std::int64_t(a / top_k) * dim;
+  const T* g = dout + std::int64_t(a / M::kTopK) * D;
   const float w = to_float(weight[a]);
   float dot = 0.0f;
-  for (int c = lane; c < dim; c += kWarp) {
-    dys[p * dim + c] = from_float<T>(w * to_float(g[c]));
-    dot += to_float(g[c]) * to_float(ys[p * dim + c]);
+#pragma unroll
+  for (int c = lane; c < D; c += kWarp) {
+    dys[p * D + c] = from_float<T>(w * to_float(g[c]));
+    dot += to_float(g[c]) * to_float(ys[p * D + c]);
   }
   dot = warp_sum(dot);
-  if (lane == 0) dweight[a] = from_float<S>(dot);
+  if (lane == 0) dweight[a] = from_float<W>(dot);
 }
 
-template <typename T>
-__global__ void moe_scatter_add_kernel(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim,
-                                       int top_k) {
-  const std::int64_t n = N * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+template <class M, typename T>
+__global__ void moe_scatter_add_kernel(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N) {
+  constexpr int D = M::kDim, K = M::kTopK;
+  const std::int64_t n = N * D, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t t = i / dim;
+    const std::int64_t t = i / D;
     float acc = to_float(dx[i]);
-    for (int j = 0; j < top_k; ++j) acc += to_float(dxs[std::int64_t(position[t * top_k + j]) * dim + i % dim]);
+#pragma unroll
+    for (int j = 0; j < K; ++j) acc += to_float(dxs[std::int64_t(position[t * K + j]) * D + i % D]);
     dx[i] = from_float<T>(acc);
   }
 }
 
 // Σ_e s_t[e] per token (sigmoid scores' normalization for P).
-template <typename T>
-__global__ void moe_row_total_kernel(double* total, const T* scores, std::int64_t N, int experts) {
+template <class M, typename T>
+__global__ void moe_row_total_kernel(double* total, const T* scores, std::int64_t N) {
+  constexpr int experts = M::kExperts;
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= N) return;
   double s = 0.0;
@@ -185,9 +205,9 @@ __global__ void moe_row_total_kernel(double* total, const T* scores, std::int64_
 }
 
 // Block e: P_e = mean_t p_t[e] (row_total null for softmax scores).
-template <typename T>
-__global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const double* row_total, std::int64_t N,
-                                      int experts) {
+template <class M, typename T>
+__global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const double* row_total, std::int64_t N) {
+  constexpr int experts = M::kExperts;
   __shared__ double scratch[kWarp];
   const int e = blockIdx.x;
   double sum = 0.0;
@@ -200,16 +220,17 @@ __global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const 
 }
 
 // dlogits from dweight and the balancing loss's dL/dp (aux_grad: E values or null).
-template <typename T, int E>
+template <class M, typename T>
 __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert,
-                                          const T* weight, const double* aux_grad, std::int64_t N, MoeShape m) {
+                                          const T* weight, const double* aux_grad, std::int64_t N) {
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= N) return;
-  const int k = m.top_k;
+  constexpr int E = M::kExperts, k = M::kTopK;
+  constexpr bool kSigmoid = M::kScoring == MoeScoring::sigmoid;
   const T* s = scores + t * E;
   double ds[E];
   for (int e = 0; e < E; ++e) ds[e] = 0.0;
-  if (m.norm_topk) {
+  if (M::kNormTopk) {
     double S = 0.0, dot = 0.0;
     for (int j = 0; j < k; ++j) {
       S += double(to_float(s[expert[t * k + j]]));
@@ -220,7 +241,7 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
     for (int j = 0; j < k; ++j) ds[expert[t * k + j]] += double(to_float(dweight[t * k + j]));
   }
   if (aux_grad) {
-    if (m.sigmoid) {
+    if (kSigmoid) {
       double total = 0.0, dot = 0.0;
       for (int e = 0; e < E; ++e) total += double(to_float(s[e]));
       for (int e = 0; e < E; ++e) dot += aux_grad[e] * double(to_float(s[e])) / total;
@@ -230,7 +251,7 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
     }
   }
   T* dr = dlogits + t * E;
-  if (m.sigmoid) {
+  if (kSigmoid) {
     for (int e = 0; e < E; ++e) {
       const double se = double(to_float(s[e]));
       dr[e] = from_float<T>(float(ds[e] * se * (1.0 - se)));
@@ -244,59 +265,61 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
 
 // ---- launchers (device pointers unless named _host) ----------------------------------------
 
-template <typename T>
+template <class M, typename T>
 void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias,
-                       std::int64_t N, const MoeShape& m) {
+                       std::int64_t N) {
+  static_assert(M::kTopK >= 1 && M::kTopK <= M::kExperts, "top_k must be between 1 and the number of experts");
   if (N <= 0) return;
-  launch(moe_route_kernel<T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, scores, expert, weight, logits, bias, N, m);
+  launch(moe_route_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, scores, expert, weight, logits, bias, N);
 }
 
 // counts: E device scratch; offsets: E+1 on the device. The caller copies offsets to the host.
-inline void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, std::int64_t* counts,
-                         const std::int32_t* expert, std::int64_t N, int experts, int top_k) {
-  const std::int64_t A = N * top_k;
-  launch(moe_count_kernel<0>, unsigned(experts), kMoeThreads, 0, counts, expert, A);
-  launch(moe_offsets_kernel<0>, 1u, 1, 0, offsets, counts, experts);
-  launch(moe_place_kernel<0>, unsigned(experts), kMoeThreads, 0, order, position, offsets, expert, A);
+template <class M>
+void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, std::int64_t* counts,
+                  const std::int32_t* expert, std::int64_t N) {
+  const std::int64_t A = N * M::kTopK;
+  launch(moe_count_kernel<M>, unsigned(M::kExperts), kMoeThreads, 0, counts, expert, A);
+  launch(moe_offsets_kernel<M>, 1u, 1, 0, offsets, counts);
+  launch(moe_place_kernel<M>, unsigned(M::kExperts), kMoeThreads, 0, order, position, offsets, expert, A);
 }
 
-template <typename T>
-void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim, int top_k) {
+// xs [rows, D]: row p is x[order[p] / K] (rows = N·K).
+template <class M, typename T>
+void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
   if (rows <= 0) return;
-  launch(moe_gather_kernel<T>, blocks_for(rows * dim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows, dim, top_k);
+  launch(moe_gather_kernel<M, T>, blocks_for(rows * M::kDim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
 }
 
-template <typename T, typename S>
-void moe_combine(T* out, const T* ys, const S* weight, const std::int32_t* position, std::int64_t N, int dim,
-                 int top_k, bool accumulate) {
+template <class M, typename T, typename W>
+void moe_combine(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N, bool accumulate) {
   if (N <= 0) return;
-  launch(moe_combine_kernel<T, S>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position, N, dim,
-         top_k, accumulate);
+  launch(moe_combine_kernel<M, T, W>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position,
+         N, accumulate);
 }
 
-template <typename T, typename S>
-void moe_combine_backward(T* dys, S* dweight, const T* dout, const T* ys, const S* weight, const std::int32_t* order,
-                          std::int64_t rows, int dim, int top_k) {
+template <class M, typename T, typename W>
+void moe_combine_backward(T* dys, W* dweight, const T* dout, const T* ys, const W* weight, const std::int32_t* order,
+                          std::int64_t rows) {
   if (rows <= 0) return;
-  launch(moe_combine_backward_kernel<T, S>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight, dout, ys,
-         weight, order, rows, dim, top_k);
+  launch(moe_combine_backward_kernel<M, T, W>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight,
+         dout, ys, weight, order, rows);
 }
 
-template <typename T>
-void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim, int top_k) {
+template <class M, typename T>
+void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N) {
   if (N <= 0) return;
-  launch(moe_scatter_add_kernel<T>, blocks_for(N * dim, kMoeThreads), kMoeThreads, 0, dx, dxs, position, N, dim,
-         top_k);
+  launch(moe_scatter_add_kernel<M, T>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, dx, dxs, position, N);
 }
 
 // mean_prob: E doubles on the device; row_total: N doubles of scratch (sigmoid only).
-template <typename T>
-void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N, const MoeShape& m) {
-  if (m.sigmoid) {
-    launch(moe_row_total_kernel<T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, row_total, scores, N, m.experts);
+template <class M, typename T>
+void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N) {
+  constexpr bool kSigmoid = M::kScoring == MoeScoring::sigmoid;
+  if (kSigmoid) {
+    launch(moe_row_total_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, row_total, scores, N);
   }
-  launch(moe_mean_probs_kernel<T>, unsigned(m.experts), kMoeThreads, 0, mean_prob, scores,
-         m.sigmoid ? static_cast<const double*>(row_total) : nullptr, N, m.experts);
+  launch(moe_mean_probs_kernel<M, T>, unsigned(M::kExperts), kMoeThreads, 0, mean_prob, scores,
+         kSigmoid ? static_cast<const double*>(row_total) : nullptr, N);
 }
 
 // fp32 gradient of the router logits → T, for the router's backward GEMMs.
@@ -314,12 +337,12 @@ void moe_cast(T* out, const float* in, std::int64_t n) {
   launch(moe_cast_kernel<T>, blocks_for(n, kMoeThreads), kMoeThreads, 0, out, in, n);
 }
 
-template <int E, typename T>
+template <class M, typename T>
 void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
-                        const double* aux_grad, std::int64_t N, const MoeShape& m) {
+                        const double* aux_grad, std::int64_t N) {
   if (N <= 0) return;
-  launch(moe_route_backward_kernel<T, E>, blocks_for(N, kMoeThreads), kMoeThreads, 0, dlogits, dweight, scores,
-         expert, weight, aux_grad, N, m);
+  launch(moe_route_backward_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, dlogits, dweight, scores, expert,
+         weight, aux_grad, N);
 }
 
 }  // namespace gcm::cuda

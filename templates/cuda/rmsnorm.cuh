@@ -1,15 +1,20 @@
 // RMSNorm on the GPU, the semantics of templates/cpu/rmsnorm.hpp (seed 000 eq. 2), one row of
-// `dim` values at a time, with r = (mean(x²) + ε)^(-1/2) saved per row (rstd, fp32):
+// S::kDim values at a time, with r = (mean(x²) + ε)^(-1/2) saved per row (rstd, fp32):
 //
 //   forward   y_j  = g_j · x_j · r
 //   fused     h = a + b (rounded to T), then y = rmsnorm(h) from the rounded h
 //   backward  dx_k = r · g_k · dy_k − (r³ / dim) · x_k · Σ_j g_j · dy_j · x_j
 //             dg_j += Σ_rows dy_j · x_j · r
 //
+// Specialized: a norm shape S (ResidualNorm, QkNorm below, or a test's own) fixes the row width
+// S::kDim and ε = S::kEps at compile time, so every loop has a constant trip count, rows are read
+// in packs of up to 16 bytes (common.cuh WarpRow), 1/dim is a constant and ε is a literal in the
+// kernel. Only the row count varies at run time.
+//
 // The CPU sums x² in double; here the sum is fp32, and ε is added to mean(x²) unclamped, so
 // ε = 1e-12 still matters when mean(x²) is tiny (both are compared at fp32's relative precision).
-// QK-norm is the same kernels over head vectors: rows = N · heads, dim = head_dim, one gain
-// g[head_dim] shared by all heads (rmsnorm_heads_* below).
+// QK-norm is the same kernels over head vectors: rows = N · heads, S = QkNorm (dim = head_dim),
+// one gain g[head_dim] shared by all heads.
 //
 // Layout of the work: forward and dx give one warp to a row (8 rows per 256-thread block,
 // warp-stride over rows); the warp's butterfly sum gives every lane the same bits, so the
@@ -23,8 +28,23 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "gc/knob.hpp"
 
 namespace gcm::cuda {
+
+// ---- the norms of this experiment (gcompile folds the spec's values into these knobs) -------
+
+// Every d_model-wide norm: pre-attention/pre-MLP, sandwich, final and embedding norm.
+struct ResidualNorm {
+  static constexpr int kDim = gc::knob<int>("model.d_model", 64);
+  static constexpr float kEps = gc::knob<float>("model.norm_eps", 1e-5f);
+};
+
+// QK-norm: each head vector of q and k, with one gain of head_dim.
+struct QkNorm {
+  static constexpr int kDim = gc::knob<int>("model.head_dim", 16);
+  static constexpr float kEps = gc::knob<float>("model.norm_eps", 1e-5f);
+};
 
 inline constexpr int kRmsNormThreads = 256;  // 8 warps = 8 rows in flight per block
 
@@ -44,9 +64,10 @@ inline int rmsnorm_dg_slices(std::int64_t rows) {
   return int(slices);
 }
 
-// Size (in floats) of the dg_scratch buffer rmsnorm_backward needs: slices(rows) · dim.
-inline std::size_t rmsnorm_dg_scratch_floats(std::int64_t rows, int dim) {
-  return std::size_t(rmsnorm_dg_slices(rows)) * std::size_t(dim < 0 ? 0 : dim);
+// Size (in floats) of the dg_scratch buffer rmsnorm_backward<S> needs: slices(rows) · S::kDim.
+template <class S>
+std::size_t rmsnorm_dg_scratch_floats(std::int64_t rows) {
+  return std::size_t(rmsnorm_dg_slices(rows)) * std::size_t(S::kDim);
 }
 
 // Blocks for one warp per row; the kernels stride by the number of warps launched.
@@ -55,29 +76,54 @@ inline unsigned rmsnorm_row_blocks(std::int64_t rows) { return blocks_for(rows *
 // ---- forward ---------------------------------------------------------------------------------
 
 // r = 1 / sqrt(Σx² / dim + ε), from the warp-wide Σx² (IEEE sqrt and division, no rsqrtf).
-__device__ inline float rmsnorm_rstd(float sum_sq, int dim, float eps) {
-  return 1.0f / sqrtf(sum_sq / float(dim) + eps);
+template <class S>
+__device__ inline float rmsnorm_rstd(float sum_sq) {
+  return 1.0f / sqrtf(sum_sq / float(S::kDim) + S::kEps);
+}
+
+// Σ x² over the lane's packs of one row.
+template <class S, typename T>
+__device__ inline float lane_sum_sq(const T* row, int lane) {
+  using Row = WarpRow<S::kDim, T>;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int step = 0; step < Row::kSteps; ++step) {
+    if (!Row::in_row(lane, step)) continue;
+    float v[Row::kVec];
+    load_pack(v, row + Row::start(lane, step));
+#pragma unroll
+    for (int e = 0; e < Row::kVec; ++e) sum_sq += v[e] * v[e];
+  }
+  return sum_sq;
+}
+
+// y = g ⊙ h · r over the lane's packs of one row.
+template <class S, typename T>
+__device__ inline void lane_scale_row(T* y, const T* h, const T* g, float r, int lane) {
+  using Row = WarpRow<S::kDim, T>;
+#pragma unroll
+  for (int step = 0; step < Row::kSteps; ++step) {
+    if (!Row::in_row(lane, step)) continue;
+    const int j = Row::start(lane, step);
+    float hv[Row::kVec], gv[Row::kVec], out[Row::kVec];
+    load_pack(hv, h + j);
+    load_pack(gv, g + j);
+#pragma unroll
+    for (int e = 0; e < Row::kVec; ++e) out[e] = gv[e] * hv[e] * r;
+    store_pack(y + j, out);
+  }
 }
 
 // y = g ⊙ x · r. y may alias x (each lane reads its elements before writing them).
-template <typename T>
-__global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* g, std::int64_t rows, int dim,
-                                       float eps) {
+template <class S, typename T>
+__global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* g, std::int64_t rows) {
   const int lane = threadIdx.x % kWarp;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / kWarp;
   // Warp-uniform loop: all 32 lanes take the same rows, so warp_sum sees the whole warp.
   for (std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; row < rows; row += warps) {
-    const T* xr = x + row * dim;
-    T* yr = y + row * dim;
-    float sum_sq = 0.0f;
-    for (int j = lane; j < dim; j += kWarp) {
-      const float v = to_float(xr[j]);
-      sum_sq += v * v;
-    }
-    const float r = rmsnorm_rstd(warp_sum(sum_sq), dim, eps);
-    for (int j = lane; j < dim; j += kWarp) {
-      yr[j] = from_float<T>(to_float(g[j]) * to_float(xr[j]) * r);
-    }
+    const std::int64_t base = row * S::kDim;
+    const float r = rmsnorm_rstd<S>(warp_sum(lane_sum_sq<S>(x + base, lane)));
+    lane_scale_row<S>(y + base, x + base, g, r, lane);
     if (lane == 0) rstd[row] = r;
   }
 }
@@ -85,42 +131,56 @@ __global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* g
 // h = a + b rounded to T (written), y = rmsnorm(h) from the rounded h: exactly an add followed by
 // rmsnorm_forward. h may alias a or b (in-place residual): every element is read and written by
 // one lane, and the second pass reads back the lane's own writes of h.
-template <typename T>
+template <class S, typename T>
 __global__ void add_rmsnorm_forward_kernel(T* h, T* y, float* rstd, const T* a, const T* b, const T* g,
-                                           std::int64_t rows, int dim, float eps) {
+                                           std::int64_t rows) {
+  using Row = WarpRow<S::kDim, T>;
   const int lane = threadIdx.x % kWarp;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / kWarp;
   for (std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; row < rows; row += warps) {
-    const std::int64_t base = row * dim;
+    const std::int64_t base = row * S::kDim;
     float sum_sq = 0.0f;
-    for (int j = lane; j < dim; j += kWarp) {
-      const T hv = from_float<T>(to_float(a[base + j]) + to_float(b[base + j]));
-      h[base + j] = hv;
-      const float v = to_float(hv);
-      sum_sq += v * v;
+#pragma unroll
+    for (int step = 0; step < Row::kSteps; ++step) {
+      if (!Row::in_row(lane, step)) continue;
+      const std::int64_t j = base + Row::start(lane, step);
+      float av[Row::kVec], bv[Row::kVec], hv[Row::kVec];
+      load_pack(av, a + j);
+      load_pack(bv, b + j);
+#pragma unroll
+      for (int e = 0; e < Row::kVec; ++e) hv[e] = to_float(from_float<T>(av[e] + bv[e]));  // h as stored
+      store_pack(h + j, hv);
+#pragma unroll
+      for (int e = 0; e < Row::kVec; ++e) sum_sq += hv[e] * hv[e];
     }
-    const float r = rmsnorm_rstd(warp_sum(sum_sq), dim, eps);
-    for (int j = lane; j < dim; j += kWarp) {
-      y[base + j] = from_float<T>(to_float(g[j]) * to_float(h[base + j]) * r);
-    }
+    const float r = rmsnorm_rstd<S>(warp_sum(sum_sq));
+    lane_scale_row<S>(y + base, h + base, g, r, lane);
     if (lane == 0) rstd[row] = r;
   }
 }
 
-// x [rows, dim], g [dim] → y [rows, dim], rstd [rows] (fp32, for the backward). y may alias x.
-template <typename T>
-void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows, int dim, float eps) {
-  if (rows <= 0 || dim <= 0) return;
-  launch(rmsnorm_forward_kernel<T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, y, rstd, x, g, rows, dim, eps);
+// x [rows, S::kDim], g [S::kDim] → y [rows, S::kDim], rstd [rows] (fp32, for the backward). y may
+// alias x.
+template <class S, typename T>
+void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows) {
+  if (rows <= 0) return;
+  constexpr int kVec = WarpRow<S::kDim, T>::kVec;
+  for (const void* p : {static_cast<const void*>(y), static_cast<const void*>(x), static_cast<const void*>(g)}) {
+    check_pack_aligned<kVec, T>(p, "rmsnorm_forward");
+  }
+  launch(rmsnorm_forward_kernel<S, T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, y, rstd, x, g, rows);
 }
 
 // h = a + b (T), y = rmsnorm(h). h may alias a or b; y must not alias a, b or h.
-template <typename T>
-void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows, int dim,
-                         float eps) {
-  if (rows <= 0 || dim <= 0) return;
-  launch(add_rmsnorm_forward_kernel<T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, h, y, rstd, a, b, g, rows, dim,
-         eps);
+template <class S, typename T>
+void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows) {
+  if (rows <= 0) return;
+  constexpr int kVec = WarpRow<S::kDim, T>::kVec;
+  for (const void* p : {static_cast<const void*>(h), static_cast<const void*>(y), static_cast<const void*>(a),
+                        static_cast<const void*>(b), static_cast<const void*>(g)}) {
+    check_pack_aligned<kVec, T>(p, "add_rmsnorm_forward");
+  }
+  launch(add_rmsnorm_forward_kernel<S, T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, h, y, rstd, a, b, g, rows);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -128,27 +188,49 @@ void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const 
 // dx = r·g⊙dy − (r³/dim)·x·Σ g⊙dy⊙x, overwritten or (kAccumulate) added to dx. Each element of
 // dx is read (when accumulating) and written by the same lane, so dx may be the caller's
 // running residual gradient.
-template <bool kAccumulate, typename T>
+template <class S, bool kAccumulate, typename T>
 __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const T* g, const float* rstd,
-                                           std::int64_t rows, int dim) {
+                                           std::int64_t rows) {
+  using Row = WarpRow<S::kDim, T>;
   const int lane = threadIdx.x % kWarp;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / kWarp;
   for (std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; row < rows; row += warps) {
-    const std::int64_t base = row * dim;
+    const std::int64_t base = row * S::kDim;
     const float r = rstd[row];
     float dot = 0.0f;  // Σ_j g_j dy_j x_j
-    for (int j = lane; j < dim; j += kWarp) {
-      dot += to_float(g[j]) * to_float(dy[base + j]) * to_float(x[base + j]);
+#pragma unroll
+    for (int step = 0; step < Row::kSteps; ++step) {
+      if (!Row::in_row(lane, step)) continue;
+      const int j = Row::start(lane, step);
+      float gv[Row::kVec], dyv[Row::kVec], xv[Row::kVec];
+      load_pack(gv, g + j);
+      load_pack(dyv, dy + base + j);
+      load_pack(xv, x + base + j);
+#pragma unroll
+      for (int e = 0; e < Row::kVec; ++e) dot += gv[e] * dyv[e] * xv[e];
     }
     dot = warp_sum(dot);
-    const float c = r * r * r * dot / float(dim);
-    for (int j = lane; j < dim; j += kWarp) {
-      const float v = r * to_float(g[j]) * to_float(dy[base + j]) - c * to_float(x[base + j]);
+    const float c = r * r * r * dot / float(S::kDim);
+#pragma unroll
+    for (int step = 0; step < Row::kSteps; ++step) {
+      if (!Row::in_row(lane, step)) continue;
+      const int j = Row::start(lane, step);
+      float gv[Row::kVec], dyv[Row::kVec], xv[Row::kVec], out[Row::kVec];
+      load_pack(gv, g + j);
+      load_pack(dyv, dy + base + j);
+      load_pack(xv, x + base + j);
       if constexpr (kAccumulate) {
-        dx[base + j] = from_float<T>(to_float(dx[base + j]) + v);
+        load_pack(out, dx + base + j);
       } else {
-        dx[base + j] = from_float<T>(v);
+#pragma unroll
+        for (int e = 0; e < Row::kVec; ++e) out[e] = 0.0f;
       }
+#pragma unroll
+      for (int e = 0; e < Row::kVec; ++e) {
+        const float v = r * gv[e] * dyv[e] - c * xv[e];
+        out[e] = kAccumulate ? out[e] + v : v;
+      }
+      store_pack(dx + base + j, out);
     }
   }
 }
@@ -156,79 +238,69 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
 // dg stage 1. Block (tile, slice), threads (tx < 32 columns, ty < 8 row lanes): lane ty sums rows
 // r0+ty, r0+ty+8, … of the slice for column tile·32+tx; the 8 lanes are then added in order
 // ty = 0..7. Writes partial[slice][col] for every column < dim, also for an empty slice (0).
-template <typename T>
+template <class S, typename T>
 __global__ void rmsnorm_dg_partial_kernel(float* partial, const T* dy, const T* x, const float* rstd,
-                                          std::int64_t rows, int dim, std::int64_t rows_per_slice) {
+                                          std::int64_t rows, std::int64_t rows_per_slice) {
   __shared__ float sums[kRmsNormDgRowLanes][kRmsNormDgColumns];
   const int col = int(blockIdx.x) * kRmsNormDgColumns + int(threadIdx.x);
   const std::int64_t slice = blockIdx.y;
   const std::int64_t r0 = slice * rows_per_slice;
   const std::int64_t r1 = r0 + rows_per_slice < rows ? r0 + rows_per_slice : rows;
   float acc = 0.0f;
-  if (col < dim) {
+  if (col < S::kDim) {
     for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kRmsNormDgRowLanes) {
-      const std::int64_t i = r * dim + col;
+      const std::int64_t i = r * S::kDim + col;
       acc += to_float(dy[i]) * to_float(x[i]) * rstd[r];
     }
   }
   sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();  // reached by every thread (no early return above)
-  if (threadIdx.y == 0 && col < dim) {
+  if (threadIdx.y == 0 && col < S::kDim) {
     float total = 0.0f;
+#pragma unroll
     for (int k = 0; k < kRmsNormDgRowLanes; ++k) total += sums[k][threadIdx.x];
-    partial[slice * dim + col] = total;
+    partial[slice * S::kDim + col] = total;
   }
 }
 
-// dg stage 2: dg[j] += Σ_{s = 0, 1, …} partial[s][j]. (Templated on the block size so the
-// header defines no non-template kernel.)
-template <int kThreads>
-__global__ void rmsnorm_dg_finish_kernel(float* dg, const float* partial, int slices, int dim) {
-  const int j = int(blockIdx.x) * kThreads + int(threadIdx.x);
-  if (j >= dim) return;
+// dg stage 2: dg[j] += Σ_{s = 0, 1, …} partial[s][j].
+template <class S>
+__global__ void rmsnorm_dg_finish_kernel(float* dg, const float* partial, int slices) {
+  const int j = int(blockIdx.x) * kRmsNormDgFinishThreads + int(threadIdx.x);
+  if (j >= S::kDim) return;
   float total = 0.0f;
-  for (int s = 0; s < slices; ++s) total += partial[std::int64_t(s) * dim + j];
+  for (int s = 0; s < slices; ++s) total += partial[std::int64_t(s) * S::kDim + j];
   dg[j] += total;
 }
 
-// dx [rows, dim] = ∂L/∂x (overwritten, or added when accumulate_dx; dx may then be the running
-// residual gradient). dg [dim] (fp32) += Σ_rows dy ⊙ x · r. dg_scratch: device buffer of at least
-// rmsnorm_dg_scratch_floats(rows, dim) floats. rstd from the forward. dx must not alias dy, x or g.
-template <typename T>
+// dx [rows, S::kDim] = ∂L/∂x (overwritten, or added when accumulate_dx; dx may then be the
+// running residual gradient). dg [S::kDim] (fp32) += Σ_rows dy ⊙ x · r. dg_scratch: device
+// buffer of at least rmsnorm_dg_scratch_floats<S>(rows) floats. rstd from the forward. dx must
+// not alias dy, x or g.
+template <class S, typename T>
 void rmsnorm_backward(T* dx, float* dg, float* dg_scratch, const T* dy, const T* x, const T* g, const float* rstd,
-                      std::int64_t rows, int dim, bool accumulate_dx) {
-  if (rows <= 0 || dim <= 0) return;
+                      std::int64_t rows, bool accumulate_dx) {
+  if (rows <= 0) return;
+  constexpr int kVec = WarpRow<S::kDim, T>::kVec;
+  for (const void* p : {static_cast<const void*>(dx), static_cast<const void*>(dy), static_cast<const void*>(x),
+                        static_cast<const void*>(g)}) {
+    check_pack_aligned<kVec, T>(p, "rmsnorm_backward");
+  }
   // dg first (reads dy and x only), then dx.
   const int slices = rmsnorm_dg_slices(rows);
   const std::int64_t rows_per_slice = (rows + slices - 1) / slices;
-  const dim3 tiles(unsigned((dim + kRmsNormDgColumns - 1) / kRmsNormDgColumns), unsigned(slices));
+  const dim3 tiles(unsigned((S::kDim + kRmsNormDgColumns - 1) / kRmsNormDgColumns), unsigned(slices));
   const dim3 lanes(kRmsNormDgColumns, kRmsNormDgRowLanes);
-  launch(rmsnorm_dg_partial_kernel<T>, tiles, lanes, 0, dg_scratch, dy, x, rstd, rows, dim, rows_per_slice);
-  const unsigned finish_blocks = unsigned((dim + kRmsNormDgFinishThreads - 1) / kRmsNormDgFinishThreads);
-  launch(rmsnorm_dg_finish_kernel<kRmsNormDgFinishThreads>, finish_blocks, kRmsNormDgFinishThreads, 0, dg, dg_scratch,
-         slices, dim);
+  launch(rmsnorm_dg_partial_kernel<S, T>, tiles, lanes, 0, dg_scratch, dy, x, rstd, rows, rows_per_slice);
+  constexpr unsigned kFinishBlocks = unsigned((S::kDim + kRmsNormDgFinishThreads - 1) / kRmsNormDgFinishThreads);
+  launch(rmsnorm_dg_finish_kernel<S>, kFinishBlocks, kRmsNormDgFinishThreads, 0, dg, dg_scratch, slices);
 
   const unsigned blocks = rmsnorm_row_blocks(rows);
   if (accumulate_dx) {
-    launch(rmsnorm_backward_dx_kernel<true, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows, dim);
+    launch(rmsnorm_backward_dx_kernel<S, true, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows);
   } else {
-    launch(rmsnorm_backward_dx_kernel<false, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows, dim);
+    launch(rmsnorm_backward_dx_kernel<S, false, T>, blocks, kRmsNormThreads, 0, dx, dy, x, g, rstd, rows);
   }
-}
-
-// ---- QK-norm: x [N, heads, head_dim], one gain g[head_dim]; rstd [N · heads] ---------------------
-
-template <typename T>
-void rmsnorm_heads_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t N, int heads, int head_dim,
-                           float eps) {
-  rmsnorm_forward(y, rstd, x, g, N * heads, head_dim, eps);
-}
-
-// dg_scratch: rmsnorm_dg_scratch_floats(N · heads, head_dim) floats.
-template <typename T>
-void rmsnorm_heads_backward(T* dx, float* dg, float* dg_scratch, const T* dy, const T* x, const T* g,
-                            const float* rstd, std::int64_t N, int heads, int head_dim, bool accumulate_dx) {
-  rmsnorm_backward(dx, dg, dg_scratch, dy, x, g, rstd, N * heads, head_dim, accumulate_dx);
 }
 
 }  // namespace gcm::cuda

@@ -5,56 +5,89 @@
 //   backward  da = dh ⊙ b ⊙ σ(a) · (1 + a · (1 − σ(a)))      (= dh ⊙ b ⊙ silu'(a))
 //             db = dh ⊙ silu(a)
 //
-// Elementwise over n = N · d_ff values, one thread per element (grid-stride), fp32 math. Each
-// thread reads all its inputs before writing, so da and db may alias dh (and h may alias a or b).
+// Elementwise over rows of kWidth values (d_ff, an expert's d_ff or the shared experts' width:
+// SwigluShape below holds the spec's), fp32 math. kWidth is a template argument, so one thread
+// handles a pack of up to 16 bytes that divides the row (common.cuh row_pack: 8 bf16 values for
+// a d_ff that is a multiple of 8). Each thread reads all its inputs before writing, so da and db
+// may alias dh (and h may alias a or b).
 #pragma once
 
 #include <cstdint>
 
 #include "common.cuh"
+#include "gc/knob.hpp"
 
 namespace gcm::cuda {
+
+// ---- the MLP widths of this experiment (gcompile folds the spec's values in) ------------------
+struct SwigluShape {
+  static constexpr int kDff = gc::knob<int>("plan.dense_d_ff", 128);       // dense MLP layers
+  static constexpr int kExpertDff = gc::knob<int>("plan.moe_expert_d_ff", 1);  // one routed expert (MoE)
+  static constexpr int kSharedDff = gc::knob<int>("plan.moe_shared_d_ff", 0);  // the shared experts together
+};
 
 inline constexpr int kSwigluThreads = 256;
 
 // σ(a) = 1 / (1 + e^(−a)); for a → −∞, e^(−a) = inf and σ = 0 (no NaN).
 __device__ inline float swiglu_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 
-template <typename T>
-__global__ void swiglu_forward_kernel(T* h, const T* a, const T* b, std::int64_t n) {
+// One thread per pack of kVec values (grid-stride over the n / kVec packs).
+template <int kVec, typename T>
+__global__ void swiglu_forward_kernel(T* h, const T* a, const T* b, std::int64_t packs) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float ai = to_float(a[i]);
-    const float bi = to_float(b[i]);
-    h[i] = from_float<T>(ai * swiglu_sigmoid(ai) * bi);
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    float av[kVec], bv[kVec], hv[kVec];
+    load_pack(av, a + p * kVec);
+    load_pack(bv, b + p * kVec);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) hv[e] = av[e] * swiglu_sigmoid(av[e]) * bv[e];
+    store_pack(h + p * kVec, hv);
   }
 }
 
-template <typename T>
-__global__ void swiglu_backward_kernel(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
+template <int kVec, typename T>
+__global__ void swiglu_backward_kernel(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t packs) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float ai = to_float(a[i]);
-    const float bi = to_float(b[i]);
-    const float grad = to_float(dh[i]);
-    const float sig = swiglu_sigmoid(ai);
-    da[i] = from_float<T>(grad * bi * sig * (1.0f + ai * (1.0f - sig)));
-    db[i] = from_float<T>(grad * ai * sig);
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    float av[kVec], bv[kVec], gv[kVec], dav[kVec], dbv[kVec];
+    load_pack(av, a + p * kVec);
+    load_pack(bv, b + p * kVec);
+    load_pack(gv, dh + p * kVec);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float sig = swiglu_sigmoid(av[e]);
+      dav[e] = gv[e] * bv[e] * sig * (1.0f + av[e] * (1.0f - sig));
+      dbv[e] = gv[e] * av[e] * sig;
+    }
+    store_pack(da + p * kVec, dav);
+    store_pack(db + p * kVec, dbv);
   }
 }
 
-// h [n] = silu(a) ⊙ b.
-template <typename T>
-void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) {
-  if (n <= 0) return;
-  launch(swiglu_forward_kernel<T>, blocks_for(n, kSwigluThreads), kSwigluThreads, 0, h, a, b, n);
+// h [rows, kWidth] = silu(a) ⊙ b.
+template <int kWidth, typename T>
+void swiglu_forward(T* h, const T* a, const T* b, std::int64_t rows) {
+  constexpr int kVec = row_pack<T>(kWidth);
+  const std::int64_t packs = rows * (kWidth / kVec);
+  if (packs <= 0) return;
+  for (const void* p : {static_cast<const void*>(h), static_cast<const void*>(a), static_cast<const void*>(b)}) {
+    check_pack_aligned<kVec, T>(p, "swiglu_forward");
+  }
+  launch(swiglu_forward_kernel<kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, h, a, b, packs);
 }
 
-// da, db [n] overwritten; either may alias dh.
-template <typename T>
-void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
-  if (n <= 0) return;
-  launch(swiglu_backward_kernel<T>, blocks_for(n, kSwigluThreads), kSwigluThreads, 0, da, db, dh, a, b, n);
+// da, db [rows, kWidth] overwritten; either may alias dh.
+template <int kWidth, typename T>
+void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t rows) {
+  constexpr int kVec = row_pack<T>(kWidth);
+  const std::int64_t packs = rows * (kWidth / kVec);
+  if (packs <= 0) return;
+  for (const void* p : {static_cast<const void*>(da), static_cast<const void*>(db), static_cast<const void*>(dh),
+                        static_cast<const void*>(a), static_cast<const void*>(b)}) {
+    check_pack_aligned<kVec, T>(p, "swiglu_backward");
+  }
+  launch(swiglu_backward_kernel<kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, da, db, dh, a, b,
+         packs);
 }
 
 }  // namespace gcm::cuda

@@ -40,12 +40,18 @@ std::string mode_name() {
   return kMode == gcm::cuda::GateMode::headwise ? "headwise" : "elementwise";
 }
 
-// head_dim = 72: lanes 0..7 of the headwise warp take three elements, the others two.
+// Gate shapes as a spec fixes them. head_dim = 72: lanes 0..7 of the headwise warp take three
+// elements, the others two; head_dim = 16: half the lanes idle.
+template <int H, int HD>
+struct GateDims {
+  static constexpr int kHeads = H, kHeadDim = HD;
+};
+
 // in_place: out is the buffer of attn (forward), dattn the buffer of dout (backward).
-template <gcm::cuda::GateMode kMode, typename T>
+template <gcm::cuda::GateMode kMode, typename T, class S>
 void check_gate(bool in_place) {
   constexpr gcm::cpu::GateMode kCpu = cpu_mode<kMode>();
-  const int N = 37, heads = 3, head_dim = 72;
+  const int N = 37, heads = S::kHeads, head_dim = S::kHeadDim;
   const std::size_t n = std::size_t(N) * heads * head_dim;
   const std::size_t nz = kMode == gcm::cuda::GateMode::headwise ? std::size_t(N) * heads : n;
   const auto attn = rounded<T>(kt::random_vector(n, 31));
@@ -58,15 +64,15 @@ void check_gate(bool in_place) {
 
   auto z_d = upload_as<T>(z);
   auto dout_d = upload_as<T>(dout);
-  const std::string what = "gate " + mode_name<kMode>() + " " + type_name<T>() + (in_place ? " in place" : "");
+  const std::string what = "gate " + mode_name<kMode>() + " " + type_name<T>() + " heads " + std::to_string(heads) +
+                           " head_dim " + std::to_string(head_dim) + (in_place ? " in place" : "");
 
   // Backward first: the in-place forward overwrites attn.
   {
     auto attn_d = upload_as<T>(attn);
     DeviceBuffer<T> dattn_own(n), dz(nz);
     DeviceBuffer<T>& dattn = in_place ? dout_d : dattn_own;
-    gcm::cuda::gate_backward<kMode>(dattn.data(), dz.data(), dout_d.data(), attn_d.data(), z_d.data(), N, heads,
-                                    head_dim);
+    gcm::cuda::gate_backward<kMode, S>(dattn.data(), dz.data(), dout_d.data(), attn_d.data(), z_d.data(), N);
     expect_close(download_double(dattn), dattn_ref, ct::tolerance<T>(), what + " backward dattn");
     expect_close(download_double(dz), dz_ref, ct::tolerance<T>(), what + " backward dz");
   }
@@ -74,7 +80,7 @@ void check_gate(bool in_place) {
     auto attn_d = upload_as<T>(attn);
     DeviceBuffer<T> out_own(n);
     DeviceBuffer<T>& out = in_place ? attn_d : out_own;
-    gcm::cuda::gate_forward<kMode>(out.data(), attn_d.data(), z_d.data(), N, heads, head_dim);
+    gcm::cuda::gate_forward<kMode, S>(out.data(), attn_d.data(), z_d.data(), N);
     expect_close(download_double(out), out_ref, ct::tolerance<T>(), what + " forward");
   }
 }
@@ -82,16 +88,20 @@ void check_gate(bool in_place) {
 TEST(CudaGateCe, GateHeadwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::cuda::GateMode::headwise, float>(in_place);
-    check_gate<gcm::cuda::GateMode::headwise, bf16>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<5, 16>>(in_place);
   }
 }
 
 TEST(CudaGateCe, GateElementwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::cuda::GateMode::elementwise, float>(in_place);
-    check_gate<gcm::cuda::GateMode::elementwise, bf16>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<5, 16>>(in_place);
   }
 }
 
@@ -107,9 +117,20 @@ std::vector<std::int32_t> ce_targets(int N, int V, std::uint64_t seed, bool igno
   return targets;
 }
 
-template <typename T>
-void check_cross_entropy_forward(float alpha, bool ignore = false) {
-  const int N = 37, V = 1000;
+// Output shapes as a spec fixes them (V and α are compile-time constants of the kernels).
+template <int V, int kScaleHundredths>
+struct Logits {
+  static constexpr int kVocab = V;
+  static constexpr float kScale = float(kScaleHundredths) / 100.0f;
+};
+using V1000 = Logits<1000, 100>;
+using V1000Alpha035 = Logits<1000, 35>;
+using V517Alpha05 = Logits<517, 50>;  // fewer elements than two passes of the block
+
+template <typename T, class S>
+void check_cross_entropy_forward(bool ignore = false) {
+  const int N = 37, V = S::kVocab;
+  const float alpha = S::kScale;
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 41, 2.0));
   const auto targets = ce_targets(N, V, 42, ignore);
   std::vector<double> loss_ref(N), p_ref(N);
@@ -120,9 +141,10 @@ void check_cross_entropy_forward(float alpha, bool ignore = false) {
   auto targets_d = ct::upload(targets);
   DeviceBuffer<float> losses(N), p_target(N);
   DeviceBuffer<double> total(1);
-  gcm::cuda::cross_entropy_forward(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N, V, alpha);
+  gcm::cuda::cross_entropy_forward<S>(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N);
   gcm::cuda::sum_losses(total.data(), losses.data(), N);
-  const std::string what = "cross_entropy forward " + type_name<T>() + " alpha " + std::to_string(alpha) +
+  const std::string what = "cross_entropy forward " + type_name<T>() + " V " + std::to_string(V) + " alpha " +
+                           std::to_string(alpha) +
                            (ignore ? " with ignored targets" : "");
   // The outputs are fp32 computed from the same T inputs: fp32 tolerance for both T.
   expect_close(download_double(losses), loss_ref, ct::tolerance<float>(), what + " losses");
@@ -132,16 +154,16 @@ void check_cross_entropy_forward(float alpha, bool ignore = false) {
 
   // p_target may be omitted.
   DeviceBuffer<float> losses_only(N);
-  gcm::cuda::cross_entropy_forward<T>(losses_only.data(), nullptr, logits_d.data(), targets_d.data(), N, V, alpha);
+  gcm::cuda::cross_entropy_forward<S, T>(losses_only.data(), nullptr, logits_d.data(), targets_d.data(), N);
   EXPECT_TRUE(bitwise_equal(ct::download(losses_only), ct::download(losses))) << what << ": without p_target";
 }
 
 // dlogits = loss_scale · α · (softmax − onehot) / N. in_place: dlogits is the logits buffer.
 // Two runs must agree bitwise.
-template <typename T>
+template <typename T, class S>
 void check_cross_entropy_backward(bool in_place, bool ignore = false) {
-  const int N = 37, V = 1000;
-  const float alpha = 0.5f, loss_scale = 0.25f;
+  const int N = 37, V = S::kVocab;
+  const float alpha = S::kScale, loss_scale = 0.25f;
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 43, 2.0));
   const auto targets = ce_targets(N, V, 44, ignore);
   std::vector<double> ref(logits.size());
@@ -154,33 +176,37 @@ void check_cross_entropy_backward(bool in_place, bool ignore = false) {
     auto logits_d = upload_as<T>(logits);
     DeviceBuffer<T> own(logits.size());
     DeviceBuffer<T>& dlogits = in_place ? logits_d : own;
-    gcm::cuda::cross_entropy_backward(dlogits.data(), logits_d.data(), targets_d.data(), N, V, alpha, loss_scale,
-                                      gc::rt::count_scored(targets.data(), N));
+    gcm::cuda::cross_entropy_backward<S>(dlogits.data(), logits_d.data(), targets_d.data(), N, loss_scale,
+                                         gc::rt::count_scored(targets.data(), N));
     runs.push_back(ct::download(dlogits));
   }
-  const std::string what =
-      "cross_entropy backward " + type_name<T>() + (in_place ? " in place" : "") + (ignore ? " ignored targets" : "");
+  const std::string what = "cross_entropy backward " + type_name<T>() + " V " + std::to_string(V) +
+                           (in_place ? " in place" : "") + (ignore ? " ignored targets" : "");
   expect_close(ct::to_double(runs[0]), ref, ct::tolerance<T>(), what);
   EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << what << ": not deterministic";
 }
 
 TEST(CudaGateCe, CrossEntropyForwardMatchesCpu) {
   GC_REQUIRE_GPU();
-  for (float alpha : {1.0f, 0.35f}) {
-    check_cross_entropy_forward<float>(alpha);
-    check_cross_entropy_forward<bf16>(alpha);
-  }
-  check_cross_entropy_forward<float>(0.35f, true);
-  check_cross_entropy_forward<bf16>(1.0f, true);
+  check_cross_entropy_forward<float, V1000>();
+  check_cross_entropy_forward<bf16, V1000>();
+  check_cross_entropy_forward<float, V1000Alpha035>();
+  check_cross_entropy_forward<bf16, V1000Alpha035>();
+  check_cross_entropy_forward<float, V517Alpha05>();
+  check_cross_entropy_forward<bf16, V517Alpha05>();
+  check_cross_entropy_forward<float, V1000Alpha035>(true);
+  check_cross_entropy_forward<bf16, V1000>(true);
 }
 
 TEST(CudaGateCe, CrossEntropyBackwardMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_cross_entropy_backward<float>(in_place);
-    check_cross_entropy_backward<bf16>(in_place);
-    check_cross_entropy_backward<float>(in_place, true);
-    check_cross_entropy_backward<bf16>(in_place, true);
+    check_cross_entropy_backward<float, V517Alpha05>(in_place);
+    check_cross_entropy_backward<bf16, V517Alpha05>(in_place);
+    check_cross_entropy_backward<float, V1000Alpha035>(in_place);
+    check_cross_entropy_backward<bf16, V1000Alpha035>(in_place);
+    check_cross_entropy_backward<float, V517Alpha05>(in_place, true);
+    check_cross_entropy_backward<bf16, V1000>(in_place, true);
   }
 }
 

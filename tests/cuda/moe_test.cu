@@ -23,23 +23,44 @@ using ct::rounded;
 using ct::type_name;
 using ct::upload_as;
 using gcm::cpu::MoeShape;
+using gcm::cuda::MoeScoring;
 
-constexpr int kE = 7, kK = 3;
+// Routing layouts as a spec fixes them (compile-time constants of the kernels): the row width,
+// experts, top-k, scoring and renormalization.
+template <int D, int E, int K, MoeScoring kScore, bool kNorm>
+struct Layout {
+  static constexpr int kDim = D, kExperts = E, kTopK = K;
+  static constexpr MoeScoring kScoring = kScore;
+  static constexpr bool kNormTopk = kNorm;
+  static MoeShape cpu() { return MoeShape{E, K, kScore == MoeScoring::sigmoid, kNorm}; }
+  static std::string name() {
+    return "E=" + std::to_string(E) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
+           (kScore == MoeScoring::sigmoid ? " sigmoid" : " softmax") + (kNorm ? " norm" : "");
+  }
+};
+
+template <class M>
+std::vector<float> test_bias() {
+  std::vector<float> bias;
+  for (int e = 0; e < M::kExperts; ++e) bias.push_back(0.01f * float((e * 3) % 7 - 3));
+  return bias;
+}
 
 // The router runs in fp32 (scores, weights); T only rounds the logits it reads.
-template <typename T>
-void check_route_and_dispatch(bool sigmoid, bool norm) {
+template <typename T, class M>
+void check_route_and_dispatch() {
   const int N = 45;
-  const MoeShape m{kE, kK, sigmoid, norm};
-  const std::string what = type_name<T>() + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "");
+  constexpr int kE = M::kExperts, kK = M::kTopK;
+  const MoeShape m = M::cpu();
+  const bool norm = M::kNormTopk;
+  const std::string what = type_name<T>() + " " + M::name();
   const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 41, 2.0));
-  const std::vector<float> bias = {0.01f, -0.02f, 0.0f, 0.03f, 0.0f, -0.01f, 0.02f};
+  const std::vector<float> bias = test_bias<M>();
   auto logits_d = upload_as<float>(logits);
   DeviceBuffer<float> bias_d = ct::upload(bias);
   DeviceBuffer<float> scores_d(static_cast<std::size_t>(N * kE)), weight_d(static_cast<std::size_t>(N * kK));
   DeviceBuffer<std::int32_t> expert_d(static_cast<std::size_t>(N * kK));
-  gcm::cuda::moe_route_forward(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(), bias_d.data(), N,
-                               m);
+  gcm::cuda::moe_route_forward<M>(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(), bias_d.data(), N);
   // Scores against the CPU in double; selection and weights against the CPU
   // applied to the GPU's own scores (a near-tie may round either way).
   std::vector<double> scores_ref(static_cast<std::size_t>(N * kE)), w_ref(static_cast<std::size_t>(N * kK));
@@ -67,8 +88,7 @@ void check_route_and_dispatch(bool sigmoid, bool norm) {
   // Dispatch: the same stable counting sort as the CPU's, exactly.
   DeviceBuffer<std::int32_t> order_d(static_cast<std::size_t>(N * kK)), position_d(static_cast<std::size_t>(N * kK));
   DeviceBuffer<std::int64_t> offsets_d(kE + 1), counts_d(kE);
-  gcm::cuda::moe_dispatch(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), expert_d.data(), N, kE,
-                          kK);
+  gcm::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), expert_d.data(), N);
   std::vector<std::int32_t> order_ref(static_cast<std::size_t>(N * kK)), position_ref(static_cast<std::size_t>(N * kK));
   std::vector<std::int64_t> offsets_ref(kE + 1);
   gcm::cpu::moe_dispatch(order_ref.data(), position_ref.data(), offsets_ref.data(), expert.data(), N, kE, kK);
@@ -79,12 +99,12 @@ void check_route_and_dispatch(bool sigmoid, bool norm) {
 
 TEST(CudaMoe, RouteAndDispatchMatchTheCpu) {
   GC_REQUIRE_GPU();
-  for (bool sigmoid : {false, true}) {
-    for (bool norm : {false, true}) {
-      check_route_and_dispatch<float>(sigmoid, norm);
-      check_route_and_dispatch<bf16>(sigmoid, norm);
-    }
-  }
+  check_route_and_dispatch<float, Layout<24, 7, 3, MoeScoring::softmax, false>>();
+  check_route_and_dispatch<bf16, Layout<24, 7, 3, MoeScoring::softmax, true>>();
+  check_route_and_dispatch<float, Layout<24, 7, 3, MoeScoring::sigmoid, false>>();
+  check_route_and_dispatch<bf16, Layout<24, 7, 3, MoeScoring::sigmoid, true>>();
+  check_route_and_dispatch<float, Layout<24, 16, 4, MoeScoring::softmax, true>>();
+  check_route_and_dispatch<bf16, Layout<24, 16, 4, MoeScoring::sigmoid, false>>();
 }
 
 // A fixed routing of N tokens (distinct experts per token) and its dispatch.
@@ -93,7 +113,9 @@ struct Routing {
   std::vector<std::int64_t> offsets;
 };
 
+template <class M>
 Routing make_routing(int N) {
+  constexpr int kE = M::kExperts, kK = M::kTopK;
   Routing r;
   for (int t = 0; t < N; ++t) {
     for (int j = 0; j < kK; ++j) r.expert.push_back((t * 5 + j * 2 + (t % 3)) % kE);
@@ -105,11 +127,12 @@ Routing make_routing(int N) {
   return r;
 }
 
-template <typename T>
-void check_gather_combine(int D) {
+template <typename T, class M>
+void check_gather_combine() {
+  constexpr int D = M::kDim, kK = M::kTopK;
   const int N = 33, A = N * kK;
-  const std::string what = type_name<T>() + " D=" + std::to_string(D);
-  const Routing r = make_routing(N);
+  const std::string what = type_name<T>() + " " + M::name();
+  const Routing r = make_routing<M>(N);
   auto order_d = ct::upload(r.order);
   auto position_d = ct::upload(r.position);
   const auto x = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 51));
@@ -121,21 +144,21 @@ void check_gather_combine(int D) {
   auto w_d = upload_as<float>(w);  // the router's weights are fp32
 
   DeviceBuffer<T> xs_d(static_cast<std::size_t>(A * D));
-  gcm::cuda::moe_gather(xs_d.data(), x_d.data(), order_d.data(), A, D, kK);
+  gcm::cuda::moe_gather<M>(xs_d.data(), x_d.data(), order_d.data(), A);
   std::vector<double> xs_ref(static_cast<std::size_t>(A * D));
   gcm::cpu::moe_gather(xs_ref.data(), x.data(), r.order.data(), A, D, kK);
   EXPECT_EQ(download_double(xs_d), xs_ref) << what;  // a copy: exact
 
   auto out_d = upload_as<T>(prior);
-  gcm::cuda::moe_combine(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, D, kK, true);
+  gcm::cuda::moe_combine<M>(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, true);
   std::vector<double> out_ref = prior;
   gcm::cpu::moe_combine(out_ref.data(), ys.data(), w.data(), r.position.data(), N, D, kK, true);
   expect_close(download_double(out_d), out_ref, ct::tolerance<T>(), "moe combine " + what);
 
   DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D));
   DeviceBuffer<float> dweight_d(static_cast<std::size_t>(A));
-  gcm::cuda::moe_combine_backward(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                  order_d.data(), A, D, kK);
+  gcm::cuda::moe_combine_backward<M>(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                     order_d.data(), A);
   std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(A));
   gcm::cpu::moe_combine_backward(dys_ref.data(), dweight_ref.data(), dout.data(), ys.data(), w.data(), r.order.data(),
                                  A, D, kK);
@@ -143,7 +166,7 @@ void check_gather_combine(int D) {
   expect_close(download_double(dweight_d), dweight_ref, ct::tolerance<T>(), "moe combine backward dweight " + what);
 
   auto dx_d = upload_as<T>(prior);
-  gcm::cuda::moe_scatter_add(dx_d.data(), ys_d.data(), position_d.data(), N, D, kK);
+  gcm::cuda::moe_scatter_add<M>(dx_d.data(), ys_d.data(), position_d.data(), N);
   std::vector<double> dx_ref = prior;
   gcm::cpu::moe_scatter_add(dx_ref.data(), ys.data(), r.position.data(), N, D, kK);
   expect_close(download_double(dx_d), dx_ref, ct::tolerance<T>(), "moe scatter add " + what);
@@ -151,26 +174,27 @@ void check_gather_combine(int D) {
   // Determinism: the same launch twice gives the same bits.
   DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D));
   DeviceBuffer<float> dweight2_d(static_cast<std::size_t>(A));
-  gcm::cuda::moe_combine_backward(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                  order_d.data(), A, D, kK);
+  gcm::cuda::moe_combine_backward<M>(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                     order_d.data(), A);
   EXPECT_TRUE(ct::bitwise_equal(ct::download(dweight_d), ct::download(dweight2_d))) << what;
 }
 
 TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
   GC_REQUIRE_GPU();
-  for (int D : {24, 70}) {  // below and above one warp's width
-    check_gather_combine<float>(D);
-    check_gather_combine<bf16>(D);
-  }
+  // Rows below and above one warp's width, two top-k.
+  check_gather_combine<float, Layout<24, 7, 3, MoeScoring::softmax, false>>();
+  check_gather_combine<bf16, Layout<24, 7, 3, MoeScoring::softmax, false>>();
+  check_gather_combine<float, Layout<70, 5, 2, MoeScoring::softmax, false>>();
+  check_gather_combine<bf16, Layout<70, 5, 2, MoeScoring::softmax, false>>();
 }
 
 // In fp32 (the router's precision on every backend); T rounds the inputs.
-template <typename T>
-void check_route_backward(bool sigmoid, bool norm, bool aux) {
+template <typename T, class M>
+void check_route_backward(bool aux) {
   const int N = 29;
-  const MoeShape m{kE, kK, sigmoid, norm};
-  const std::string what = type_name<T>() + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "") +
-                           (aux ? " aux" : "");
+  constexpr int kE = M::kExperts, kK = M::kTopK;
+  const MoeShape m = M::cpu();
+  const std::string what = type_name<T>() + " " + M::name() + (aux ? " aux" : "");
   const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 61, 1.5));
   std::vector<double> scores(static_cast<std::size_t>(N * kE)), w(static_cast<std::size_t>(N * kK));
   std::vector<std::int32_t> expert(static_cast<std::size_t>(N * kK));
@@ -184,8 +208,8 @@ void check_route_backward(bool sigmoid, bool norm, bool aux) {
   auto expert_d = ct::upload(expert);
   auto aux_d = ct::upload(aux_grad);
   DeviceBuffer<float> dlogits_d(static_cast<std::size_t>(N * kE));
-  gcm::cuda::moe_route_backward<kE>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
-                                    aux ? aux_d.data() : nullptr, N, m);
+  gcm::cuda::moe_route_backward<M>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
+                                   aux ? aux_d.data() : nullptr, N);
   std::vector<double> ref(static_cast<std::size_t>(N * kE));
   gcm::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
                                aux ? aux_grad.data() : nullptr, N, m);
@@ -193,7 +217,7 @@ void check_route_backward(bool sigmoid, bool norm, bool aux) {
 
   if (aux) {
     DeviceBuffer<double> mean_d(kE), row_total_d(static_cast<std::size_t>(N));
-    gcm::cuda::moe_mean_probs(mean_d.data(), row_total_d.data(), scores_d.data(), N, m);
+    gcm::cuda::moe_mean_probs<M>(mean_d.data(), row_total_d.data(), scores_d.data(), N);
     std::vector<double> mean_ref(kE);
     gcm::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, m);
     expect_close(ct::download(mean_d), mean_ref, 1e-6, "moe mean probs " + what);
@@ -202,13 +226,13 @@ void check_route_backward(bool sigmoid, bool norm, bool aux) {
 
 TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
   GC_REQUIRE_GPU();
-  for (bool sigmoid : {false, true}) {
-    for (bool norm : {false, true}) {
-      for (bool aux : {false, true}) {
-        check_route_backward<float>(sigmoid, norm, aux);
-        check_route_backward<bf16>(sigmoid, norm, aux);
-      }
-    }
+  for (bool aux : {false, true}) {
+    check_route_backward<float, Layout<24, 7, 3, MoeScoring::softmax, false>>(aux);
+    check_route_backward<bf16, Layout<24, 7, 3, MoeScoring::softmax, true>>(aux);
+    check_route_backward<float, Layout<24, 7, 3, MoeScoring::sigmoid, true>>(aux);
+    check_route_backward<bf16, Layout<24, 7, 3, MoeScoring::sigmoid, false>>(aux);
+    check_route_backward<float, Layout<24, 12, 2, MoeScoring::sigmoid, true>>(aux);
+    check_route_backward<bf16, Layout<24, 12, 2, MoeScoring::softmax, false>>(aux);
   }
 }
 

@@ -34,10 +34,21 @@ using ct::upload_as;
 
 // ---- embedding ---------------------------------------------------------------------------------
 
-template <typename T>
+// Embedding shapes as a spec fixes them: d = 200 (8-wide packs for bf16, 4-wide for fp32) and
+// d = 36 (4-wide / 4-wide), with two scales.
+struct Embed200 {
+  static constexpr int kDim = 200;
+  static constexpr float kScale = 1.7f;
+};
+struct Embed36 {
+  static constexpr int kDim = 36;
+  static constexpr float kScale = 0.75f;
+};
+
+template <typename T, class S>
 void check_embedding_forward() {
-  const int N = 37, d = 200, V = 101;
-  const float scale = 1.7f;
+  const int N = 37, d = S::kDim, V = 101;
+  const float scale = S::kScale;
   const auto tokens = kt::random_tokens(N, V, 1);
   const auto E = rounded<T>(kt::random_vector(std::size_t(V) * d, 2));
   std::vector<double> ref(std::size_t(N) * d);
@@ -46,15 +57,16 @@ void check_embedding_forward() {
   auto tokens_d = ct::upload(tokens);
   auto E_d = upload_as<T>(E);
   DeviceBuffer<T> out(ref.size());
-  gcm::cuda::embedding_forward(out.data(), tokens_d.data(), E_d.data(), N, d, scale);
-  expect_close(download_double(out), ref, ct::tolerance<T>(), "embedding forward " + type_name<T>());
+  gcm::cuda::embedding_forward<S>(out.data(), tokens_d.data(), E_d.data(), N);
+  expect_close(download_double(out), ref, ct::tolerance<T>(),
+               "embedding forward " + type_name<T>() + " d " + std::to_string(d));
 }
 
 // dE is fp32 and starts from a random prior; the sums are compared without the prior.
-template <typename T>
+template <typename T, class S>
 void check_embedding_backward() {
-  const int N = 1000, d = 200, V = 53;  // ~19 occurrences per token
-  const float scale = 0.75f;
+  const int N = 1000, d = S::kDim, V = 53;  // ~19 occurrences per token
+  const float scale = S::kScale;
   const auto tokens = kt::random_tokens(N, V, 3);
   const auto dout = rounded<T>(kt::random_vector(std::size_t(N) * d, 4));
   const auto prior = rounded<float>(kt::random_vector(std::size_t(V) * d, 5));
@@ -71,8 +83,8 @@ void check_embedding_backward() {
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 2; ++run) {
     auto dE = upload_as<float>(prior);
-    gcm::cuda::embedding_backward(dE.data(), unique_d.data(), offsets_d.data(), positions_d.data(), num_unique,
-                                  dout_d.data(), d, scale);
+    gcm::cuda::embedding_backward<S>(dE.data(), unique_d.data(), offsets_d.data(), positions_d.data(), num_unique,
+                                     dout_d.data());
     runs.push_back(ct::download(dE));
   }
   expect_close(kt::minus(ct::to_double(runs[0]), prior), kt::minus(ref, prior), ct::tolerance<float>(),
@@ -94,23 +106,62 @@ TEST(CudaRows, EmbeddingIndexGroupsPositionsByToken) {
 
 TEST(CudaRows, EmbeddingForwardMatchesCpu) {
   GC_REQUIRE_GPU();
-  check_embedding_forward<float>();
-  check_embedding_forward<bf16>();
+  check_embedding_forward<float, Embed200>();
+  check_embedding_forward<bf16, Embed200>();
+  check_embedding_forward<float, Embed36>();
+  check_embedding_forward<bf16, Embed36>();
 }
 
 TEST(CudaRows, EmbeddingBackwardMatchesCpuAndIsDeterministic) {
   GC_REQUIRE_GPU();
-  check_embedding_backward<float>();
-  check_embedding_backward<bf16>();
+  check_embedding_backward<float, Embed200>();
+  check_embedding_backward<bf16, Embed200>();
+  check_embedding_backward<float, Embed36>();
+  check_embedding_backward<bf16, Embed36>();
 }
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
 
+// Norm shapes as a spec would fix them (the kernels take S::kDim and S::kEps at compile time),
+// chosen to cover every row layout of WarpRow: ragged (200, 48: 1-wide packs and a bound check),
+// exact 1-wide (96), 2-wide (64), 4-wide fp32 / 8-wide bf16 (256), and several ε.
+struct Norm200 {
+  static constexpr int kDim = 200;
+  static constexpr float kEps = 1e-5f;
+};
+struct Norm256Eps12 {
+  static constexpr int kDim = 256;
+  static constexpr float kEps = 1e-12f;
+};
+struct Norm256Eps5 {
+  static constexpr int kDim = 256;
+  static constexpr float kEps = 1e-5f;
+};
+struct Norm96 {
+  static constexpr int kDim = 96;
+  static constexpr float kEps = 1e-5f;
+};
+struct Head48 {
+  static constexpr int kDim = 48;
+  static constexpr float kEps = 1e-6f;
+};
+struct Head64 {
+  static constexpr int kDim = 64;
+  static constexpr float kEps = 1e-6f;
+};
+
+static_assert(gcm::cuda::WarpRow<200, float>::kVec == 1 && !gcm::cuda::WarpRow<200, float>::kExact);
+static_assert(gcm::cuda::WarpRow<96, bf16>::kVec == 1 && gcm::cuda::WarpRow<96, bf16>::kExact);
+static_assert(gcm::cuda::WarpRow<64, bf16>::kVec == 2 && gcm::cuda::WarpRow<256, bf16>::kVec == 8);
+static_assert(gcm::cuda::WarpRow<256, float>::kVec == 4 && gcm::cuda::WarpRow<256, float>::kSteps == 2);
+
 // x_scale = 1e-4 with ε = 1e-12 is seed 000 §4.6's case: mean(x²) ≈ 1e-8 and ε must not vanish
-// nor dominate.
-template <typename T>
-void check_rmsnorm_forward(double x_scale, float eps) {
-  const int rows = 37, dim = 200;
+// nor dominate; with ε = 1e-5 at the same scale ε dominates (so a kernel with the other spec's ε
+// fails one of the two).
+template <typename T, class S>
+void check_rmsnorm_forward(double x_scale) {
+  const int rows = 37, dim = S::kDim;
+  const float eps = S::kEps;
   auto x = kt::random_vector(std::size_t(rows) * dim, 6);
   for (double& v : x) v *= x_scale;
   x = rounded<T>(x);
@@ -122,7 +173,7 @@ void check_rmsnorm_forward(double x_scale, float eps) {
   auto g_d = upload_as<T>(g);
   DeviceBuffer<T> y(x.size());
   DeviceBuffer<float> rstd(rows);
-  gcm::cuda::rmsnorm_forward(y.data(), rstd.data(), x_d.data(), g_d.data(), rows, dim, eps);
+  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), rows);
   char params[64];
   std::snprintf(params, sizeof params, " x_scale %g eps %g", x_scale, double(eps));
   const std::string what = "rmsnorm forward " + type_name<T>() + params;
@@ -132,10 +183,10 @@ void check_rmsnorm_forward(double x_scale, float eps) {
 
 // h = a + b rounded to T is exact in both (one rounding of the exact sum), so h is compared
 // bitwise; y and rstd against rmsnorm of that h. in_place: h is the buffer of a.
-template <typename T>
+template <typename T, class S>
 void check_add_rmsnorm_forward(bool in_place) {
-  const int rows = 37, dim = 96;
-  const float eps = 1e-5f;
+  const int rows = 37, dim = S::kDim;
+  const float eps = S::kEps;
   const auto a = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 8));
   const auto b = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 9));
   const auto g = rounded<T>(kt::random_vector(dim, 10));
@@ -151,8 +202,9 @@ void check_add_rmsnorm_forward(bool in_place) {
   DeviceBuffer<T> h_own(a.size()), y(a.size());
   DeviceBuffer<float> rstd(rows);
   DeviceBuffer<T>& h = in_place ? a_d : h_own;
-  gcm::cuda::add_rmsnorm_forward(h.data(), y.data(), rstd.data(), a_d.data(), b_d.data(), g_d.data(), rows, dim, eps);
-  const std::string what = "add_rmsnorm forward " + type_name<T>() + (in_place ? " in place" : "");
+  gcm::cuda::add_rmsnorm_forward<S>(h.data(), y.data(), rstd.data(), a_d.data(), b_d.data(), g_d.data(), rows);
+  const std::string what =
+      "add_rmsnorm forward " + type_name<T>() + " dim " + std::to_string(dim) + (in_place ? " in place" : "");
   EXPECT_EQ(download_double(h), h_ref) << what << ": h is not exactly a + b rounded";
   expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " y");
   expect_close(download_double(rstd), rstd_ref, ct::tolerance<float>(), what + " rstd");
@@ -161,14 +213,14 @@ void check_add_rmsnorm_forward(bool in_place) {
 // rows = 333 spans 6 dg slices. The GPU gets the reference's rstd rounded to fp32 (as the
 // forward would store it), and the reference uses that rounded rstd too. Two runs from the same
 // priors must agree bitwise.
-template <typename T>
+template <typename T, class S>
 void check_rmsnorm_backward(bool accumulate) {
-  const int rows = 333, dim = 200;
+  const int rows = 333, dim = S::kDim;
   const auto x = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 11));
   const auto g = rounded<T>(kt::random_vector(dim, 12));
   const auto dy = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 13));
   std::vector<double> y(x.size()), rstd(rows);
-  gcm::cpu::rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), g.data(), rows, dim, 1e-5);
+  gcm::cpu::rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), g.data(), rows, dim, double(S::kEps));
   rstd = rounded<float>(rstd);
   const auto dx_prior = rounded<T>(kt::random_vector(x.size(), 14));
   const auto dg_prior = rounded<float>(kt::random_vector(dim, 15));
@@ -181,18 +233,19 @@ void check_rmsnorm_backward(bool accumulate) {
   auto g_d = upload_as<T>(g);
   auto dy_d = upload_as<T>(dy);
   auto rstd_d = upload_as<float>(rstd);
-  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats(rows, dim));
+  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(rows));
   std::vector<std::vector<T>> dx_runs;
   std::vector<std::vector<float>> dg_runs;
   for (int run = 0; run < 2; ++run) {
     auto dx = upload_as<T>(dx_prior);  // also when overwriting: the prior must not leak into dx
     auto dg = upload_as<float>(dg_prior);
-    gcm::cuda::rmsnorm_backward(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
-                                rstd_d.data(), rows, dim, accumulate);
+    gcm::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                   rstd_d.data(), rows, accumulate);
     dx_runs.push_back(ct::download(dx));
     dg_runs.push_back(ct::download(dg));
   }
-  const std::string what = "rmsnorm backward " + type_name<T>() + (accumulate ? " accumulate" : "");
+  const std::string what =
+      "rmsnorm backward " + type_name<T>() + " dim " + std::to_string(dim) + (accumulate ? " accumulate" : "");
   expect_close(ct::to_double(dx_runs[0]), dx_ref, ct::tolerance<T>(), what + " dx");
   expect_close(kt::minus(ct::to_double(dg_runs[0]), dg_prior), kt::minus(dg_ref, dg_prior), ct::tolerance<float>(),
                what + " dg");
@@ -201,10 +254,10 @@ void check_rmsnorm_backward(bool accumulate) {
 }
 
 // QK-norm form: x [N, heads, head_dim] with one gain; forward then accumulating backward.
-template <typename T>
+template <typename T, class S>
 void check_rmsnorm_heads() {
-  const int N = 37, heads = 3, head_dim = 48;
-  const float eps = 1e-6f;
+  const int N = 37, heads = 3, head_dim = S::kDim;
+  const float eps = S::kEps;
   const std::size_t n = std::size_t(N) * heads * head_dim;
   const auto x = rounded<T>(kt::random_vector(n, 16));
   const auto g = rounded<T>(kt::random_vector(head_dim, 17));
@@ -218,7 +271,7 @@ void check_rmsnorm_heads() {
   auto dy_d = upload_as<T>(dy);
   DeviceBuffer<T> y(n);
   DeviceBuffer<float> rstd(rstd_ref.size());
-  gcm::cuda::rmsnorm_heads_forward(y.data(), rstd.data(), x_d.data(), g_d.data(), N, heads, head_dim, eps);
+  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), std::int64_t(N) * heads);
   const auto rstd_got = download_double(rstd);
   const std::string what = "rmsnorm heads " + type_name<T>();
   expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward y");
@@ -232,9 +285,9 @@ void check_rmsnorm_heads() {
                                            rstd_got.data(), N, heads, head_dim, /*accumulate_dx=*/true);
   auto dx = upload_as<T>(dx_prior);
   auto dg = upload_as<float>(dg_prior);
-  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats(std::int64_t(N) * heads, head_dim));
-  gcm::cuda::rmsnorm_heads_backward(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
-                                    rstd.data(), N, heads, head_dim, /*accumulate_dx=*/true);
+  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
+  gcm::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                 rstd.data(), std::int64_t(N) * heads, /*accumulate_dx=*/true);
   expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward dx");
   expect_close(kt::minus(download_double(dg), dg_prior), kt::minus(dg_ref, dg_prior), ct::tolerance<float>(),
                what + " backward dg");
@@ -242,41 +295,51 @@ void check_rmsnorm_heads() {
 
 TEST(CudaRows, RmsNormForwardMatchesCpu) {
   GC_REQUIRE_GPU();
-  check_rmsnorm_forward<float>(1.0, 1e-5f);
-  check_rmsnorm_forward<bf16>(1.0, 1e-5f);
-  check_rmsnorm_forward<float>(1e-4, 1e-12f);
-  check_rmsnorm_forward<bf16>(1e-4, 1e-12f);
+  check_rmsnorm_forward<float, Norm200>(1.0);
+  check_rmsnorm_forward<bf16, Norm200>(1.0);
+  for (double x_scale : {1.0, 1e-4}) {
+    check_rmsnorm_forward<float, Norm256Eps12>(x_scale);
+    check_rmsnorm_forward<bf16, Norm256Eps12>(x_scale);
+    check_rmsnorm_forward<float, Norm256Eps5>(x_scale);
+    check_rmsnorm_forward<bf16, Norm256Eps5>(x_scale);
+  }
 }
 
 TEST(CudaRows, AddRmsNormForwardMatchesAddThenRmsNorm) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_add_rmsnorm_forward<float>(in_place);
-    check_add_rmsnorm_forward<bf16>(in_place);
+    check_add_rmsnorm_forward<float, Norm96>(in_place);
+    check_add_rmsnorm_forward<bf16, Norm96>(in_place);
+    check_add_rmsnorm_forward<float, Norm256Eps12>(in_place);
+    check_add_rmsnorm_forward<bf16, Norm256Eps12>(in_place);
   }
 }
 
 TEST(CudaRows, RmsNormBackwardMatchesCpuAndIsDeterministic) {
   GC_REQUIRE_GPU();
   for (bool accumulate : {false, true}) {
-    check_rmsnorm_backward<float>(accumulate);
-    check_rmsnorm_backward<bf16>(accumulate);
+    check_rmsnorm_backward<float, Norm200>(accumulate);
+    check_rmsnorm_backward<bf16, Norm200>(accumulate);
+    check_rmsnorm_backward<float, Norm256Eps12>(accumulate);
+    check_rmsnorm_backward<bf16, Norm256Eps12>(accumulate);
   }
 }
 
 TEST(CudaRows, RmsNormHeadsMatchesCpu) {
   GC_REQUIRE_GPU();
-  check_rmsnorm_heads<float>();
-  check_rmsnorm_heads<bf16>();
+  check_rmsnorm_heads<float, Head48>();
+  check_rmsnorm_heads<bf16, Head48>();
+  check_rmsnorm_heads<float, Head64>();
+  check_rmsnorm_heads<bf16, Head64>();
 }
 
 // ---- RoPE --------------------------------------------------------------------------------------
 
 // The GPU uses the fp32 tables of gcm::cpu::rope_table<float>; the reference uses the same table
 // values in double. in_place: out is the input buffer.
-template <typename T>
+template <typename T, int kHeadDim, int kHeads>
 void check_rope(bool in_place) {
-  const int B = 2, seq_len = 37, heads = 3, head_dim = 96, half = head_dim / 2;
+  const int B = 2, seq_len = 37, heads = kHeads, head_dim = kHeadDim, half = head_dim / 2;
   const std::size_t n = std::size_t(B) * seq_len * heads * head_dim;
   std::vector<float> cos_f(std::size_t(seq_len) * half), sin_f(cos_f.size());
   gcm::cpu::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, head_dim, 10000.0);
@@ -295,9 +358,10 @@ void check_rope(bool in_place) {
   DeviceBuffer<T> y_own(n), dx_own(n);
   DeviceBuffer<T>& y = in_place ? x_d : y_own;
   DeviceBuffer<T>& dx = in_place ? dy_d : dx_own;
-  gcm::cuda::rope_forward(y.data(), x_d.data(), cos_d.data(), sin_d.data(), B, seq_len, heads, head_dim);
-  gcm::cuda::rope_backward(dx.data(), dy_d.data(), cos_d.data(), sin_d.data(), B, seq_len, heads, head_dim);
-  const std::string what = "rope " + type_name<T>() + (in_place ? " in place" : "");
+  gcm::cuda::rope_forward<kHeadDim, kHeads>(y.data(), x_d.data(), cos_d.data(), sin_d.data(), B, seq_len);
+  gcm::cuda::rope_backward<kHeadDim, kHeads>(dx.data(), dy_d.data(), cos_d.data(), sin_d.data(), B, seq_len);
+  const std::string what = "rope " + type_name<T>() + " head_dim " + std::to_string(kHeadDim) + " heads " +
+                           std::to_string(kHeads) + (in_place ? " in place" : "");
   expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward");
   expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward");
 }
@@ -305,17 +369,20 @@ void check_rope(bool in_place) {
 TEST(CudaRows, RopeForwardBackwardMatchCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_rope<float>(in_place);
-    check_rope<bf16>(in_place);
+    check_rope<float, 96, 3>(in_place);
+    check_rope<bf16, 96, 3>(in_place);
+    check_rope<float, 16, 4>(in_place);
+    check_rope<bf16, 16, 4>(in_place);
   }
 }
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
-// a spans ±[0.1, 8] so both tails of σ are exercised. in_place: da is the buffer of dh.
-template <typename T>
+// a spans ±[0.1, 8] so both tails of σ are exercised. in_place: da is the buffer of dh. Widths
+// as a spec fixes them: 200 (packs of 8 bf16 / 4 fp32 values) and 37 (one value a thread).
+template <typename T, int kWidth>
 void check_swiglu(bool in_place) {
-  const std::int64_t n = 37 * 200 + 11;
+  const std::int64_t rows = 37, n = rows * kWidth;
   const std::size_t size = std::size_t(n);
   const auto a = rounded<T>(kt::random_vector(size, 23, 0.1, 8.0));
   const auto b = rounded<T>(kt::random_vector(size, 24));
@@ -329,9 +396,9 @@ void check_swiglu(bool in_place) {
   auto dh_d = upload_as<T>(dh);
   DeviceBuffer<T> h(size), da_own(size), db(size);
   DeviceBuffer<T>& da = in_place ? dh_d : da_own;
-  gcm::cuda::swiglu_forward(h.data(), a_d.data(), b_d.data(), n);
-  gcm::cuda::swiglu_backward(da.data(), db.data(), dh_d.data(), a_d.data(), b_d.data(), n);
-  const std::string what = "swiglu " + type_name<T>() + (in_place ? " in place" : "");
+  gcm::cuda::swiglu_forward<kWidth>(h.data(), a_d.data(), b_d.data(), rows);
+  gcm::cuda::swiglu_backward<kWidth>(da.data(), db.data(), dh_d.data(), a_d.data(), b_d.data(), rows);
+  const std::string what = "swiglu " + type_name<T>() + " width " + std::to_string(kWidth) + (in_place ? " in place" : "");
   expect_close(download_double(h), h_ref, ct::tolerance<T>(), what + " forward");
   expect_close(download_double(da), da_ref, ct::tolerance<T>(), what + " backward da");
   expect_close(download_double(db), db_ref, ct::tolerance<T>(), what + " backward db");
@@ -340,8 +407,10 @@ void check_swiglu(bool in_place) {
 TEST(CudaRows, SwigluForwardBackwardMatchCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_swiglu<float>(in_place);
-    check_swiglu<bf16>(in_place);
+    check_swiglu<float, 200>(in_place);
+    check_swiglu<bf16, 200>(in_place);
+    check_swiglu<float, 37>(in_place);
+    check_swiglu<bf16, 37>(in_place);
   }
 }
 

@@ -451,4 +451,64 @@ TEST_F(Sweep, WritesOneSpecPerPointAndTreesThatDifferOnlyWhereTheyMust) {
   EXPECT_EQ(sh("cd " + dir_.string() + " && " + gcompile + " sweep base.toml -o x").status, 2);
 }
 
+// Issue 13, item 1: the CUDA kernels are specialized too, so an ablation's diff points at the
+// kernel files it changes. ε is a literal of the RMSNorm kernel file; head_dim (and with it the
+// attention scale) is the attention kernel file's shape; each file's header names the values.
+std::vector<std::string> diff_files(const std::string& diff) {
+  std::vector<std::string> files;
+  std::istringstream lines(diff);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("diff -ruN", 0) == 0) files.push_back(line.substr(line.rfind(" b/") + 3));
+  }
+  return files;
+}
+
+bool has_line(const std::string& diff, const std::string& line) {
+  std::istringstream lines(diff);
+  for (std::string l; std::getline(lines, l);) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+bool lists(const std::vector<std::string>& files, const std::string& file) {
+  return std::find(files.begin(), files.end(), file) != files.end();
+}
+
+TEST_F(Tree, DiffOfEpsAndHeadDimAblationsShowsTheChangedKernelConstants) {
+  write_corpus(dir_ / "corpus.txt");
+  const auto with_model_keys = [](const std::string& keys) {
+    std::string spec = kSmallTraining;
+    const std::string anchor = "gated_attention = \"headwise\"\n";
+    spec.insert(spec.find(anchor) + anchor.size(), keys);
+    return spec;
+  };
+  std::ofstream(dir_ / "eps5.toml") << with_model_keys("norm_eps = 1e-5\n");
+  std::ofstream(dir_ / "eps12.toml") << with_model_keys("norm_eps = 1e-12\n");
+  const Outcome eps = sh("cd " + dir_.string() + " && " + GCOMPILE_BINARY + " diff eps5.toml eps12.toml");
+  ASSERT_EQ(eps.status, 0) << eps.output;
+  const auto eps_files = diff_files(eps.output);
+  EXPECT_TRUE(lists(eps_files, "src/cuda/rmsnorm.cuh")) << eps.output;
+  EXPECT_FALSE(lists(eps_files, "src/cuda/attention.cuh")) << eps.output;
+  EXPECT_TRUE(has_line(eps.output, "+  static constexpr float kEps = 1e-12f;")) << eps.output;
+  EXPECT_TRUE(has_line(eps.output, "-  static constexpr float kEps = 1e-05f;")) << eps.output;
+  EXPECT_NE(eps.output.find("+// Specialized for: model.d_model = 32, model.head_dim = 8, model.norm_eps = 1e-12."),
+            std::string::npos)
+      << eps.output;
+
+  std::ofstream(dir_ / "hd64.toml") << with_model_keys("head_dim = 64\n");
+  std::ofstream(dir_ / "hd128.toml") << with_model_keys("head_dim = 128\n");
+  const Outcome hd = sh("cd " + dir_.string() + " && " + GCOMPILE_BINARY + " diff hd64.toml hd128.toml");
+  ASSERT_EQ(hd.status, 0) << hd.output;
+  const auto hd_files = diff_files(hd.output);
+  for (const char* kernel : {"src/cuda/attention.cuh", "src/cuda/rope.cuh", "src/cuda/gate.cuh", "src/cuda/rmsnorm.cuh"}) {
+    EXPECT_TRUE(lists(hd_files, kernel)) << kernel << "\n" << hd.output;
+  }
+  EXPECT_FALSE(lists(hd_files, "src/cuda/cross_entropy.cuh")) << hd.output;
+  EXPECT_TRUE(has_line(hd.output, "-  static constexpr int kHeadDim = 64;")) << hd.output;
+  EXPECT_TRUE(has_line(hd.output, "+  static constexpr int kHeadDim = 128;")) << hd.output;
+  // 1/sqrt(head_dim): 0.125 → 0.0883883…
+  EXPECT_TRUE(has_line(hd.output, "-  static constexpr float kScale = 0.125f;  // s = scale · q·k")) << hd.output;
+}
+
 }  // namespace

@@ -339,10 +339,11 @@ TEST(MoeDiff, PaperAblationDiffShowsExactlyTheInitAndTheSettings) {
     if (line.rfind("diff -ruN", 0) == 0) files.push_back(line.substr(line.rfind(" b/") + 3));
   }
   EXPECT_EQ(files, (std::vector<std::string>{"CMakeLists.txt", "README.md", "spec.resolved.toml", "src/config.hpp",
-                                             "src/experiment.cpp", "src/model/model_impl.hpp", "src/plan.hpp",
-                                             "src/plan_init.cpp"}))
+                                             "src/cuda/gate.cuh", "src/cuda/rmsnorm.cuh", "src/experiment.cpp",
+                                             "src/model/model_impl.hpp", "src/plan.hpp", "src/plan_init.cpp"}))
       << diff.output;
   EXPECT_NE(diff.output.find("+inline constexpr float kNormEps = 1e-12f;"), std::string::npos) << diff.output;
+  EXPECT_NE(diff.output.find("+  static constexpr float kEps = 1e-12f;"), std::string::npos) << "in the RMSNorm kernel";
   EXPECT_NE(diff.output.find("mlp.experts.down_proj.weight"), std::string::npos) << "expert σ rows change";
 }
 
