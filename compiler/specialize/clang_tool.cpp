@@ -1,5 +1,8 @@
 #include "specialize/clang_tool.hpp"
 
+#include <llvm/ADT/SmallString.h>
+#include <llvm/Support/Path.h>
+
 #include <clang/Basic/Diagnostic.h>
 #include <clang/Basic/FileManager.h>
 #include <clang/Basic/SourceManager.h>
@@ -60,6 +63,12 @@ std::vector<std::string> command_line(const ParseRequest& r) {
 }
 
 }  // namespace
+
+std::string file_of(const clang::SourceManager& sm, clang::SourceLocation loc) {
+  llvm::SmallString<256> path(sm.getFilename(sm.getExpansionLoc(loc)));
+  llvm::sys::path::remove_dots(path, /*remove_dot_dot=*/true);
+  return std::string(path.str());
+}
 
 SourceLoc to_source_loc(const clang::SourceManager& sm, clang::SourceLocation loc,
                         const std::map<std::string, std::string>& labels) {

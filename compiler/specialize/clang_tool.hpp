@@ -26,6 +26,10 @@ struct ParseRequest {
 // errors) when the file does not compile.
 bool run_clang(const ParseRequest& request, std::unique_ptr<clang::FrontendAction> action, Diagnostics& diags);
 
+// The file of a location (its expansion location for macros) with "." and ".." removed, as the
+// passes compare it against their targets' absolute paths.
+std::string file_of(const clang::SourceManager& sm, clang::SourceLocation loc);
+
 // Byte offset of a location in its file, and a diagnostic location.
 SourceLoc to_source_loc(const clang::SourceManager& sm, clang::SourceLocation loc,
                         const std::map<std::string, std::string>& labels);

@@ -39,7 +39,8 @@ class KnobVisitor : public clang::RecursiveASTVisitor<KnobVisitor> {
     if (!call) return true;
     const clang::FunctionDecl* callee = call->getDirectCallee();
     if (!callee || callee->getQualifiedNameAsString() != "gc::knob") return true;
-    if (sm_.getFilename(sm_.getExpansionLoc(call->getBeginLoc())) != ctx_.target) return true;
+    const std::string file = file_of(sm_, call->getBeginLoc());
+    if (!ctx_.targets.count(file)) return true;
     const SourceLoc where = to_source_loc(sm_, call->getBeginLoc(), *ctx_.labels);
     if (!var->isConstexpr()) {
       ctx_.diags->error(where, "knob '" + var->getNameAsString() + "' must be declared constexpr");
@@ -71,7 +72,7 @@ class KnobVisitor : public clang::RecursiveASTVisitor<KnobVisitor> {
     e.begin = sm_.getFileOffset(range.getBegin());
     e.end = sm_.getFileOffset(clang::Lexer::getLocForEndOfToken(range.getEnd(), 0, sm_, ast_.getLangOpts()));
     e.text = literal;
-    ctx_.edits.push_back(std::move(e));
+    ctx_.edits[file].push_back(std::move(e));
     return true;
   }
 
@@ -136,7 +137,7 @@ class KnobVisitor : public clang::RecursiveASTVisitor<KnobVisitor> {
   PassContext& ctx_;
 };
 
-// Records `#include "gc/knob.hpp"` lines of the main file for removal.
+// Records the `#include "gc/knob.hpp"` lines of the target files for removal.
 class KnobIncludeFinder : public clang::PPCallbacks {
  public:
   KnobIncludeFinder(clang::SourceManager& sm, PassContext& ctx) : sm_(sm), ctx_(ctx) {}
@@ -144,13 +145,14 @@ class KnobIncludeFinder : public clang::PPCallbacks {
   void InclusionDirective(clang::SourceLocation hash, const clang::Token&, llvm::StringRef file_name, bool,
                           clang::CharSourceRange filename_range, clang::OptionalFileEntryRef, llvm::StringRef,
                           llvm::StringRef, const clang::Module*, bool, clang::SrcMgr::CharacteristicKind) override {
-    if (sm_.getFilename(hash) != ctx_.target || file_name != "gc/knob.hpp") return;
+    const std::string file = file_of(sm_, hash);
+    if (!ctx_.targets.count(file) || file_name != "gc/knob.hpp") return;
     Edit e;
     e.begin = sm_.getFileOffset(hash);
     e.end = sm_.getFileOffset(filename_range.getEnd());
     const llvm::StringRef buffer = sm_.getBufferData(sm_.getFileID(hash));
     if (e.end < buffer.size() && buffer[e.end] == '\n') ++e.end;  // the whole line
-    ctx_.edits.push_back(std::move(e));
+    ctx_.edits[file].push_back(std::move(e));
   }
 
  private:

@@ -1,5 +1,6 @@
 // The two AST passes of the specializer. Each returns a FrontendAction that
-// records text edits for the main file into `edits`.
+// records text edits for the target files it meets in the translation unit
+// (several headers are specialized from one parse) into `edits`.
 #pragma once
 
 #include <map>
@@ -17,11 +18,11 @@
 namespace gc {
 
 struct PassContext {
-  std::string target;  // absolute path of the file being specialized (edits apply to it only)
+  std::set<std::string> targets;  // absolute paths of the files being specialized (edits apply to them only)
   const KnobTable* knobs = nullptr;
   const std::map<std::string, std::string>* labels = nullptr;  // absolute path -> diagnostic path
   Diagnostics* diags = nullptr;
-  std::vector<Edit> edits;
+  std::map<std::string, std::vector<Edit>> edits;  // by target
   std::set<std::string> used_knobs;
 };
 

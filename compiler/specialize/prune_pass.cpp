@@ -22,7 +22,9 @@ class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
 
   bool VisitIfStmt(clang::IfStmt* s) {
     if (!s->isConstexpr() || s->getInit() || s->getConditionVariable()) return true;
-    if (s->getBeginLoc().isMacroID() || sm_.getFilename(s->getBeginLoc()) != ctx_.target) return true;
+    if (s->getBeginLoc().isMacroID()) return true;
+    const std::string file = file_of(sm_, s->getBeginLoc());
+    if (!ctx_.targets.count(file)) return true;
     const clang::Expr* cond = s->getCond();
     if (cond->isValueDependent() || cond->isInstantiationDependent()) return true;  // decided per instantiation
     bool taken = false;
@@ -54,7 +56,7 @@ class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
       e.keep_begin = offset(branch->getBeginLoc());
       e.keep_end = end_offset(branch->getEndLoc());
     }
-    ctx_.edits.push_back(std::move(e));
+    ctx_.edits[file].push_back(std::move(e));
     return true;
   }
 

@@ -26,43 +26,66 @@ struct Workspace {
   std::vector<std::string> order;             // absolute paths, in input order
 };
 
+// What one parse specializes: a source file on its own, or every header of one language
+// together through a generated main file that includes them all (a CUDA parse costs seconds,
+// mostly the toolkit's headers, so the kernel headers share one).
+struct Batch {
+  std::string main_path, main_text;  // main_text empty: main_path is itself a target
+  std::vector<std::string> targets;
+};
+
+std::vector<Batch> batches_of(const std::vector<std::string>& paths, const std::string& include_root) {
+  Batch cuda_headers{include_root + "/.gc-headers.cu", "", {}}, cpp_headers{include_root + "/.gc-headers.cpp", "", {}};
+  std::vector<Batch> out;
+  for (const auto& path : paths) {
+    if (!is_header(path)) {
+      out.push_back({path, "", {path}});
+      continue;
+    }
+    Batch& b = path.compare(path.size() - 4, 4, ".cuh") == 0 ? cuda_headers : cpp_headers;
+    b.main_text += "#include \"" + path + "\"\n";
+    b.targets.push_back(path);
+  }
+  for (Batch* b : {&cpp_headers, &cuda_headers}) {
+    if (!b->targets.empty()) out.push_back(std::move(*b));
+  }
+  return out;
+}
+
 // Runs one pass over every file against the current texts; returns the new
 // texts (all files see each other's texts from before the pass).
 bool run_pass(Workspace& ws, const std::string& include_root, const KnobTable& knobs, const Toolchain& toolchain,
               bool knob_pass, std::set<std::string>& used_knobs, Diagnostics& diags) {
-  std::map<std::string, std::string> next;
-  bool ok = true;
+  std::map<std::string, std::string> next = ws.texts;
+  // A pass can only edit what it looks for: knob initializers (`gc::knob<`)
+  // or `if constexpr` statements. A file with neither comes out as it went
+  // in, unparsed; the tree's build compiles it like any other.
+  const char* const needle = knob_pass ? "knob<" : "if constexpr";
+  std::vector<std::string> to_parse;
   for (const auto& path : ws.order) {
-    // A pass can only edit what it looks for: knob initializers (`gc::knob<`)
-    // or `if constexpr` statements. A file with neither comes out as it went
-    // in, unparsed (about a second saved per file: most kernels); the tree's
-    // build compiles it like any other.
-    const char* const needle = knob_pass ? "knob<" : "if constexpr";
-    if (ws.texts[path].find(needle) == std::string::npos) {
-      next[path] = ws.texts[path];
-      continue;
-    }
+    if (ws.texts[path].find(needle) != std::string::npos) to_parse.push_back(path);
+  }
+  bool ok = true;
+  for (const Batch& batch : batches_of(to_parse, include_root)) {
     PassContext ctx;
-    ctx.target = path;
+    ctx.targets.insert(batch.targets.begin(), batch.targets.end());
     ctx.knobs = &knobs;
     ctx.labels = &ws.labels;
     ctx.diags = &diags;
     std::map<std::string, std::string> files = ws.texts;
     files.insert(ws.extra.begin(), ws.extra.end());
-    // A header is parsed through a one-line translation unit that includes it.
-    std::string main_path = path;
-    if (is_header(path)) {
-      main_path = path + (path.size() > 4 && path.compare(path.size() - 4, 4, ".cuh") == 0 ? ".gc-main.cu" : ".gc-main.cpp");
-      files[main_path] = "#include \"" + path + "\"\n";
-    }
-    ParseRequest request{main_path, files, ws.labels, &toolchain, include_root};
+    if (!batch.main_text.empty()) files[batch.main_path] = batch.main_text;
+    ParseRequest request{batch.main_path, files, ws.labels, &toolchain, include_root};
     const std::size_t errors_before = diags.error_count();
     const bool parsed = run_clang(request, knob_pass ? make_knob_action(ctx) : make_prune_action(ctx), diags);
     if (!parsed || diags.error_count() > errors_before) {
       ok = false;
       continue;
     }
-    next[path] = apply_edits(ws.texts[path], ctx.edits);
+    for (const auto& path : batch.targets) {
+      const auto edits = ctx.edits.find(path);
+      if (edits != ctx.edits.end()) next[path] = apply_edits(ws.texts[path], edits->second);
+    }
     used_knobs.insert(ctx.used_knobs.begin(), ctx.used_knobs.end());
   }
   if (ok) ws.texts = std::move(next);

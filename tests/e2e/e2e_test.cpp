@@ -491,7 +491,7 @@ TEST_F(Tree, DiffOfEpsAndHeadDimAblationsShowsTheChangedKernelConstants) {
   EXPECT_TRUE(lists(eps_files, "src/cuda/rmsnorm.cuh")) << eps.output;
   EXPECT_FALSE(lists(eps_files, "src/cuda/attention.cuh")) << eps.output;
   EXPECT_TRUE(has_line(eps.output, "+  static constexpr float kEps = 1e-12f;")) << eps.output;
-  EXPECT_TRUE(has_line(eps.output, "-  static constexpr float kEps = 1e-05f;")) << eps.output;
+  EXPECT_TRUE(has_line(eps.output, "-  static constexpr float kEps = 1e-5f;")) << eps.output;
   EXPECT_NE(eps.output.find("+// Specialized for: model.d_model = 32, model.head_dim = 8, model.norm_eps = 1e-12."),
             std::string::npos)
       << eps.output;
