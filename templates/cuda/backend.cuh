@@ -115,6 +115,8 @@ class Backend {
     dg_scratch_.resize(dg);
     attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats<AttentionShape>(batch, seq_len), 1));
     loss_sum_.resize(1);
+    step_loss_.resize(1);
+    step_loss_.zero();
     if constexpr (kMoe) {
       moe_bias_.resize(kExperts);
       moe_aux_.resize(kExperts);
@@ -310,15 +312,33 @@ class Backend {
     cuda::embedding_backward<EmbeddingShape>(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(),
                                              num_unique_, dout);
   }
-  // Mean loss over the scored rows (waits for the GPU: the value is read on the host).
+  // Mean loss over the scored rows, read on the host (waits for the GPU). After defer_loss(w)
+  // it waits for nothing: w · mean is added to the step accumulator on the device (read by
+  // take_deferred_loss) and 0 is returned.
   double cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
                                std::int64_t N, int V, double alpha) {
     check_logit_shape(V, alpha);
     cuda::cross_entropy_forward<LogitShape>(losses, p_target, logits, targets, N);
+    const double per_row = scored_ > 0 ? 1.0 / double(scored_) : 0.0;
+    if (deferred_weight_ >= 0.0) {
+      accumulate_losses(step_loss_.data(), losses, N, deferred_weight_ * per_row);
+      deferred_weight_ = -1.0;
+      return 0.0;
+    }
     sum_losses(loss_sum_.data(), losses, N);
     double sum = 0.0;
     loss_sum_.download(&sum, 1);
-    return scored_ > 0 ? sum / double(scored_) : 0.0;
+    return sum * per_row;
+  }
+  // The next cross_entropy_forward adds weight · (its mean loss) to the step accumulator.
+  void defer_loss(double weight) { deferred_weight_ = weight; }
+  // The accumulated Σ weight · mean loss (one device→host copy, which waits for the queued
+  // work), and the accumulator restarts at 0.
+  double take_deferred_loss() {
+    double total = 0.0;
+    step_loss_.download(&total, 1);
+    step_loss_.zero();
+    return total;
   }
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
                               double alpha, double loss_scale) {
@@ -416,6 +436,8 @@ class Backend {
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;
   DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;
   DeviceBuffer<double> loss_sum_;
+  DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
+  double deferred_weight_ = -1.0;   // ≥ 0: the next cross_entropy_forward is deferred with it
   DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias
   DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P_e, Σ_e s (sigmoid)
   DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;

@@ -118,18 +118,31 @@ void cross_entropy_forward(float* losses, float* p_target, const T* logits, cons
 
 // Σ_n losses[n] in double, by one block: thread t sums n = t, t+1024, … in order, then the
 // fixed-order block sum. (Templated on the block size so the header defines no non-template kernel.)
-template <int kThreads>
-__global__ void sum_losses_kernel(double* out, const float* losses, std::int64_t N) {
+// kAccumulate: *out += scale · Σ instead of *out = Σ.
+template <int kThreads, bool kAccumulate>
+__global__ void sum_losses_kernel(double* out, const float* losses, std::int64_t N, double scale) {
   __shared__ double scratch[kWarp];
   double acc = 0.0;
   for (std::int64_t n = threadIdx.x; n < N; n += kThreads) acc += double(losses[n]);
   const double total = block_sum(acc, scratch);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) {
+    if constexpr (kAccumulate) {
+      *out += scale * total;
+    } else {
+      *out = total;
+    }
+  }
 }
 
 // *out_device = Σ_n losses[n] (double, device memory; 0 when N = 0). Deterministic.
 inline void sum_losses(double* out_device, const float* losses, std::int64_t N) {
-  launch(sum_losses_kernel<kSumLossesThreads>, 1, kSumLossesThreads, 0, out_device, losses, N < 0 ? 0 : N);
+  launch(sum_losses_kernel<kSumLossesThreads, false>, 1, kSumLossesThreads, 0, out_device, losses, N < 0 ? 0 : N, 1.0);
+}
+
+// *acc_device += scale · Σ_n losses[n], on the device (the step's loss without a host read).
+inline void accumulate_losses(double* acc_device, const float* losses, std::int64_t N, double scale) {
+  launch(sum_losses_kernel<kSumLossesThreads, true>, 1, kSumLossesThreads, 0, acc_device, losses, N < 0 ? 0 : N,
+         scale);
 }
 
 // dlogits T [N, S::kVocab] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / S, overwritten

@@ -103,11 +103,15 @@ class CudaEngine final : public Engine {
     master().download(out, std::size_t(kParams[i].numel), std::size_t(kOffsets.at[i]));
   }
   void zero_grads() override { model_.zero_grads(); }
-  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
-    const double loss = model_.forward(inputs, targets);
+  // The loss stays on the device: the forward's cross-entropy adds loss_scale · mean CE to the
+  // backend's step accumulator instead of copying it to the host, so the backward is queued
+  // while the forward still runs (no host stall between them).
+  void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
+    model_.backend().defer_loss(loss_scale);
+    model_.forward(inputs, targets);
     model_.backward(loss_scale);
-    return loss;
   }
+  double take_step_loss() override { return model_.backend().take_deferred_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets) - model_.aux_loss();
   }

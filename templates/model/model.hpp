@@ -104,6 +104,8 @@ class BasicModel {
   const MoeLayer<Backend>& moe_layer(int l) const { return moe_[std::size_t(l)]; }
   // Adds dL/dθ · loss_scale to grads (call after forward).
   void backward(double loss_scale = 1.0);
+  // The backend instance (its device state: the CUDA engine defers the loss through it).
+  Backend& backend() { return ops_; }
   void zero_grads() { Backend::zero(grads); }
 
   // Backend memory: host pointers on the CPU, device pointers on CUDA.

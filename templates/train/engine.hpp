@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -38,9 +39,14 @@ class Engine {
   // One tensor's parameters to the host (update-ratio tracking).
   virtual void download_tensor(int i, float* out) = 0;
   virtual void zero_grads() = 0;
-  // The micro-batch's objective (mean cross-entropy + the MoE balancing loss);
-  // adds dL/dθ · loss_scale to the gradients.
-  virtual double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
+  // One micro-batch: adds dL/dθ · loss_scale to the gradients, L the mean
+  // cross-entropy + the MoE balancing loss.
+  virtual void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
+  // Σ loss_scale · (mean cross-entropy) over the micro-batches run since the
+  // last call (the step's loss; the balancing loss excluded). The CUDA engine
+  // keeps the sum on the device, so a step reads it once, after every kernel
+  // of the step is queued, instead of waiting for each forward pass.
+  virtual double take_step_loss() = 0;
   // The balancing-loss part of the last forward_backward (0 for a dense model).
   virtual double last_aux_loss() const { return 0.0; }
   // Mean cross-entropy, no gradients (evaluation; no balancing loss).
@@ -90,11 +96,12 @@ class CpuEngine final : public Engine {
     std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
   }
   void zero_grads() override { model_.zero_grads(); }
-  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
-    const double loss = model_.forward(inputs, targets);
+  void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
+    const double objective = model_.forward(inputs, targets);
     model_.backward(loss_scale);
-    return loss;
+    step_loss_ += loss_scale * (objective - model_.aux_loss());
   }
+  double take_step_loss() override { return std::exchange(step_loss_, 0.0); }
   double last_aux_loss() const override { return model_.aux_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets) - model_.aux_loss();
@@ -148,6 +155,7 @@ class CpuEngine final : public Engine {
   std::vector<float>& m_;
   std::vector<float>& v_;
   std::vector<double> squares_;
+  double step_loss_ = 0.0;  // Σ loss_scale · cross-entropy since take_step_loss
 };
 
 // Defined in cuda/engine.cu, so only in a tree built with the CUDA backend

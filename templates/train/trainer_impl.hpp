@@ -282,11 +282,10 @@ inline double Trainer::train_step(std::int64_t step) {
     train_.next_batch(kMicroBatch, kSeqLen, batch_);
     if (!gc::rt::rank_owns_micro_batch(micro, comm_.rank(), comm_.size())) continue;
     batch_.split(inputs_, targets_);
-    const double objective = engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
-    const double aux = engine_->last_aux_loss();
-    loss += (objective - aux) / kGradAccum;
-    last_aux_loss_ += aux / kGradAccum;
+    engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
+    last_aux_loss_ += engine_->last_aux_loss() / kGradAccum;
   }
+  loss = engine_->take_step_loss();  // Σ over this rank's micro-batches of CE / kGradAccum
   const std::vector<double>* squares_of = nullptr;  // per-tensor Σ g² of the global batch
   if (zero_) {
     // ZeRO-1: each rank keeps the sum over ranks of its shard only (train/zero.hpp).

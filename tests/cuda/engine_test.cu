@@ -70,9 +70,16 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
     }
     cpu.zero_grads();
     gpu->zero_grads();
-    const double loss_cpu = cpu.forward_backward(inputs.data(), targets.data(), 1.0);
-    const double loss_gpu = gpu->forward_backward(inputs.data(), targets.data(), 1.0);
+    // Two micro-batches of half weight (the same batch twice: the gradients of one full batch);
+    // the GPU keeps their loss on the device until take_step_loss.
+    for (int micro = 0; micro < 2; ++micro) {
+      cpu.forward_backward(inputs.data(), targets.data(), 0.5);
+      gpu->forward_backward(inputs.data(), targets.data(), 0.5);
+    }
+    const double loss_cpu = cpu.take_step_loss(), loss_gpu = gpu->take_step_loss();
     EXPECT_NEAR(loss_gpu, loss_cpu, 1e-4 * std::fabs(loss_cpu)) << tag;
+    EXPECT_GT(loss_cpu, 1.0) << tag;
+    EXPECT_EQ(gpu->take_step_loss(), 0.0) << tag << ": the accumulator restarts";
 
     const std::vector<double> sq_cpu = cpu.grad_squares(), sq_gpu = gpu->grad_squares();
     ASSERT_EQ(sq_gpu.size(), sq_cpu.size());
