@@ -160,6 +160,12 @@ class Backend {
   void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
     cpu::swiglu_backward(da, db, dh, a, b, n);
   }
+  void swiglu_pair_forward(T* h, const T* ab, std::int64_t rows, int width) {
+    cpu::swiglu_pair_forward(h, ab, rows, width);
+  }
+  void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows, int width) {
+    cpu::swiglu_pair_backward(dab, dh, ab, rows, width);
+  }
   void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, double scale) {
     cpu::embedding_forward(out, tokens, E, N, d, T(scale));
   }

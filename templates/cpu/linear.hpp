@@ -14,11 +14,6 @@
 #ifndef GC_NO_CBLAS
 #include <cblas.h>
 #endif
-#if defined(_OPENMP) && __has_include(<omp.h>)
-#include <omp.h>
-#elif defined(_OPENMP)
-extern "C" int omp_get_max_threads(void);  // gcompile's Clang parse has no omp.h of its own
-#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -90,26 +85,27 @@ inline void cblas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, cons
 }
 
 // C = alpha·op(A)·op(B) + beta·C with C split along its larger dimension into
-// one block per OpenMP thread (multiples of 16), each a single-threaded BLAS
-// call over the full K: every element of C is computed by one call.
+// blocks (multiples of 16, at least 64, at most 8 of them) that the OpenMP
+// threads share, each a single-threaded BLAS call over the full K: every
+// element of C is computed by one call. The blocks depend on the shape only,
+// never on the thread count, so results are the same bits with any number of
+// threads (OpenBLAS may pick a different kernel for a different block size,
+// which would otherwise make the split visible).
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
           T* C, int ldc) {
   single_threaded_blas_once();
-  int threads = 1;
-#ifdef _OPENMP
-  threads = omp_get_max_threads();
-#endif
+  constexpr int kMaxBlocks = 8, kMinBlock = 64;
   const double flops = 2.0 * M * N * K;
-  if (threads <= 1 || flops < 4e5 || (M < 32 && N < 32)) {
+  const bool split_rows = M >= N;
+  const int extent = split_rows ? M : N;
+  const int chunk = std::max(kMinBlock, ((extent + kMaxBlocks - 1) / kMaxBlocks + 15) / 16 * 16);
+  const int blocks = (extent + chunk - 1) / chunk;
+  if (flops < 4e5 || blocks <= 1) {
     cblas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  const bool split_rows = M >= N;
-  const int extent = split_rows ? M : N;
-  const int chunk = ((extent + threads - 1) / threads + 15) / 16 * 16;
-  const int blocks = (extent + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(blocks)
+#pragma omp parallel for schedule(static)
   for (int b = 0; b < blocks; ++b) {
     const int begin = b * chunk, size = std::min(chunk, extent - begin);
     if (split_rows) {

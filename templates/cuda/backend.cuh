@@ -301,6 +301,15 @@ class Backend {
       cuda::swiglu_backward<kWidth>(da, db, dh, a, b, n / kWidth);
     });
   }
+  // The dense MLP's fused gate/up output [rows, 2·d_ff] (model_impl.hpp).
+  void swiglu_pair_forward(T* h, const T* ab, std::int64_t rows, int width) {
+    check_dense_width(width);
+    cuda::swiglu_pair_forward<SwigluShape::kDff>(h, ab, rows);
+  }
+  void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows, int width) {
+    check_dense_width(width);
+    cuda::swiglu_pair_backward<SwigluShape::kDff>(dab, dh, ab, rows);
+  }
   // Specialized for d_model and the embedding scale (EmbeddingShape); the model passes those.
   void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N, int d, double scale) {
     check_embedding_shape(d, scale);
@@ -347,6 +356,13 @@ class Backend {
   }
 
  private:
+  static void check_dense_width(int width) {
+    if (width != SwigluShape::kDff) {
+      throw gc::rt::RuntimeError("swiglu: the pair kernels are specialized for d_ff = " +
+                                 std::to_string(SwigluShape::kDff) + ", but were called with " + std::to_string(width));
+    }
+  }
+
   static void check_moe_dim(int dim) {
     if (dim != MoeLayout::kDim) {
       throw gc::rt::RuntimeError("moe: the kernels are specialized for rows of " + std::to_string(MoeLayout::kDim) +

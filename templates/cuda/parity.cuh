@@ -5,8 +5,10 @@
 // T = bf16 the weights are rounded to bf16 first and the CPU model computes from the rounded
 // values, so both sides start from identical numbers.
 //
-// Errors are relative: ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (‖cuda − cpu‖₂ where cpu is all zero).
-// The tolerances are the issue's: 1e-4 for fp32, 1e-2 for bf16.
+// Errors are relative: ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (‖cuda − cpu‖₂ where cpu is all zero), and
+// for the logits also the worst row (one token's V logits), so an error confined to a few tokens
+// is not averaged away. fp32 is held to 1e-5 (measured under the emulator: under 1.2e-6 on every
+// coverage spec); bf16 to 3e-2 (below).
 #pragma once
 
 #include <cmath>
@@ -27,6 +29,7 @@ struct ParityReport {
   const char* precision = "";   // "fp32" or "bf16"
   double loss_cpu = 0.0, loss_cuda = 0.0;
   double rel_logits = 0.0;
+  double worst_row_logits = 0.0;  // max over rows of the row's relative error
   std::vector<double> rel_grads;  // per parameter tensor, in kParams order
 
   double rel_loss() const { return std::fabs(loss_cuda - loss_cpu) / std::fabs(loss_cpu); }
@@ -38,12 +41,12 @@ struct ParityReport {
   }
   double max_rel_grad() const { return rel_grads.empty() ? 0.0 : rel_grads[worst_grad()]; }
   bool pass(double tolerance) const {
-    return rel_logits <= tolerance && max_rel_grad() <= tolerance &&
+    return rel_logits <= tolerance && worst_row_logits <= tolerance && max_rel_grad() <= tolerance &&
            std::fabs(loss_cuda - loss_cpu) <= tolerance * std::fabs(loss_cpu);
   }
 };
 
-// fp32: the issue's 1e-4. bf16 against the fp32 CPU model: each kernel is
+// fp32: 1e-5, about ten times the error measured. bf16 against the fp32 CPU model: each kernel is
 // within 1e-2, but the whole model stores bf16 activations at every layer
 // boundary and the rounding compounds; a CPU model rounding at the same
 // places agrees with the CUDA backend bit for bit, while against fp32 the
@@ -51,7 +54,7 @@ struct ParityReport {
 // (measured in the CPU emulation), so the bound is 3e-2.
 template <typename T>
 constexpr double parity_tolerance() {
-  return std::is_same_v<T, float> ? 1e-4 : 3e-2;
+  return std::is_same_v<T, float> ? 1e-5 : 3e-2;
 }
 
 namespace parity_detail {
@@ -63,6 +66,16 @@ inline double relative_error(const std::vector<double>& got, const float* ref, s
     norm += double(ref[i]) * double(ref[i]);
   }
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// The largest relative error of one row of `cols` values.
+inline double worst_row_error(const std::vector<double>& got, const float* ref, std::size_t rows, std::size_t cols) {
+  double worst = 0.0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::vector<double> row(got.begin() + std::ptrdiff_t(r * cols), got.begin() + std::ptrdiff_t((r + 1) * cols));
+    worst = std::fmax(worst, relative_error(row, ref + r * cols, cols));
+  }
+  return worst;
 }
 
 template <typename T>
@@ -113,7 +126,9 @@ ParityReport model_parity(int batch, int seq_len) {
   report.loss_cpu = cpu.forward(tokens.data(), targets.data());
   report.loss_cuda = gpu.forward(tokens.data(), targets.data());
   const std::size_t n_logits = std::size_t(cpu.rows()) * kVocab;
-  report.rel_logits = relative_error(fetch(gpu.logits(), n_logits), cpu.logits(), n_logits);
+  const std::vector<double> logits = fetch(gpu.logits(), n_logits);
+  report.rel_logits = relative_error(logits, cpu.logits(), n_logits);
+  report.worst_row_logits = parity_detail::worst_row_error(logits, cpu.logits(), std::size_t(cpu.rows()), kVocab);
   cpu.backward();
   gpu.backward();
   const std::vector<double> grads = fetch(gpu.grads.data(), std::size_t(total));

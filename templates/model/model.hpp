@@ -118,7 +118,7 @@ class BasicModel {
 
   // Per-layer activations the metrics read (q·k after RoPE and the lse).
   struct Layer {
-    Buffer<Act> x, a, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, u, w, s, m, mn;
+    Buffer<Act> x, a, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, uw, s, m, mn;
     Buffer<Stat> rstd_a, rstd_q, rstd_k, lse, rstd_p, rstd_b, rstd_m;
   };
   const Layer& layer(int l) const { return layers_[l]; }
@@ -136,7 +136,7 @@ class BasicModel {
     for (auto* buf : {&rstd_e_, &rstd_f_, &losses_, &p_target_}) f(*buf);
     for (Layer& L : layers_) {
       for (auto* buf : {&L.x, &L.a, &L.q, &L.k, &L.v, &L.qn, &L.kn, &L.qr, &L.kr, &L.o, &L.z, &L.og, &L.proj, &L.pn,
-                        &L.h2, &L.b, &L.u, &L.w, &L.s, &L.m, &L.mn}) {
+                        &L.h2, &L.b, &L.uw, &L.s, &L.m, &L.mn}) {
         f(*buf);
       }
       for (auto* buf : {&L.rstd_a, &L.rstd_q, &L.rstd_k, &L.lse, &L.rstd_p, &L.rstd_b, &L.rstd_m}) f(*buf);
@@ -168,7 +168,7 @@ class BasicModel {
   Buffer<Act> h_final_, f_, logits_;
   Buffer<Stat> rstd_f_, losses_, p_target_;
   // Backward scratch.
-  Buffer<Act> dh_, dx_, dd_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_a_, dff_b_, dff_s_, dlogits_;
+  Buffer<Act> dh_, dx_, dd_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_ab_, dff_s_, dlogits_;
 };
 
 // The CPU model (T = float for training, double for the gradient check).

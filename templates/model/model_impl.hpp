@@ -13,6 +13,21 @@ namespace gcm {
 namespace detail {
 inline constexpr bool kGated = kGatedAttention != GatedAttention::none;
 inline constexpr bool kSandwich = kNormPlacement == NormPlacement::sandwich;
+
+// Whether every dense layer stores W_up right after W_gate (no alignment gap between them), so
+// that the two are one [2·d_ff, d_model] matrix [W_gate; W_up]: the MLP's two input projections
+// are then one GEMM forward and one each for dx and dW backward, writing rows [a | b].
+constexpr bool gate_up_stacked() {
+  for (int l = 0; l < kNumLayers; ++l) {
+    const LayerParams& P = kLayerParams[l];
+    if (P.mlp_gate < 0) continue;  // an MoE layer
+    if (P.mlp_up != P.mlp_gate + 1 || kOffsets.at[P.mlp_up] != kOffsets.at[P.mlp_gate] + kParams[P.mlp_gate].numel) {
+      return false;
+    }
+  }
+  return true;
+}
+inline constexpr bool kGateUpStacked = gate_up_stacked();
 }  // namespace detail
 
 template <typename Backend>
@@ -45,7 +60,8 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
     for (auto* buf : {&L.k, &L.v, &L.kr}) allocate(*buf, N * kKvDim);
     allocate(L.lse, std::int64_t(B_) * kHeads * seq_len);
     if (!is_moe_layer(l)) {
-      for (auto* buf : {&L.u, &L.w, &L.s}) allocate(*buf, N * F);
+      allocate(L.uw, 2 * N * F);
+      allocate(L.s, N * F);
       any_dense = true;
     }
     if constexpr (kQkNorm) {
@@ -76,18 +92,28 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
   for (auto* buf : {&dk_, &dkr_, &dv_}) allocate(*buf, N * kKvDim);
   allocate(dz_, N * std::max(kGateDim, 1));
   if (any_dense) {
-    for (auto* buf : {&dff_a_, &dff_b_, &dff_s_}) allocate(*buf, N * F);
+    allocate(dff_ab_, 2 * N * F);
+    allocate(dff_s_, N * F);
   }
   allocate(dlogits_, N * kVocab);
 }
 
 // m = SwiGLU(b·Wgateᵀ, b·Wupᵀ)·Wdownᵀ.
+// With W_gate and W_up stacked (detail::kGateUpStacked), uw holds rows [a | b] from one GEMM;
+// else its first half is a [N, d_ff] and its second half b.
 template <typename Backend>
 void BasicModel<Backend>::dense_mlp_forward(Layer& L, const LayerParams& P) {
   const int N = N_, D = kDModel;
-  ops_.linear_forward(L.u.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
-  ops_.linear_forward(L.w.data(), L.b.data(), param(P.mlp_up), N, D, kDff);
-  ops_.swiglu_forward(L.s.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
+  if constexpr (detail::kGateUpStacked) {
+    ops_.linear_forward(L.uw.data(), L.b.data(), param(P.mlp_gate), N, D, 2 * kDff);
+    ops_.swiglu_pair_forward(L.s.data(), L.uw.data(), N, kDff);
+  } else {
+    Act* a = L.uw.data();
+    Act* b = a + std::int64_t(N) * kDff;
+    ops_.linear_forward(a, L.b.data(), param(P.mlp_gate), N, D, kDff);
+    ops_.linear_forward(b, L.b.data(), param(P.mlp_up), N, D, kDff);
+    ops_.swiglu_forward(L.s.data(), a, b, std::int64_t(N) * kDff);
+  }
   ops_.linear_forward(L.m.data(), L.s.data(), param(P.mlp_down), N, kDff, D);
 }
 
@@ -96,9 +122,18 @@ template <typename Backend>
 void BasicModel<Backend>::dense_mlp_backward(Layer& L, const LayerParams& P, const Act* dm) {
   const int N = N_, D = kDModel;
   ops_.linear_backward(dff_s_.data(), grad(P.mlp_down), dm, L.s.data(), param(P.mlp_down), N, kDff, D);
-  ops_.swiglu_backward(dff_a_.data(), dff_b_.data(), dff_s_.data(), L.u.data(), L.w.data(), std::int64_t(N) * kDff);
-  ops_.linear_backward(dx_.data(), grad(P.mlp_gate), dff_a_.data(), L.b.data(), param(P.mlp_gate), N, D, kDff);
-  ops_.linear_backward(dx_.data(), grad(P.mlp_up), dff_b_.data(), L.b.data(), param(P.mlp_up), N, D, kDff, true);
+  if constexpr (detail::kGateUpStacked) {
+    // The gradients are stacked like the weights: grad(P.mlp_gate) spans both.
+    ops_.swiglu_pair_backward(dff_ab_.data(), dff_s_.data(), L.uw.data(), N, kDff);
+    ops_.linear_backward(dx_.data(), grad(P.mlp_gate), dff_ab_.data(), L.b.data(), param(P.mlp_gate), N, D, 2 * kDff);
+  } else {
+    const std::int64_t half = std::int64_t(N) * kDff;
+    Act* da = dff_ab_.data();
+    Act* db = da + half;
+    ops_.swiglu_backward(da, db, dff_s_.data(), L.uw.data(), L.uw.data() + half, half);
+    ops_.linear_backward(dx_.data(), grad(P.mlp_gate), da, L.b.data(), param(P.mlp_gate), N, D, kDff);
+    ops_.linear_backward(dx_.data(), grad(P.mlp_up), db, L.b.data(), param(P.mlp_up), N, D, kDff, true);
+  }
 }
 
 template <typename Backend>

@@ -2,7 +2,7 @@
 // default templates/config.hpp and plan.hpp: logits, loss and every parameter gradient after one
 // forward and backward (cuda/parity.cuh, the comparison ./parity makes).
 //
-// fp32 is held to the issue's 1e-4. bf16 stores every activation and activation gradient in
+// fp32 is held to 1e-5 (measured: about 1e-6), on the logits' norm and on their worst row. bf16 stores every activation and activation gradient in
 // bf16 (~2e-3 relative rounding each), and over the default model's two layers these roundings
 // add up to ~1e-2 relative against the fp32 CPU model: logits ~9e-3, gradients up to ~1.7e-2
 // (the attention backward's dP − D cancellation amplifies them). That is the arithmetic, not a
@@ -27,9 +27,11 @@ void check_model_parity(int batch, int seq_len, double tol) {
   const gcm::cuda::ParityReport r = gcm::cuda::model_parity<T>(batch, seq_len);
   const std::string tag = std::string(r.precision) + " B=" + std::to_string(batch) + " T=" + std::to_string(seq_len);
   kt::report("cuda model " + tag + " logits", r.rel_logits);
+  kt::report("cuda model " + tag + " worst logits row", r.worst_row_logits);
   kt::report("cuda model " + tag + " loss", r.rel_loss());
   kt::report("cuda model " + tag + " worst grad", r.max_rel_grad());
   EXPECT_LT(r.rel_logits, tol) << tag << ": logits";
+  EXPECT_LT(r.worst_row_logits, tol) << tag << ": the worst row of logits";
   EXPECT_LT(r.rel_loss(), tol) << tag << ": loss " << r.loss_cuda << " vs " << r.loss_cpu;
   ASSERT_EQ(int(r.rel_grads.size()), gcm::kNumParams);
   for (int i = 0; i < gcm::kNumParams; ++i) {

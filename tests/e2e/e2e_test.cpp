@@ -88,7 +88,11 @@ TEST_F(Tree, GradientsMatchWithHeadwiseGateAndTiedEmbeddings) {
   for (auto [from, to] : {std::pair<std::string, std::string>{"\"elementwise\"", "\"headwise\""},
                           {"norm_placement = \"sandwich\"", "tie_embeddings = true"},
                           {"qk_norm = true", "qk_norm = false"},
-                          {"embedding_norm = true", "embedding_norm = false"}}) {
+                          {"embedding_norm = true", "embedding_norm = false"},
+                          // 24 × 64 is a multiple of the 128-element alignment: W_up follows W_gate
+                          // and the MLP's input projections run as one stacked GEMM (kAllFeatures'
+                          // 24 × 40 leaves a gap, so that test covers the two-GEMM path).
+                          {"d_ff = 40", "d_ff = 64"}}) {
     spec.replace(spec.find(from), from.size(), to);
   }
   const Outcome gen = generate(spec);
@@ -96,6 +100,9 @@ TEST_F(Tree, GradientsMatchWithHeadwiseGateAndTiedEmbeddings) {
   const Outcome check = sh((tree() / "gradcheck").string());
   EXPECT_EQ(check.status, 0) << check.output;
   EXPECT_EQ(check.output.find("lm_head"), std::string::npos) << "tied embeddings have no LM head";
+  const std::string model = gc::test::read_text(tree() / "src" / "model" / "model_impl.hpp");
+  EXPECT_NE(model.find("ops_.swiglu_pair_forward("), std::string::npos) << "the stacked path is the one generated";
+  EXPECT_EQ(model.find("ops_.swiglu_forward("), std::string::npos) << "the two-GEMM path is pruned";
 }
 
 // Real text with strong regularities: a short SentencePiece vocabulary is
