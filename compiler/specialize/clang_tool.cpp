@@ -1,5 +1,8 @@
 #include "specialize/clang_tool.hpp"
+#include "specialize/passes.hpp"
 
+#include <clang/AST/ASTContext.h>
+#include <clang/AST/DeclBase.h>
 #include <llvm/ADT/SmallString.h>
 #include <llvm/Support/Path.h>
 
@@ -63,6 +66,10 @@ std::vector<std::string> command_line(const ParseRequest& r) {
 }
 
 }  // namespace
+
+bool TargetsOnlyConsumer::shouldSkipFunctionBody(clang::Decl* d) {
+  return ctx_.targets.count(file_of(d->getASTContext().getSourceManager(), d->getLocation())) == 0;
+}
 
 std::string file_of(const clang::SourceManager& sm, clang::SourceLocation loc) {
   llvm::SmallString<256> path(sm.getFilename(sm.getExpansionLoc(loc)));

@@ -160,9 +160,9 @@ class KnobIncludeFinder : public clang::PPCallbacks {
   PassContext& ctx_;
 };
 
-class KnobConsumer : public clang::ASTConsumer {
+class KnobConsumer : public TargetsOnlyConsumer {
  public:
-  explicit KnobConsumer(PassContext& ctx) : ctx_(ctx) {}
+  explicit KnobConsumer(PassContext& ctx) : TargetsOnlyConsumer(ctx), ctx_(ctx) {}
   void HandleTranslationUnit(clang::ASTContext& ast) override {
     KnobVisitor visitor(ast, ctx_);
     visitor.TraverseDecl(ast.getTranslationUnitDecl());
@@ -177,6 +177,7 @@ class KnobAction : public clang::ASTFrontendAction {
   explicit KnobAction(PassContext& ctx) : ctx_(ctx) {}
   std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef) override {
     ci.getPreprocessor().addPPCallbacks(std::make_unique<KnobIncludeFinder>(ci.getSourceManager(), ctx_));
+    ci.getFrontendOpts().SkipFunctionBodies = true;  // outside the targets (TargetsOnlyConsumer)
     return std::make_unique<KnobConsumer>(ctx_);
   }
 

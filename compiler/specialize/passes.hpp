@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <clang/AST/ASTConsumer.h>
 #include <clang/Frontend/FrontendAction.h>
 
 #include "common/diagnostics.hpp"
@@ -24,6 +25,20 @@ struct PassContext {
   Diagnostics* diags = nullptr;
   std::map<std::string, std::vector<Edit>> edits;  // by target
   std::set<std::string> used_knobs;
+};
+
+// The base of both passes' AST consumers. The passes edit only their targets, so Clang may skip
+// the bodies of every function defined elsewhere (the library headers, the templates another
+// parse specializes): the action turns FrontendOptions::SkipFunctionBodies on and this consumer
+// says which bodies. Clang itself never skips a constexpr function or one with a deduced return
+// type, so constant evaluation (an `if constexpr` condition) still sees every body it needs.
+class TargetsOnlyConsumer : public clang::ASTConsumer {
+ public:
+  explicit TargetsOnlyConsumer(const PassContext& ctx) : ctx_(ctx) {}
+  bool shouldSkipFunctionBody(clang::Decl* d) override;
+
+ private:
+  const PassContext& ctx_;
 };
 
 // Replaces knob initializers with spec literals; drops `#include "gc/knob.hpp"`.

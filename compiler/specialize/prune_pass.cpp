@@ -87,9 +87,9 @@ class PruneVisitor : public clang::RecursiveASTVisitor<PruneVisitor> {
   PassContext& ctx_;
 };
 
-class PruneConsumer : public clang::ASTConsumer {
+class PruneConsumer : public TargetsOnlyConsumer {
  public:
-  explicit PruneConsumer(PassContext& ctx) : ctx_(ctx) {}
+  explicit PruneConsumer(PassContext& ctx) : TargetsOnlyConsumer(ctx), ctx_(ctx) {}
   void HandleTranslationUnit(clang::ASTContext& ast) override {
     PruneVisitor visitor(ast, ctx_);
     visitor.TraverseDecl(ast.getTranslationUnitDecl());
@@ -102,7 +102,8 @@ class PruneConsumer : public clang::ASTConsumer {
 class PruneAction : public clang::ASTFrontendAction {
  public:
   explicit PruneAction(PassContext& ctx) : ctx_(ctx) {}
-  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance&, llvm::StringRef) override {
+  std::unique_ptr<clang::ASTConsumer> CreateASTConsumer(clang::CompilerInstance& ci, llvm::StringRef) override {
+    ci.getFrontendOpts().SkipFunctionBodies = true;  // outside the targets (TargetsOnlyConsumer)
     return std::make_unique<PruneConsumer>(ctx_);
   }
 

@@ -490,8 +490,10 @@ TEST_F(Tree, DiffOfEpsAndHeadDimAblationsShowsTheChangedKernelConstants) {
     spec.insert(spec.find(anchor) + anchor.size(), keys);
     return spec;
   };
-  std::ofstream(dir_ / "eps5.toml") << with_model_keys("norm_eps = 1e-5\n");
-  std::ofstream(dir_ / "eps12.toml") << with_model_keys("norm_eps = 1e-12\n");
+  // Three trees: the base (ε 1e-5, head_dim 64), its ε ablation and its head_dim ablation (the
+  // base's second generation comes from the specialization cache).
+  std::ofstream(dir_ / "eps5.toml") << with_model_keys("norm_eps = 1e-5\nhead_dim = 64\n");
+  std::ofstream(dir_ / "eps12.toml") << with_model_keys("norm_eps = 1e-12\nhead_dim = 64\n");
   const Outcome eps = sh("cd " + dir_.string() + " && " + GCOMPILE_BINARY + " diff eps5.toml eps12.toml");
   ASSERT_EQ(eps.status, 0) << eps.output;
   const auto eps_files = diff_files(eps.output);
@@ -499,13 +501,12 @@ TEST_F(Tree, DiffOfEpsAndHeadDimAblationsShowsTheChangedKernelConstants) {
   EXPECT_FALSE(lists(eps_files, "src/cuda/attention.cuh")) << eps.output;
   EXPECT_TRUE(has_line(eps.output, "+  static constexpr float kEps = 1e-12f;")) << eps.output;
   EXPECT_TRUE(has_line(eps.output, "-  static constexpr float kEps = 1e-5f;")) << eps.output;
-  EXPECT_NE(eps.output.find("+// Specialized for: model.d_model = 32, model.head_dim = 8, model.norm_eps = 1e-12."),
+  EXPECT_NE(eps.output.find("+// Specialized for: model.d_model = 32, model.head_dim = 64, model.norm_eps = 1e-12."),
             std::string::npos)
       << eps.output;
 
-  std::ofstream(dir_ / "hd64.toml") << with_model_keys("head_dim = 64\n");
-  std::ofstream(dir_ / "hd128.toml") << with_model_keys("head_dim = 128\n");
-  const Outcome hd = sh("cd " + dir_.string() + " && " + GCOMPILE_BINARY + " diff hd64.toml hd128.toml");
+  std::ofstream(dir_ / "hd128.toml") << with_model_keys("norm_eps = 1e-5\nhead_dim = 128\n");
+  const Outcome hd = sh("cd " + dir_.string() + " && " + GCOMPILE_BINARY + " diff eps5.toml hd128.toml");
   ASSERT_EQ(hd.status, 0) << hd.output;
   const auto hd_files = diff_files(hd.output);
   for (const char* kernel : {"src/cuda/attention.cuh", "src/cuda/rope.cuh", "src/cuda/gate.cuh", "src/cuda/rmsnorm.cuh"}) {
