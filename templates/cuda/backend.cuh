@@ -428,17 +428,22 @@ class Backend {
     }
   }
 
+  // The QK-norm kernels exist only in trees with QK-norm.
   template <class F>
   static void with_norm(int dim, F&& run) {
     if (dim == ResidualNorm::kDim) {
       run(ResidualNorm{});
-    } else if (dim == QkNorm::kDim) {
-      run(QkNorm{});
-    } else {
-      throw gc::rt::RuntimeError("rmsnorm: no kernel specialized for rows of " + std::to_string(dim) +
-                                 " (this tree's norms are " + std::to_string(ResidualNorm::kDim) + " and " +
-                                 std::to_string(QkNorm::kDim) + " wide)");
+      return;
     }
+    if constexpr (kQkNorm) {
+      if (dim == QkNorm::kDim) {
+        run(QkNorm{});
+        return;
+      }
+    }
+    throw gc::rt::RuntimeError("rmsnorm: no kernel specialized for rows of " + std::to_string(dim) + " (this tree's " +
+                               "norms are " + std::to_string(ResidualNorm::kDim) + " wide, and " +
+                               std::to_string(QkNorm::kDim) + " for QK-norm when the spec has it)");
   }
 
   template <GatedAttention kMode>
