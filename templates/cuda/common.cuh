@@ -112,11 +112,12 @@ __device__ __forceinline__ void store_pack(T* dst, const float (&src)[kVec]) {
   *reinterpret_cast<Pack<kVec, T>*>(dst) = p;
 }
 
-// Throws unless `p` may be read in packs of kVec elements of T (a host-side guard of the
-// kernels that use WarpRow; every buffer of the model satisfies it).
-template <int kVec, typename T>
-void check_pack_aligned(const void* p, const char* who) {
-  if (reinterpret_cast<std::uintptr_t>(p) % (kVec * sizeof(T)) != 0) {
+// Throws unless every pointer may be read in packs of kVec elements of T (a host-side guard of
+// the kernels that use WarpRow or row_pack; every buffer of the model satisfies it).
+template <int kVec, typename T, typename... P>
+void check_pack_aligned(const char* who, const P*... pointers) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (kVec * sizeof(T)) == 0; };
+  if (!(aligned(pointers) && ...)) {
     throw gc::rt::RuntimeError(std::string(who) + ": a buffer is not aligned to " +
                                std::to_string(kVec * sizeof(T)) + " bytes (its rows are read in packs)");
   }

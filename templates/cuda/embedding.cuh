@@ -55,8 +55,7 @@ template <class S, typename T>
 void embedding_forward(T* out, const std::int32_t* tokens, const T* E, int N) {
   if (N <= 0) return;
   constexpr int kVec = row_pack<T>(S::kDim);
-  check_pack_aligned<kVec, T>(out, "embedding_forward");
-  check_pack_aligned<kVec, T>(E, "embedding_forward");
+  check_pack_aligned<kVec, T>("embedding_forward", out, E);
   launch(embedding_forward_kernel<S, T>, blocks_for(std::int64_t(N) * (S::kDim / kVec), kEmbeddingThreads),
          kEmbeddingThreads, 0, out, tokens, E, N);
 }

@@ -165,9 +165,7 @@ template <class S, typename T>
 void rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t rows) {
   if (rows <= 0) return;
   constexpr int kVec = WarpRow<S::kDim, T>::kVec;
-  for (const void* p : {static_cast<const void*>(y), static_cast<const void*>(x), static_cast<const void*>(g)}) {
-    check_pack_aligned<kVec, T>(p, "rmsnorm_forward");
-  }
+  check_pack_aligned<kVec, T>("rmsnorm_forward", y, x, g);
   launch(rmsnorm_forward_kernel<S, T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, y, rstd, x, g, rows);
 }
 
@@ -176,10 +174,7 @@ template <class S, typename T>
 void add_rmsnorm_forward(T* h, T* y, float* rstd, const T* a, const T* b, const T* g, std::int64_t rows) {
   if (rows <= 0) return;
   constexpr int kVec = WarpRow<S::kDim, T>::kVec;
-  for (const void* p : {static_cast<const void*>(h), static_cast<const void*>(y), static_cast<const void*>(a),
-                        static_cast<const void*>(b), static_cast<const void*>(g)}) {
-    check_pack_aligned<kVec, T>(p, "add_rmsnorm_forward");
-  }
+  check_pack_aligned<kVec, T>("add_rmsnorm_forward", h, y, a, b, g);
   launch(add_rmsnorm_forward_kernel<S, T>, rmsnorm_row_blocks(rows), kRmsNormThreads, 0, h, y, rstd, a, b, g, rows);
 }
 
@@ -282,10 +277,7 @@ void rmsnorm_backward(T* dx, float* dg, float* dg_scratch, const T* dy, const T*
                       std::int64_t rows, bool accumulate_dx) {
   if (rows <= 0) return;
   constexpr int kVec = WarpRow<S::kDim, T>::kVec;
-  for (const void* p : {static_cast<const void*>(dx), static_cast<const void*>(dy), static_cast<const void*>(x),
-                        static_cast<const void*>(g)}) {
-    check_pack_aligned<kVec, T>(p, "rmsnorm_backward");
-  }
+  check_pack_aligned<kVec, T>("rmsnorm_backward", dx, dy, x, g);
   // dg first (reads dy and x only), then dx.
   const int slices = rmsnorm_dg_slices(rows);
   const std::int64_t rows_per_slice = (rows + slices - 1) / slices;

@@ -114,9 +114,7 @@ void swiglu_forward(T* h, const T* a, const T* b, std::int64_t rows) {
   constexpr int kVec = row_pack<T>(kWidth);
   const std::int64_t packs = rows * (kWidth / kVec);
   if (packs <= 0) return;
-  for (const void* p : {static_cast<const void*>(h), static_cast<const void*>(a), static_cast<const void*>(b)}) {
-    check_pack_aligned<kVec, T>(p, "swiglu_forward");
-  }
+  check_pack_aligned<kVec, T>("swiglu_forward", h, a, b);
   launch(swiglu_forward_kernel<kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, h, a, b, packs);
 }
 
@@ -126,10 +124,7 @@ void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int
   constexpr int kVec = row_pack<T>(kWidth);
   const std::int64_t packs = rows * (kWidth / kVec);
   if (packs <= 0) return;
-  for (const void* p : {static_cast<const void*>(da), static_cast<const void*>(db), static_cast<const void*>(dh),
-                        static_cast<const void*>(a), static_cast<const void*>(b)}) {
-    check_pack_aligned<kVec, T>(p, "swiglu_backward");
-  }
+  check_pack_aligned<kVec, T>("swiglu_backward", da, db, dh, a, b);
   launch(swiglu_backward_kernel<kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, da, db, dh, a, b,
          packs);
 }
@@ -140,8 +135,7 @@ void swiglu_pair_forward(T* h, const T* ab, std::int64_t rows) {
   constexpr int kVec = row_pack<T>(kWidth);
   const std::int64_t packs = rows * (kWidth / kVec);
   if (packs <= 0) return;
-  check_pack_aligned<kVec, T>(h, "swiglu_pair_forward");
-  check_pack_aligned<kVec, T>(ab, "swiglu_pair_forward");
+  check_pack_aligned<kVec, T>("swiglu_pair_forward", h, ab);
   launch(swiglu_pair_forward_kernel<kWidth, kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, h, ab,
          packs);
 }
@@ -152,9 +146,7 @@ void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows) {
   constexpr int kVec = row_pack<T>(kWidth);
   const std::int64_t packs = rows * (kWidth / kVec);
   if (packs <= 0) return;
-  for (const void* p : {static_cast<const void*>(dab), static_cast<const void*>(dh), static_cast<const void*>(ab)}) {
-    check_pack_aligned<kVec, T>(p, "swiglu_pair_backward");
-  }
+  check_pack_aligned<kVec, T>("swiglu_pair_backward", dab, dh, ab);
   launch(swiglu_pair_backward_kernel<kWidth, kVec, T>, blocks_for(packs, kSwigluThreads), kSwigluThreads, 0, dab, dh,
          ab, packs);
 }
