@@ -22,6 +22,7 @@
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/embedding.cuh"
+#include "cuda/flash_attention.cuh"
 #include "cuda/gate.cuh"
 #include "cuda/moe.cuh"
 #include "cuda/rmsnorm.cuh"
@@ -183,17 +184,29 @@ class Backend {
     });
   }
   // The attention kernels are specialized for the spec's heads, head_dim and scale
-  // (AttentionShape); the model's dims must be those.
+  // (AttentionShape); the model's dims must be those. bf16 with a head_dim that is a multiple of
+  // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the
+  // reference kernels (cuda/attention.cuh).
+  static constexpr bool kFlashAttention = cuda::flash_attention_supported<AttentionShape, T>();
   void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const cpu::AttentionDims& d,
                          double scale) {
     check_attention_shape(d, scale);
-    cuda::attention_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
+    if constexpr (kFlashAttention) {
+      cuda::flash_attention_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
+    } else {
+      cuda::attention_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
+    }
   }
   void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                           const T* v, const cpu::AttentionDims& d, double scale) {
     check_attention_shape(d, scale);
-    cuda::attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v, d.batch,
-                                             d.seq_len);
+    if constexpr (kFlashAttention) {
+      cuda::flash_attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v,
+                                                     d.batch, d.seq_len);
+    } else {
+      cuda::attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v, d.batch,
+                                               d.seq_len);
+    }
   }
   template <GatedAttention kMode>
   void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
@@ -408,7 +421,7 @@ class Backend {
         return;
       }
       if constexpr (SwigluShape::kSharedDff > 0) {
-        if (n % SwigluShape::kSharedDff == 0) {
+        if (n % std::max(SwigluShape::kSharedDff, 1) == 0) {  // max: nvcc evaluates the discarded branch's %
           run(std::integral_constant<int, SwigluShape::kSharedDff>{});
           return;
         }

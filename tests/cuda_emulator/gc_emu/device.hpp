@@ -114,3 +114,5 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+
+#include "gc_emu/mma.hpp"

@@ -1,0 +1,432 @@
+// Causal GQA attention on tensor cores (bf16 mma.sync, compute capability 8.0+), FlashAttention-2
+// style: the same semantics, layouts, lse and scratch as the reference kernels of
+// cuda/attention.cuh (which stay, for fp32 and for head dims these kernels do not take, and as
+// the reference tests/cuda/flash_attention_test.cu compares them with).
+//
+// What runs on tensor cores: S = Q·Kᵀ, O += P·V in the forward; in the backward Sᵀ = K·Qᵀ,
+// dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q (one kernel per 16-key warp slab) and S, dP,
+// dQ += dS·K (one kernel per 16-query slab). Operands are bf16 (P and dS are rounded to bf16
+// before their products, as in FlashAttention-2); every accumulator, the softmax statistics
+// (running max and sum, in fp32 registers, scores in log2 units) and lse are fp32. The products'
+// fragment layouts are those of cuda/mma.cuh; an accumulator becomes the next product's A operand
+// without leaving registers (pack_accumulators).
+//
+// Tiles: a warp owns 16 rows. Forward: blocks of 64 queries (4 warps) stream 64-key K and V
+// tiles through shared memory; Q stays in registers. Causal block skipping: a block stops at
+// the key tile holding its last query; only the tiles that cross the diagonal are masked.
+// Backward: tiles of kRowsB = 64 rows (32 for head_dim > 64, so that four tiles fit in 48 KiB of
+// static shared memory); the dK/dV kernel holds its keys' K and V, loops over the kv group's
+// query heads and the query tiles at or after its keys (in order); the dQ kernel holds its
+// queries' Q and dO and loops over the key tiles up to the diagonal. Nothing is shared between
+// blocks and every sum runs in a fixed order: no atomics, bit-identical reruns.
+//
+// Specialized: head_dim, heads, kv heads and the scale are S's compile-time constants, so every
+// k-step and n-tile loop has a constant trip count. head_dim must be a multiple of 16 (at most
+// 128); flash_attention_supported<S, T>() says whether these kernels apply.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/attention.cuh"
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+namespace gcm::cuda {
+
+// Whether the tensor-core kernels take attention shape S in element type T.
+template <class S, typename T>
+constexpr bool flash_attention_supported() {
+  return std::is_same_v<T, bf16> && S::kHeadDim % 16 == 0 && S::kHeadDim <= 128;
+}
+
+namespace flash_detail {
+
+using attention_detail::kLn2;
+using attention_detail::kLog2e;
+
+inline constexpr int kWarpRows = 16;  // rows of one warp's slab (the mma's M)
+inline constexpr int kRowsF = 64;     // forward: queries per block and keys per tile
+
+template <class S>
+struct Config {
+  static_assert(S::kHeadDim % 16 == 0 && S::kHeadDim <= 128, "tensor-core attention needs head_dim % 16 == 0, <= 128");
+  static_assert(S::kHeads % S::kKvHeads == 0, "heads must be a multiple of kv_heads");
+  static constexpr int kHeadDim = S::kHeadDim;
+  static constexpr int kSteps = kHeadDim / 16;       // k-steps over head_dim
+  static constexpr int kDimTiles = kHeadDim / 8;     // n-tiles over head_dim
+  static constexpr int kGroup = S::kHeads / S::kKvHeads;
+  static constexpr std::int64_t kQStride = std::int64_t(S::kHeads) * kHeadDim;
+  static constexpr std::int64_t kKvStride = std::int64_t(S::kKvHeads) * kHeadDim;
+  static constexpr float kScale = S::kScale;
+  static constexpr float kScaleLog2 = S::kScale * kLog2e;
+  static constexpr int kThreadsF = kRowsF / kWarpRows * kWarp;  // 128
+  static constexpr int kRowsB = kHeadDim <= 64 ? 64 : 32;       // backward tile rows
+  static constexpr int kThreadsB = kRowsB / kWarpRows * kWarp;  // 128 or 64
+};
+
+// One bf16 pair of a row-major matrix as a register; 0 for rows ≥ rows_end.
+__device__ __forceinline__ std::uint32_t load_pair(const bf16* __restrict__ base, std::int64_t stride, int row,
+                                                   int col, int rows_end) {
+  return row < rows_end ? *reinterpret_cast<const std::uint32_t*>(base + std::int64_t(row) * stride + col) : 0u;
+}
+
+__device__ __forceinline__ void store_pair(bf16* __restrict__ base, std::int64_t stride, int row, int col, float lo,
+                                           float hi) {
+  *reinterpret_cast<std::uint32_t*>(base + std::int64_t(row) * stride + col) = tc::pack_bf16x2(lo, hi);
+}
+
+// Max and sum over the four lanes of a quad (the lanes holding one accumulator row).
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// acc[n] (+)= A·B over the kSteps k-steps, A = rows r0.. of `a_tile`, B[k][n] = b_tile[n0 + n][k]
+// for N_TILES n-tiles of 8 (Q·Kᵀ-shaped products).
+template <int N_TILES, int STEPS, class TileA, class TileB>
+__device__ __forceinline__ void product_rows(float (&acc)[N_TILES][4], const TileA& a_tile, int r0,
+                                             const TileB& b_tile, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < STEPS; ++ks) {
+    std::uint32_t a[4];
+    tc::load_a(a, a_tile, r0, ks, lane);
+#pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+      std::uint32_t b[2];
+      tc::load_b_rows(b, b_tile, 8 * nt, ks, lane);
+      tc::mma_bf16_16816(acc[nt], a, b);
+    }
+  }
+}
+
+// acc[d] += X·B where X [16][16·K_STEPS] is given as accumulators x[2·K_STEPS][4] (rounded to
+// bf16 here) and B[k][n] = b_tile[k][8·d + n] (P·V-shaped products).
+template <int D_TILES, int K_STEPS, class TileB>
+__device__ __forceinline__ void product_cols(float (&acc)[D_TILES][4], const float (&x)[2 * K_STEPS][4],
+                                             const TileB& b_tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K_STEPS; ++kk) {
+    std::uint32_t a[4];
+    tc::pack_accumulators(a, x[2 * kk], x[2 * kk + 1]);
+#pragma unroll
+    for (int d = 0; d < D_TILES; ++d) {
+      std::uint32_t b[2];
+      tc::load_b_cols(b, b_tile, 16 * kk, 8 * d, lane);
+      tc::mma_bf16_16816(acc[d], a, b);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward. Block (x, h, b): queries q0 .. q0+63 of head h, q0 = 64·(gridDim.x − 1 − x) (the
+// longest rows first). Warp w owns queries q0 + 16w .. +15; lane 4g + t holds rows g and g + 8
+// of the slab and, of every 8-column tile, columns 2t and 2t + 1.
+template <class S>
+__global__ void __launch_bounds__(Config<S>::kThreadsF)
+    flash_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
+                         const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
+  using Cfg = Config<S>;
+  constexpr int kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = kRowsF / 8;
+  __shared__ tc::SmemTile<kRowsF, Cfg::kHeadDim> k_s, v_s;
+
+  const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRowsF;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const int slab = q0 + warp * kWarpRows;
+  const int rows[2] = {slab + g, slab + g + 8};  // this lane's queries (may be ≥ seq_len: not stored)
+
+  const std::int64_t q_off = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
+  const bf16* q_head = q + q_off;
+  const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
+
+  std::uint32_t q_frag[kSteps][4];  // the slab's Q as A fragments, for the whole kernel
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    q_frag[ks][0] = load_pair(q_head, Cfg::kQStride, rows[0], 16 * ks + 2 * t, seq_len);
+    q_frag[ks][1] = load_pair(q_head, Cfg::kQStride, rows[1], 16 * ks + 2 * t, seq_len);
+    q_frag[ks][2] = load_pair(q_head, Cfg::kQStride, rows[0], 16 * ks + 8 + 2 * t, seq_len);
+    q_frag[ks][3] = load_pair(q_head, Cfg::kQStride, rows[1], 16 * ks + 8 + 2 * t, seq_len);
+  }
+  float o[kDimTiles][4];
+#pragma unroll
+  for (int d = 0; d < kDimTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running row max of s·log2(e)
+  float l[2] = {0.0f, 0.0f};            // this lane's part of the running Σ 2^(s·log2 e − m)
+
+  const int last_query = min(q0 + kRowsF, seq_len) - 1;  // q0 < seq_len by the grid size
+  for (int k0 = 0; k0 <= last_query; k0 += kRowsF) {
+    __syncthreads();  // the previous tile's readers are done
+    tc::load_tile<Cfg::kThreadsF, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
+    tc::load_tile<Cfg::kThreadsF, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+    __syncthreads();
+
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // Q·Kᵀ with Q from registers
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
+        std::uint32_t bk[2];
+        tc::load_b_rows(bk, k_s, 8 * nt, ks, lane);
+        tc::mma_bf16_16816(s[nt], q_frag[ks], bk);
+      }
+    }
+    // Scores in log2 units; keys after the query (only in tiles that reach past the slab's first
+    // row) are −inf. Keys ≥ seq_len are after every stored query.
+    const bool crosses_diagonal = k0 + kRowsF - 1 > slab;
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + 8 * nt + 2 * t + (e & 1);
+        s[nt][e] = (crosses_diagonal && key > rows[e / 2]) ? -INFINITY : s[nt][e] * Cfg::kScaleLog2;
+      }
+    }
+    // Online softmax (see cuda/attention.cuh): every row has key 0 in the first tile, so m is
+    // finite from then on; m_ref keeps (−inf) − (−inf) out of the first tile's α.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      const float m_new = fmaxf(m[r], quad_max(tile_max));
+      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[r] - m_ref);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_ref);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_ref);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      l[r] = alpha * l[r] + sum;
+#pragma unroll
+      for (int d = 0; d < kDimTiles; ++d) {
+        o[d][2 * r] *= alpha;
+        o[d][2 * r + 1] *= alpha;
+      }
+      m[r] = m_new;
+    }
+    product_cols<kDimTiles, kKeyTiles / 2>(o, s, v_s, lane);  // O += P·V
+  }
+
+  bf16* out_head = out + q_off;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l_row = quad_sum(l[r]);
+    if (rows[r] >= seq_len) continue;
+    const float inv = 1.0f / l_row;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      store_pair(out_head, Cfg::kQStride, rows[r], 8 * d + 2 * t, o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    }
+    if (t == 0) lse[(std::int64_t(b) * S::kHeads + h) * seq_len + rows[r]] = (m[r] + log2f(l_row)) * kLn2;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, dK and dV. Block (x, g, b): keys k0 .. k0 + kRowsB − 1 of kv head g, k0 = kRowsB·x;
+// warp w owns keys k0 + 16w .. +15 (rows of Sᵀ, dPᵀ, dK, dV), lane 4g + t as in the forward.
+template <class S>
+__global__ void __launch_bounds__(Config<S>::kThreadsB)
+    flash_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
+                               const float* __restrict__ lse, const float* __restrict__ delta,
+                               const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
+                               int seq_len) {
+  using Cfg = Config<S>;
+  constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kQueryTiles = R / 8;
+  __shared__ tc::SmemTile<R, Cfg::kHeadDim> k_s, v_s, q_s, do_s;
+  __shared__ float lse2_s[R], delta_s[R];
+
+  const int b = blockIdx.z, g_kv = blockIdx.y;
+  const int k0 = int(blockIdx.x) * R;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const int slab = warp * kWarpRows;                        // the warp's first row in the tiles
+  const int keys[2] = {k0 + slab + g, k0 + slab + g + 8};  // this lane's keys
+
+  const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
+  tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
+  tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+
+  float dk_acc[kDimTiles][4], dv_acc[kDimTiles][4];
+#pragma unroll
+  for (int d = 0; d < kDimTiles; ++d) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[d][e] = dv_acc[d][e] = 0.0f;
+  }
+
+  for (int h = g_kv * Cfg::kGroup; h < (g_kv + 1) * Cfg::kGroup; ++h) {
+    const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
+    const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
+    for (int i0 = k0; i0 < seq_len; i0 += R) {  // queries before k0 see none of these keys
+      __syncthreads();  // the previous tile's readers are done
+      tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, i0, seq_len);
+      tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, i0, seq_len);
+      for (int ii = threadIdx.x; ii < R; ii += Cfg::kThreadsB) {
+        const bool valid = i0 + ii < seq_len;
+        lse2_s[ii] = valid ? lse[lse_head + i0 + ii] * kLog2e : 0.0f;
+        delta_s[ii] = valid ? delta[lse_head + i0 + ii] : 0.0f;
+      }
+      __syncthreads();
+
+      float p[kQueryTiles][4], ds[kQueryTiles][4];  // Pᵀ and dSᵀ: rows = keys, columns = queries
+#pragma unroll
+      for (int nt = 0; nt < kQueryTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
+      }
+      product_rows<kQueryTiles, kSteps>(p, k_s, slab, q_s, lane);    // Sᵀ = K·Qᵀ
+      product_rows<kQueryTiles, kSteps>(ds, v_s, slab, do_s, lane);  // dPᵀ = V·dOᵀ
+#pragma unroll
+      for (int nt = 0; nt < kQueryTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * nt + 2 * t + (e & 1), query = i0 + col;
+          // P = 0 where the key is after the query or the query is past the end: chosen, not
+          // multiplied, so an overflowing exp2 of a masked entry cannot leak in.
+          const bool valid = query < seq_len && keys[e / 2] <= query;
+          p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - lse2_s[col]) : 0.0f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_s[col]);
+        }
+      }
+      product_cols<kDimTiles, kQueryTiles / 2>(dv_acc, p, do_s, lane);  // dV += Pᵀ·dO
+      product_cols<kDimTiles, kQueryTiles / 2>(dk_acc, ds, q_s, lane);  // dK += dSᵀ·Q
+    }
+  }
+
+  bf16* dk_head = dk + kv_head;
+  bf16* dv_head = dv + kv_head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= seq_len) continue;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      const int col = 8 * d + 2 * t;
+      store_pair(dk_head, Cfg::kKvStride, keys[r], col, Cfg::kScale * dk_acc[d][2 * r],
+                 Cfg::kScale * dk_acc[d][2 * r + 1]);
+      store_pair(dv_head, Cfg::kKvStride, keys[r], col, dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, dQ. Block (x, h, b): queries q0 .. q0 + kRowsB − 1 of head h, the longest rows first;
+// warp w owns queries q0 + 16w .. +15.
+template <class S>
+__global__ void __launch_bounds__(Config<S>::kThreadsB)
+    flash_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
+                             const float* __restrict__ delta, const bf16* __restrict__ q,
+                             const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
+  using Cfg = Config<S>;
+  constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = R / 8;
+  __shared__ tc::SmemTile<R, Cfg::kHeadDim> q_s, do_s, k_s, v_s;
+
+  const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * R;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const int slab = warp * kWarpRows;
+  const int rows[2] = {q0 + slab + g, q0 + slab + g + 8};
+
+  const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
+  const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
+  const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
+  tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, q0, seq_len);
+  tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, q0, seq_len);
+  float lse2[2], delta_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool valid = rows[r] < seq_len;
+    lse2[r] = valid ? lse[lse_head + rows[r]] * kLog2e : 0.0f;
+    delta_row[r] = valid ? delta[lse_head + rows[r]] : 0.0f;
+  }
+
+  float dq_acc[kDimTiles][4];
+#pragma unroll
+  for (int d = 0; d < kDimTiles; ++d) dq_acc[d][0] = dq_acc[d][1] = dq_acc[d][2] = dq_acc[d][3] = 0.0f;
+
+  const int last_query = min(q0 + R, seq_len) - 1;  // q0 < seq_len by the grid size
+  for (int k0 = 0; k0 <= last_query; k0 += R) {
+    __syncthreads();  // the previous tile's readers are done (and Q, dO are in on the first)
+    tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
+    tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+    __syncthreads();
+
+    float p[kKeyTiles][4], ds[kKeyTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
+    }
+    product_rows<kKeyTiles, kSteps>(p, q_s, slab, k_s, lane);    // S = Q·Kᵀ
+    product_rows<kKeyTiles, kSteps>(ds, do_s, slab, v_s, lane);  // dP = dO·Vᵀ
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, key = k0 + 8 * nt + 2 * t + (e & 1);
+        const bool valid = rows[r] < seq_len && key <= rows[r];
+        p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - lse2[r]) : 0.0f;
+        ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_row[r]);
+      }
+    }
+    product_cols<kDimTiles, kKeyTiles / 2>(dq_acc, ds, k_s, lane);  // dQ += dS·K
+  }
+
+  bf16* dq_head = dq + q_head;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= seq_len) continue;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      store_pair(dq_head, Cfg::kQStride, rows[r], 8 * d + 2 * t, Cfg::kScale * dq_acc[d][2 * r],
+                 Cfg::kScale * dq_acc[d][2 * r + 1]);
+    }
+  }
+}
+
+inline unsigned row_tiles(int seq_len, int rows) { return unsigned((seq_len + rows - 1) / rows); }
+
+}  // namespace flash_detail
+
+// As attention_forward<S> (cuda/attention.cuh), on tensor cores; bf16 only.
+template <class S>
+void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int batch,
+                             int seq_len) {
+  using namespace flash_detail;
+  attention_detail::check_attention_batch(batch, seq_len, "flash_attention_forward");
+  if (batch == 0 || seq_len == 0) return;
+  check_pack_aligned<8, bf16>("flash_attention_forward", out, q, k, v);
+  const dim3 grid(row_tiles(seq_len, kRowsF), unsigned(S::kHeads), unsigned(batch));
+  launch(flash_forward_kernel<S>, grid, Config<S>::kThreadsF, 0, out, lse, q, k, v, seq_len);
+}
+
+// As attention_backward<S>, on tensor cores; bf16 only. `scratch` holds
+// attention_backward_scratch_floats<S>(batch, seq_len) floats (D_i, as the reference computes it).
+template <class S>
+void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const bf16* out,
+                              const float* lse, const bf16* q, const bf16* k, const bf16* v, int batch, int seq_len) {
+  using namespace flash_detail;
+  attention_detail::check_attention_batch(batch, seq_len, "flash_attention_backward");
+  if (batch == 0 || seq_len == 0) return;
+  check_pack_aligned<8, bf16>("flash_attention_backward", dq, dk, dv, dout, q, k, v);
+  const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
+  constexpr int kDeltaThreads = 256;
+  launch(attention_detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp),
+         kDeltaThreads, 0, scratch, dout, out, seq_len, rows);
+  constexpr int R = Config<S>::kRowsB;
+  const dim3 kv_grid(row_tiles(seq_len, R), unsigned(S::kKvHeads), unsigned(batch));
+  launch(flash_backward_dkdv_kernel<S>, kv_grid, Config<S>::kThreadsB, 0, dk, dv, dout, lse, scratch, q, k, v,
+         seq_len);
+  const dim3 q_grid(row_tiles(seq_len, R), unsigned(S::kHeads), unsigned(batch));
+  launch(flash_backward_dq_kernel<S>, q_grid, Config<S>::kThreadsB, 0, dq, dout, lse, scratch, q, k, v, seq_len);
+}
+
+}  // namespace gcm::cuda
