@@ -155,7 +155,7 @@ void emit(const std::string& out, const std::string& text) {
 }
 
 int run_metrics(const Args& a) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen);
+  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
   const std::int64_t step = load_weights(a.inputs[0], model);
   const auto batches = validation(a, gcm::kEvalBatches);
   gcm::MetricsDue due = gcm::MetricsDue::all();
@@ -222,7 +222,7 @@ std::string vocab_hash() {
 }
 
 TokenLogProbs evaluate_tokens(const Args& a, const std::string& checkpoint) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen);
+  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
   TokenLogProbs out;
   out.step = load_weights(checkpoint, model);
   out.source = checkpoint;
@@ -412,7 +412,7 @@ int run_compare(const Args& a) {
 
 // The anchor task's accuracies at one checkpoint, as the training loop records them.
 int run_anchor(const Args& a) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen);
+  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
   const std::int64_t step = load_weights(a.inputs[0], model);
   const gc::rt::anchor::Scores scores =
       gcm::anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {

@@ -2,7 +2,10 @@
 // finite differences in float64, on a small batch with the spec's exact
 // architecture and initialization. Norm gains are perturbed away from 1 so
 // their gradients are exercised too. Prints one line per tensor; exits 1 if
-// any relative error exceeds the tolerance.
+// any relative error exceeds the tolerance. The model's LM head runs in chunks of kHeadRows rows
+// (forward_backward fuses each chunk's backward into the forward, as training does); the
+// gradients must also equal, to rounding, those of a model that keeps every row's logits and
+// those of the chunked model's plain forward + backward (which recomputes the chunks).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +21,8 @@ namespace {
 constexpr int kBatch = 2;
 constexpr int kLen = gcm::kSeqLen < 6 ? gcm::kSeqLen : 6;
 constexpr int kEntriesPerTensor = 6;
+constexpr int kHeadRows = 5;  // three chunks of 12 rows (kLen = 6), the last one short
+constexpr double kSamePathTolerance = 1e-12;
 constexpr double kStep = 1e-5;
 constexpr double kTolerance = 1e-6;
 // Central differences of a double loss carry ~1e-16·|L|/h of rounding error,
@@ -30,24 +35,58 @@ std::int64_t pick(std::uint64_t stream, std::uint64_t i, std::int64_t n) {
   return std::min<std::int64_t>(n - 1, std::int64_t(u * double(n)));
 }
 
-}  // namespace
+// max |a − b| / max |b| over the flat gradient arrays.
+double relative_max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
 
-int main() {
-  gcm::Model<double> model(kBatch, kLen);
+void initialize(gcm::Model<double>& model) {
   gcm::init_parameters(model.params.data(), gcm::kSeed);
   for (int i = 0; i < gcm::kNumParams; ++i) {
     if (gcm::kParams[i].init != gcm::InitKind::ones) continue;
     double* g = model.param(i);
     for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) g[j] += 0.3 * (gcm::philox_uniform(7, i, j) - 0.5);
   }
+}
+
+// The gradients of a model with every row's logits (forward, backward) and of the chunked model's
+// plain forward + backward, against `fused` (forward_backward). Returns false on a mismatch.
+bool same_gradients_on_every_head_path(const std::vector<double>& fused, const std::int32_t* tokens,
+                                       const std::int32_t* targets) {
+  gcm::Model<double> kept(kBatch, kLen, gcm::kKeepLogits), recomputed(kBatch, kLen, kHeadRows);
+  bool ok = true;
+  for (auto* m : {&kept, &recomputed}) {
+    initialize(*m);
+    m->zero_grads();
+    m->forward(tokens, targets);
+    m->backward();
+    const double diff = relative_max_difference(m->grads, fused);
+    const bool same = diff <= kSamePathTolerance;
+    std::printf("gradcheck: %s head vs chunked forward_backward: max difference %.2e%s\n",
+                m == &kept ? "unchunked" : "chunked (recomputed)", diff, same ? "" : "  FAIL");
+    ok = ok && same;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  gcm::Model<double> model(kBatch, kLen, kHeadRows);
+  initialize(model);
   std::vector<std::int32_t> tokens(kBatch * kLen), targets(kBatch * kLen);
   for (std::size_t j = 0; j < tokens.size(); ++j) {
     tokens[j] = std::int32_t(pick(1, j, gcm::kVocab));
     targets[j] = std::int32_t(pick(2, j, gcm::kVocab));
   }
   model.zero_grads();
-  const double loss = model.forward(tokens.data(), targets.data());
-  model.backward();
+  const double loss = model.forward_backward(tokens.data(), targets.data(), 1.0);
+  const bool same_paths = same_gradients_on_every_head_path(model.grads, tokens.data(), targets.data());
   std::printf("gradcheck: loss %.6f, %d tensors, %d entries each, step %g\n", loss, gcm::kNumParams,
               kEntriesPerTensor, kStep);
   double worst = 0.0;
@@ -74,7 +113,7 @@ int main() {
     std::printf("  %-48s |g| %.3e  |dg| %.2e  rel err %.2e%s\n", p.name, std::sqrt(num_sq), std::sqrt(diff_sq),
                 error, error > kTolerance ? "  FAIL" : "");
   }
-  std::printf("gradcheck: worst relative error %.2e (tolerance %.0e): %s\n", worst, kTolerance,
-              worst <= kTolerance ? "ok" : "FAILED");
-  return worst <= kTolerance ? 0 : 1;
+  const bool ok = worst <= kTolerance && same_paths;
+  std::printf("gradcheck: worst relative error %.2e (tolerance %.0e): %s\n", worst, kTolerance, ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
 }

@@ -33,8 +33,11 @@ inline constexpr std::int64_t kStoredParams = 107136;
 // FLOPs per token (6·matmul weights + attention) and planned bytes: the model's
 // buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).
 inline constexpr double kFlopsPerToken = 589824.0;
-inline constexpr std::int64_t kPlannedModelBufferBytes = 1925120;
-inline constexpr std::int64_t kPlannedDeviceBytes = 37200900;
+inline constexpr std::int64_t kPlannedModelBufferBytes = 1925136;
+inline constexpr std::int64_t kPlannedDeviceBytes = 37200916;
+// Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed
+// 2^25 elements): the head and the cross-entropy run in chunks of these rows.
+inline constexpr int kHeadChunkRows = 128;
 
 inline constexpr ParamInfo kParams[kNumParams] = {
     {"model.embed_tokens.weight", "embedding", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.0, 1.0, 0.1},

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    gcm::Model<float> model(kBatch, kLen);
+    gcm::Model<float> model(kBatch, kLen, gcm::kKeepLogits);
     gcm::init_parameters(model.params.data(), gcm::kSeed);
     std::int64_t checkpoint_step = -1;
     if (!checkpoint.empty()) {

@@ -184,7 +184,10 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
     << "// buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).\n";
   o << "inline constexpr double kFlopsPerToken = " << literal(plan.flops.per_token) << ";\n";
   o << "inline constexpr std::int64_t kPlannedModelBufferBytes = " << std::int64_t(plan.memory.model_buffers) << ";\n";
-  o << "inline constexpr std::int64_t kPlannedDeviceBytes = " << std::int64_t(plan.memory.device_total()) << ";\n\n";
+  o << "inline constexpr std::int64_t kPlannedDeviceBytes = " << std::int64_t(plan.memory.device_total()) << ";\n";
+  o << "// Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed\n"
+    << "// 2^25 elements): the head and the cross-entropy run in chunks of these rows.\n";
+  o << "inline constexpr int kHeadChunkRows = " << plan.head_chunk_rows << ";\n\n";
   o << "inline constexpr ParamInfo kParams[kNumParams] = {\n";
   for (const auto& p : plan.params) {
     o << "    {" << cpp_string_literal(p.name) << ", " << cpp_string_literal(class_name(p.cls)) << ", " << p.layer << ", "

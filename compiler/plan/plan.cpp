@@ -209,6 +209,18 @@ FlopCounts count_flops(const Spec& spec, const std::vector<ParamEntry>& params, 
   return f;
 }
 
+}  // namespace
+
+std::int64_t head_chunk_rows(const Spec& spec) {
+  const std::int64_t N = std::int64_t(spec.train.micro_batch) * spec.train.seq_len;
+  const std::int64_t V = spec.model.vocab_size;
+  if (N * V <= kHeadChunkElements) return N;
+  const std::int64_t rows = kHeadChunkElements / V / 64 * 64;
+  return std::min(N, std::max<std::int64_t>(64, rows));
+}
+
+namespace {
+
 // Bytes of the buffers BasicModel allocates besides parameters and gradients
 // for one micro-batch of N = micro_batch·seq_len rows (model/model_impl.hpp's
 // constructor); a tree test compares it with what the model allocates.
@@ -249,12 +261,14 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const double moe_ints = double(moe_layers) * 3 * k;
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
-  elems += 2 * D + V;  // final hidden, final norm, logits
-  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; [dff_a dff_b dff_s]; dlogits.
-  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0) + V;
+  elems += 2 * D;  // final hidden, final norm
+  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; [dff_a dff_b dff_s].
+  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0);
   double stats = double(m.n_layers) * layer_stats + (m.embedding_norm ? 1.0 : 0.0) + 3.0;  // rstd_f, losses, p_target
   stats += moe_stats;
-  return N * (elems * act + stats * f32 + moe_ints * 4.0);
+  // The head's logits and their gradient: a chunk of rows each; the logit moments (2 doubles).
+  const double head = 2.0 * double(head_chunk_rows(spec)) * V * act + 2 * 8.0;
+  return N * (elems * act + stats * f32 + moe_ints * 4.0) + head;
 }
 
 // The CUDA backend's own scratch next to the model's buffers.
@@ -401,6 +415,7 @@ std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags) {
   plan.embedding_scale = scale(spec.model.embedding_scale, "model.embedding_scale");
   plan.attn_scale = scale(spec.model.attn_scale, "model.attn_scale");
   plan.logit_scale = scale(spec.model.logit_scale, "model.logit_scale");
+  plan.head_chunk_rows = head_chunk_rows(spec);
 
   plan.params = list_parameters(spec, plan.layers);
   InitResolver init(spec, model_vars, diags);

@@ -122,7 +122,15 @@ struct Plan {
   std::vector<MetricPlan> metrics;  // enabled metrics only
   double width_mult = 1.0;
   double embedding_scale = 1.0, attn_scale = 1.0, logit_scale = 1.0;
+  std::int64_t head_chunk_rows = 0;  // rows of LM-head logits held at once (head_chunk_rows())
 };
+
+// Rows of the LM head's logits (and their gradient) the model holds at once: the whole
+// micro-batch when its N×V logits have at most kHeadChunkElements elements, else the largest
+// multiple of 64 rows under that bound (at least 64, at most N). The head GEMM and the
+// cross-entropy then run chunk by chunk (templates/model/model_impl.hpp).
+inline constexpr std::int64_t kHeadChunkElements = std::int64_t(1) << 25;
+std::int64_t head_chunk_rows(const Spec& spec);
 
 // Resolves a validated spec. Reports formula evaluation errors (for example a
 // std expression that divides by zero for some layer) and hazard warnings.

@@ -57,7 +57,10 @@ class Backend {
   }
   // Tokens and targets stay where they are (host memory).
   const std::int32_t* stage_tokens(const std::int32_t* tokens, int) { return tokens; }
-  const std::int32_t* stage_targets(const std::int32_t* targets, int) { return targets; }
+  const std::int32_t* stage_targets(const std::int32_t* targets, int N) {
+    scored_ = gc::rt::count_scored(targets, N);
+    return targets;
+  }
 
   void linear_forward(T* y, const T* x, const T* W, int N, int in, int out) {
     cpu::linear_forward(y, x, W, nullptr, N, in, out);
@@ -173,13 +176,32 @@ class Backend {
     cpu::embedding_backward(dE, tokens, dout, N, d, T(scale));
   }
   // Mean loss over the N rows.
-  double cross_entropy_forward(T* losses, T* p_target, const T* logits, const std::int32_t* targets, std::int64_t N,
-                               int V, double alpha) {
-    return cpu::cross_entropy_forward(losses, p_target, logits, targets, N, V, alpha);
+  // Per-row losses and p(target) of `rows` rows (a chunk of the staged batch).
+  void cross_entropy_forward(T* losses, T* p_target, const T* logits, const std::int32_t* targets, std::int64_t rows,
+                             int V, double alpha) {
+    cpu::cross_entropy_forward(losses, p_target, logits, targets, rows, V, alpha);
   }
-  void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
+  // The staged batch's mean loss: Σ losses (serial, in double) over its scored rows.
+  double mean_loss(const T* losses, std::int64_t N) const {
+    double total = 0.0;
+    for (std::int64_t n = 0; n < N; ++n) total += double(losses[n]);
+    return scored_ > 0 ? total / double(scored_) : 0.0;
+  }
+  // dlogits of `rows` rows of the staged batch (divided by its scored rows, not the chunk's).
+  void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t rows, int V,
                               double alpha, double loss_scale) {
-    cpu::cross_entropy_backward(dlogits, logits, targets, N, V, alpha, loss_scale);
+    cpu::cross_entropy_backward(dlogits, logits, targets, rows, V, alpha, loss_scale, scored_);
+  }
+  // acc[0] += Σ α·x, acc[1] += Σ (α·x)² (serial, in double: the same sums for any thread count).
+  static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
+    double s = 0.0, sq = 0.0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = alpha * double(x[i]);
+      s += v;
+      sq += v * v;
+    }
+    acc[0] += s;
+    acc[1] += sq;
   }
 
  private:
@@ -189,6 +211,7 @@ class Backend {
   }
 
   int batch_ = 0, seq_len_ = 0;
+  std::int64_t scored_ = 0;  // scored rows of the staged batch
   std::vector<T> cos_, sin_;
 };
 

@@ -64,11 +64,12 @@ double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* log
 }
 
 // dlogits is overwritten and may alias logits (each row is reduced before it is written).
-// dloss is the upstream gradient of L (e.g. 1 / grad_accum_steps).
+// dloss is the upstream gradient of L (e.g. 1 / grad_accum_steps). `scored` is S, the scored rows
+// of the whole batch when these N rows are a chunk of it (negative: count these rows).
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
-                            double logit_scale = 1.0, double dloss = 1.0) {
-  const std::int64_t scored = gc::rt::count_scored(targets, N);
+                            double logit_scale = 1.0, double dloss = 1.0, std::int64_t scored = -1) {
+  if (scored < 0) scored = gc::rt::count_scored(targets, N);
   const double coef = scored > 0 ? dloss * logit_scale / double(scored) : 0.0;
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {

@@ -334,13 +334,20 @@ class Backend {
     cuda::embedding_backward<EmbeddingShape>(dE, index_tokens_.data(), index_offsets_.data(), index_positions_.data(),
                                              num_unique_, dout);
   }
-  // Mean loss over the scored rows, read on the host (waits for the GPU). After defer_loss(w)
-  // it waits for nothing: w · mean is added to the step accumulator on the device (read by
-  // take_deferred_loss) and 0 is returned.
-  double cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
-                               std::int64_t N, int V, double alpha) {
+  // Per-row losses and p(target) of `rows` rows (a chunk of the staged batch).
+  void cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
+                             std::int64_t rows, int V, double alpha) {
     check_logit_shape(V, alpha);
-    cuda::cross_entropy_forward<LogitShape>(losses, p_target, logits, targets, N);
+    cuda::cross_entropy_forward<LogitShape>(losses, p_target, logits, targets, rows);
+  }
+  // acc[0] += Σ α·x, acc[1] += Σ (α·x)² on the device (double, fixed order).
+  static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
+    cuda::accumulate_moments(acc, x, n, alpha);
+  }
+  // The staged batch's mean loss over its scored rows, read on the host (waits for the GPU).
+  // After defer_loss(w) it waits for nothing: w · mean is added to the step accumulator on the
+  // device (read by take_deferred_loss) and 0 is returned.
+  double mean_loss(const float* losses, std::int64_t N) {
     const double per_row = scored_ > 0 ? 1.0 / double(scored_) : 0.0;
     if (deferred_weight_ >= 0.0) {
       accumulate_losses(step_loss_.data(), losses, N, deferred_weight_ * per_row);
@@ -352,7 +359,7 @@ class Backend {
     loss_sum_.download(&sum, 1);
     return sum * per_row;
   }
-  // The next cross_entropy_forward adds weight · (its mean loss) to the step accumulator.
+  // The next mean_loss adds weight · (the mean loss) to the step accumulator.
   void defer_loss(double weight) { deferred_weight_ = weight; }
   // The accumulated Σ weight · mean loss (one device→host copy, which waits for the queued
   // work), and the accumulator restarts at 0.

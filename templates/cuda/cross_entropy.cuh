@@ -145,6 +145,32 @@ inline void accumulate_losses(double* acc_device, const float* losses, std::int6
          scale);
 }
 
+// acc[0] += Σ α·x, acc[1] += Σ (α·x)² over x[0, n), by one block (thread t sums i = t, t+1024, …
+// in order, then the fixed-order block sum): deterministic, and cheap next to the GEMM that
+// wrote x (it runs only while the logit_std metric is measured).
+template <int kThreads, typename T>
+__global__ void accumulate_moments_kernel(double* acc, const T* x, std::int64_t n, double alpha) {
+  __shared__ double scratch[kWarp];
+  double s = 0.0, sq = 0.0;
+  for (std::int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const double v = alpha * double(to_float(x[i]));
+    s += v;
+    sq += v * v;
+  }
+  s = block_sum(s, scratch);
+  sq = block_sum(sq, scratch);
+  if (threadIdx.x == 0) {
+    acc[0] += s;
+    acc[1] += sq;
+  }
+}
+
+template <typename T>
+void accumulate_moments(double* acc_device, const T* x, std::int64_t n, double alpha) {
+  launch(accumulate_moments_kernel<kSumLossesThreads, T>, 1, kSumLossesThreads, 0, acc_device, x, n < 0 ? 0 : n,
+         alpha);
+}
+
 // dlogits T [N, S::kVocab] = loss_scale · α · (softmax(α · logits) − onehot(targets)) / S, overwritten
 // (S = scored rows; zero rows where the target is negative); loss_scale is the upstream
 // gradient of the mean loss L (e.g. 1 / grad_accum_steps). dlogits may alias logits (in place).

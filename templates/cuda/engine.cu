@@ -108,8 +108,7 @@ class CudaEngine final : public Engine {
   // while the forward still runs (no host stall between them).
   void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
     model_.backend().defer_loss(loss_scale);
-    model_.forward(inputs, targets);
-    model_.backward(loss_scale);
+    model_.forward_backward(inputs, targets, loss_scale);
   }
   double take_step_loss() override { return model_.backend().take_deferred_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
@@ -191,6 +190,7 @@ class CudaEngine final : public Engine {
 
   // Copies every forward buffer of the last batch into the host model
   // (converted to fp32), so the metrics measure the GPU's own activations.
+  void track_logit_moments(bool on) override { model_.track_logit_moments(on); }
   const Model<float>& activations(Model<float>& host) override {
     std::vector<float*> targets;
     host.visit_forward_buffers([&](auto& buf) { targets.push_back(buf.data()); });
@@ -208,6 +208,7 @@ class CudaEngine final : public Engine {
         for (std::size_t j = 0; j < staging_.size(); ++j) out[j] = cuda::to_float(staging_[j]);
       }
     });
+    model_.logit_moments.download(host.logit_moments.data(), host.logit_moments.size());
     return host;
   }
   std::int64_t device_used_bytes() const override {

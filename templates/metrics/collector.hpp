@@ -57,6 +57,9 @@ class ActivationMetrics {
  public:
   explicit ActivationMetrics(const MetricsDue& due) : due_(due), sink_(kLayers), entropy_(kLayers), rms_(kLayers) {}
 
+  // Whether the forward passes must track the logits' moments (a model that does not keep its
+  // logits: BasicModel::track_logit_moments).
+  bool needs_logit_moments() const { return due_.logit_std; }
   // Call after model.forward() on a batch.
   void add_batch(const Model<float>& model) {
     const cpu::AttentionDims& dims = model.attention_dims();
@@ -87,7 +90,15 @@ class ActivationMetrics {
       // e = the residual stream entering layer 0 (after the embedding norm, when there is one).
       metrics::add_residual_flow(flow_, model.final_hidden().data(), model.layer(0).x.data(), N, kDModel);
     }
-    if (due_.logit_std) metrics::add_moments(logits_, model.logits(), N * kVocab, double(kLogitScale));
+    if (due_.logit_std) {
+      if (model.keeps_logits()) {
+        metrics::add_moments(logits_, model.logits(), N * kVocab, double(kLogitScale));
+      } else {  // chunked head: the sums its forward tracked (needs_logit_moments)
+        logits_.sum += model.logit_moments[0];
+        logits_.sum_sq += model.logit_moments[1];
+        logits_.count += N * kVocab;
+      }
+    }
   }
 
   std::vector<Json> records(std::int64_t step) const {

@@ -15,10 +15,13 @@
 //   b = RMSNorm(h);  h = h + [RMSNorm](SwiGLU(b·Wgate, b·Wup)·Wdown)
 //     (an MoE layer: h = h + [RMSNorm](MoE(b)), model/moe_block.hpp)
 // Embedding: e = kEmbeddingScale · E[token], then [RMSNorm] (embedding norm).
-// Head: logits = kLogitScale · RMSNorm(h_L)·Wlm (Wlm = E when tied).
+// Head: logits = kLogitScale · RMSNorm(h_L)·Wlm (Wlm = E when tied), computed kHeadChunkRows
+// rows at a time (plan.hpp): the N×V logits and their gradient are never held whole unless
+// they fit (model_impl.hpp, head_forward).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "config.hpp"
@@ -72,6 +75,9 @@ void init_parameters(T* params, std::uint64_t seed) {
   }
 }
 
+// head_rows for a model that keeps every row's logits (the greedy sample, probes, analyze, parity).
+inline constexpr int kKeepLogits = std::numeric_limits<int>::max();
+
 template <typename Backend>
 class BasicModel {
  public:
@@ -81,7 +87,9 @@ class BasicModel {
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
-  BasicModel(int batch, int seq_len);
+  // head_rows: rows of LM-head logits held at once (the plan's kHeadChunkRows; clamped to
+  // [1, N]; kKeepLogits keeps them all).
+  BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows);
 
   Buffer<Act> params;  // flat, in kParams order
   Buffer<Grad> grads;
@@ -93,6 +101,9 @@ class BasicModel {
   // (aux_loss(); 0 for a dense model): the objective backward() differentiates.
   // Keeps the activations. tokens and targets are host arrays of rows() entries.
   double forward(const std::int32_t* tokens, const std::int32_t* targets);
+  // forward, then backward(loss_scale); returns forward's objective. The head's backward runs
+  // inside the forward, chunk by chunk, so a chunk's logits are computed once.
+  double forward_backward(const std::int32_t* tokens, const std::int32_t* targets, double loss_scale);
   // Σ over MoE layers of L_aux from the last forward.
   double aux_loss() const {
     double total = 0.0;
@@ -102,14 +113,22 @@ class BasicModel {
   // An MoE layer's routing state (load, selection bias); only for is_moe_layer(l).
   MoeLayer<Backend>& moe_layer(int l) { return moe_[std::size_t(l)]; }
   const MoeLayer<Backend>& moe_layer(int l) const { return moe_[std::size_t(l)]; }
-  // Adds dL/dθ · loss_scale to grads (call after forward).
+  // Adds dL/dθ · loss_scale to grads (call after forward; when the head is chunked, its logits
+  // are recomputed chunk by chunk).
   void backward(double loss_scale = 1.0);
   // The backend instance (its device state: the CUDA engine defers the loss through it).
   Backend& backend() { return ops_; }
   void zero_grads() { Backend::zero(grads); }
 
-  // Backend memory: host pointers on the CPU, device pointers on CUDA.
+  // Backend memory: host pointers on the CPU, device pointers on CUDA. logits(): every row's
+  // when keeps_logits(), else the last chunk's rows only (see head_rows).
   const Act* logits() const { return logits_.data(); }
+  bool keeps_logits() const { return head_rows_ == N_; }
+  int head_rows() const { return head_rows_; }
+  // While on, forward() sums α·logit and (α·logit)² over all N×V logits into logit_moments
+  // (the logit_std metric of a model that does not keep its logits).
+  void track_logit_moments(bool on) { track_logit_moments_ = on; }
+  Buffer<double> logit_moments;  // [Σ α·z, Σ (α·z)²] of the last tracked forward
   const Stat* token_losses() const { return losses_.data(); }
   const Stat* target_probs() const { return p_target_.data(); }
   int rows() const { return N_; }
@@ -148,6 +167,23 @@ class BasicModel {
   void backward_layer(int l, Act* dh, double loss_scale);  // dh: in = dL/dh_out, out = dL/dh_in
   void dense_mlp_forward(Layer& L, const LayerParams& P);
   void dense_mlp_backward(Layer& L, const LayerParams& P, const Act* dm);
+  double forward_impl(const std::int32_t* tokens, const std::int32_t* targets, const double* fused_loss_scale);
+  void head_forward(const double* fused_loss_scale);
+  void head_chunk_backward(int r0, int rows, double loss_scale);
+  const Act* head_weight() {
+    if constexpr (kTieEmbeddings) {
+      return param(kParamEmbed);
+    } else {
+      return param(kParamLmHead);
+    }
+  }
+  Grad* head_grad() {
+    if constexpr (kTieEmbeddings) {
+      return grad(kParamEmbed);
+    } else {
+      return grad(kParamLmHead);
+    }
+  }
   template <typename U>
   void allocate(Buffer<U>& buf, std::int64_t n) {
     Backend::allocate(buf, n);
@@ -157,6 +193,9 @@ class BasicModel {
   Backend ops_;
   std::int64_t buffer_bytes_ = 0;
   int B_, T_, N_;
+  int head_rows_;                    // rows of logits_ and dlogits_
+  bool head_backward_done_ = false;  // the last forward ran the head's backward (forward_backward)
+  bool track_logit_moments_ = false;
   cpu::AttentionDims dims_;
   const std::int32_t* tokens_ = nullptr;   // backend memory
   const std::int32_t* targets_ = nullptr;

@@ -31,8 +31,12 @@ inline constexpr bool kGateUpStacked = gate_up_stacked();
 }  // namespace detail
 
 template <typename Backend>
-BasicModel<Backend>::BasicModel(int batch, int seq_len)
-    : B_(batch), T_(seq_len), N_(batch * seq_len), dims_{batch, seq_len, kHeads, kKvHeads, kHeadDim} {
+BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
+    : B_(batch),
+      T_(seq_len),
+      N_(batch * seq_len),
+      head_rows_(std::clamp(head_rows, 1, std::max(batch * seq_len, 1))),
+      dims_{batch, seq_len, kHeads, kKvHeads, kHeadDim} {
   const std::int64_t N = N_, D = kDModel, F = kDff;
   ops_.prepare(batch, seq_len);
   Backend::allocate(params, kOffsets.at[kNumParams]);  // state, not counted in buffer_bytes()
@@ -84,7 +88,8 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
   allocate(h_final_, N * D);
   allocate(f_, N * D);
   allocate(rstd_f_, N);
-  allocate(logits_, N * kVocab);
+  allocate(logits_, std::int64_t(head_rows_) * kVocab);
+  allocate(logit_moments, 2);
   allocate(losses_, N);
   allocate(p_target_, N);
   for (auto* buf : {&dh_, &dx_, &dd_}) allocate(*buf, N * D);
@@ -95,7 +100,7 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len)
     allocate(dff_ab_, 2 * N * F);
     allocate(dff_s_, N * F);
   }
-  allocate(dlogits_, N * kVocab);
+  allocate(dlogits_, std::int64_t(head_rows_) * kVocab);
 }
 
 // m = SwiGLU(b·Wgateᵀ, b·Wupᵀ)·Wdownᵀ.
@@ -191,6 +196,51 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
 
 template <typename Backend>
 double BasicModel<Backend>::forward(const std::int32_t* tokens, const std::int32_t* targets) {
+  return forward_impl(tokens, targets, nullptr);
+}
+
+template <typename Backend>
+double BasicModel<Backend>::forward_backward(const std::int32_t* tokens, const std::int32_t* targets,
+                                             double loss_scale) {
+  const double objective = forward_impl(tokens, targets, &loss_scale);
+  backward(loss_scale);
+  return objective;
+}
+
+// Logits = f·Wlmᵀ (α is applied by the cross-entropy kernels), per-row losses and p(target),
+// head_rows_ rows at a time through one chunk buffer. With fused_loss_scale (forward_backward)
+// each chunk's backward follows at once: dlogits, its rows of dL/df (dd_) and the head's
+// gradient, so the logits are never recomputed.
+template <typename Backend>
+void BasicModel<Backend>::head_forward(const double* fused_loss_scale) {
+  const int D = kDModel;
+  if (track_logit_moments_) Backend::zero(logit_moments);
+  for (int r0 = 0; r0 < N_; r0 += head_rows_) {
+    const int rows = std::min(head_rows_, N_ - r0);
+    ops_.linear_forward(logits_.data(), f_.data() + std::int64_t(r0) * D, head_weight(), rows, D, kVocab);
+    ops_.cross_entropy_forward(losses_.data() + r0, p_target_.data() + r0, logits_.data(), targets_ + r0, rows, kVocab,
+                               double(kLogitScale));
+    if (track_logit_moments_) {
+      ops_.add_moments(logit_moments.data(), logits_.data(), std::int64_t(rows) * kVocab, double(kLogitScale));
+    }
+    if (fused_loss_scale != nullptr) head_chunk_backward(r0, rows, *fused_loss_scale);
+  }
+  head_backward_done_ = fused_loss_scale != nullptr;
+}
+
+// Rows r0 .. r0+rows of dL/df into dd_ and the head's gradient (+=), from the chunk's logits in logits_.
+template <typename Backend>
+void BasicModel<Backend>::head_chunk_backward(int r0, int rows, double loss_scale) {
+  const int D = kDModel;
+  ops_.cross_entropy_backward(dlogits_.data(), logits_.data(), targets_ + r0, rows, kVocab, double(kLogitScale),
+                              loss_scale);
+  ops_.linear_backward(dd_.data() + std::int64_t(r0) * D, head_grad(), dlogits_.data(),
+                       f_.data() + std::int64_t(r0) * D, head_weight(), rows, D, kVocab);
+}
+
+template <typename Backend>
+double BasicModel<Backend>::forward_impl(const std::int32_t* tokens, const std::int32_t* targets,
+                                         const double* fused_loss_scale) {
   const int N = N_, D = kDModel;
   tokens_ = ops_.stage_tokens(tokens, N);
   targets_ = ops_.stage_targets(targets, N);
@@ -206,16 +256,8 @@ double BasicModel<Backend>::forward(const std::int32_t* tokens, const std::int32
     forward_layer(l, layers_[l].x.data(), out);
   }
   ops_.rmsnorm_forward(f_.data(), rstd_f_.data(), h_final_.data(), param(kParamFinalNorm), N, D);
-  const Act* head = nullptr;
-  if constexpr (kTieEmbeddings) {
-    head = param(kParamEmbed);
-  } else {
-    head = param(kParamLmHead);
-  }
-  ops_.linear_forward(logits_.data(), f_.data(), head, N, D, kVocab);
-  const double ce = ops_.cross_entropy_forward(losses_.data(), p_target_.data(), logits_.data(), targets_, N, kVocab,
-                                               double(kLogitScale));
-  return ce + aux_loss();
+  head_forward(fused_loss_scale);
+  return ops_.mean_loss(losses_.data(), N) + aux_loss();
 }
 
 template <typename Backend>
@@ -286,17 +328,16 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
 template <typename Backend>
 void BasicModel<Backend>::backward(double loss_scale) {
   const int N = N_, D = kDModel;
-  ops_.cross_entropy_backward(dlogits_.data(), logits_.data(), targets_, N, kVocab, double(kLogitScale), loss_scale);
-  Act* head = nullptr;
-  Grad* dhead = nullptr;
-  if constexpr (kTieEmbeddings) {
-    head = param(kParamEmbed);
-    dhead = grad(kParamEmbed);
-  } else {
-    head = param(kParamLmHead);
-    dhead = grad(kParamLmHead);
+  if (!head_backward_done_) {
+    for (int r0 = 0; r0 < N; r0 += head_rows_) {
+      const int rows = std::min(head_rows_, N - r0);
+      if (!keeps_logits()) {  // the forward's chunk buffer holds another chunk (or the last one)
+        ops_.linear_forward(logits_.data(), f_.data() + std::int64_t(r0) * D, head_weight(), rows, D, kVocab);
+      }
+      head_chunk_backward(r0, rows, loss_scale);
+    }
   }
-  ops_.linear_backward(dd_.data(), dhead, dlogits_.data(), f_.data(), head, N, D, kVocab);
+  head_backward_done_ = false;
   ops_.rmsnorm_backward(dh_.data(), grad(kParamFinalNorm), dd_.data(), h_final_.data(), param(kParamFinalNorm),
                         rstd_f_.data(), N, D);
   for (int l = kLayers - 1; l >= 0; --l) backward_layer(l, dh_.data(), loss_scale);

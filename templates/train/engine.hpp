@@ -51,6 +51,9 @@ class Engine {
   virtual double last_aux_loss() const { return 0.0; }
   // Mean cross-entropy, no gradients (evaluation; no balancing loss).
   virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
+  // While on, forward_loss also sums the logits' moments (the logit_std metric of a model
+  // that does not keep its logits: BasicModel::track_logit_moments).
+  virtual void track_logit_moments(bool on) = 0;
   // After forward_loss: the activations of that batch as a host model holds
   // them, for the activation metrics. Returns the model to read (on the CPU,
   // the engine's own; on a GPU, `host` after copying every forward buffer).
@@ -97,8 +100,7 @@ class CpuEngine final : public Engine {
   }
   void zero_grads() override { model_.zero_grads(); }
   void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
-    const double objective = model_.forward(inputs, targets);
-    model_.backward(loss_scale);
+    const double objective = model_.forward_backward(inputs, targets, loss_scale);
     step_loss_ += loss_scale * (objective - model_.aux_loss());
   }
   double take_step_loss() override { return std::exchange(step_loss_, 0.0); }
@@ -107,6 +109,7 @@ class CpuEngine final : public Engine {
     return model_.forward(inputs, targets) - model_.aux_loss();
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
+  void track_logit_moments(bool on) override { model_.track_logit_moments(on); }
   const Model<float>& activations(Model<float>&) override { return model_; }
   void allreduce_grads(const gc::rt::Comm& comm) override {
     comm.allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);

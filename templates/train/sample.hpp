@@ -55,7 +55,7 @@ inline std::string decode(const std::vector<std::string>& pieces, const std::vec
 // (and, for aux_free MoE routing, the selection biases).
 inline std::vector<std::int32_t> greedy_continue(const std::vector<float>& params, std::vector<std::int32_t> prompt,
                                                  int n_new, const std::vector<std::vector<float>>& moe_biases = {}) {
-  Model<float> model(1, kSeqLen);
+  Model<float> model(1, kSeqLen, kKeepLogits);
   model.params = params;
   set_moe_biases(model, moe_biases);
   std::vector<std::int32_t> window(static_cast<std::size_t>(kSeqLen)), unused(static_cast<std::size_t>(kSeqLen), 0);

@@ -366,11 +366,13 @@ inline double Trainer::train_step(std::int64_t step) {
 
 inline double Trainer::evaluate(ActivationMetrics* metrics) {
   double total = 0.0;
+  engine_->track_logit_moments(metrics != nullptr && metrics->needs_logit_moments());
   for (const auto& batch : val_batches_) {
     batch.split(inputs_, targets_);
     total += engine_->forward_loss(inputs_.data(), targets_.data());
     if (metrics) metrics->add_batch(engine_->activations(metrics_model()));
   }
+  engine_->track_logit_moments(false);
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
 }
 
@@ -378,7 +380,12 @@ inline double Trainer::evaluate(ActivationMetrics* metrics) {
 inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
   const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
     engine_->forward_loss(inputs, targets);
-    return engine_->activations(metrics_model()).logits();
+    const Model<float>& model = engine_->activations(metrics_model());
+    if (!model.keeps_logits()) {  // the anchor task's vocabulary is small: this does not happen
+      throw gc::rt::RuntimeError("anchor evaluation needs every row's logits, but the LM head runs in chunks of " +
+                                 std::to_string(model.head_rows()) + " rows");
+    }
+    return model.logits();
   });
   log.write(anchor_record(s, scores));
   std::fprintf(stderr, "step %lld: anchor accuracy train %.3f test %.3f; held-out pair inferential %.3f symmetric %.3f\n",
