@@ -74,6 +74,29 @@ bool same_gradients_on_every_head_path(const std::vector<double>& fused, const s
   return ok;
 }
 
+// The logit moments a chunked forward tracks (the logit_std metric) against the sums over a kept
+// model's logits. Returns false on a mismatch.
+bool chunked_logit_moments_match(const std::int32_t* tokens, const std::int32_t* targets) {
+  gcm::Model<double> kept(kBatch, kLen, gcm::kKeepLogits), chunked(kBatch, kLen, kHeadRows);
+  initialize(kept);
+  initialize(chunked);
+  kept.forward(tokens, targets);
+  chunked.track_logit_moments(true);
+  chunked.forward(tokens, targets);
+  double sum = 0.0, sum_sq = 0.0;
+  for (std::int64_t i = 0; i < std::int64_t(kept.rows()) * gcm::kVocab; ++i) {
+    const double z = double(gcm::kLogitScale) * kept.logits()[i];
+    sum += z;
+    sum_sq += z * z;
+  }
+  const double diff = std::max(std::fabs(chunked.logit_moments[0] - sum) / std::max(std::fabs(sum), 1e-300),
+                               std::fabs(chunked.logit_moments[1] - sum_sq) / sum_sq);
+  const bool same = diff <= kSamePathTolerance;
+  std::printf("gradcheck: chunked head's logit moments vs the logits': relative difference %.2e%s\n", diff,
+              same ? "" : "  FAIL");
+  return same;
+}
+
 }  // namespace
 
 int main() {
@@ -86,7 +109,8 @@ int main() {
   }
   model.zero_grads();
   const double loss = model.forward_backward(tokens.data(), targets.data(), 1.0);
-  const bool same_paths = same_gradients_on_every_head_path(model.grads, tokens.data(), targets.data());
+  const bool same_paths = same_gradients_on_every_head_path(model.grads, tokens.data(), targets.data()) &&
+                          chunked_logit_moments_match(tokens.data(), targets.data());
   std::printf("gradcheck: loss %.6f, %d tensors, %d entries each, step %g\n", loss, gcm::kNumParams,
               kEntriesPerTensor, kStep);
   double worst = 0.0;

@@ -161,6 +161,25 @@ TEST(Plan, MemoryCountsModelStateBytes) {
   EXPECT_DOUBLE_EQ(plan.memory.total, 18 * n);
 }
 
+// The LM head holds every row's logits while they fit in 2^25 elements, else a multiple of 64
+// rows under that bound; the planned model buffers count two such chunks (logits, dlogits).
+TEST(Plan, LmHeadLogitsAreChunkedWhenTheyWouldNotFit) {
+  const Plan small = must_plan(kFullDense);
+  EXPECT_EQ(small.head_chunk_rows, 128);  // N = 2·64 rows of 1000 logits: kept whole
+  std::string text = kFullDense;
+  text.replace(text.find("vocab_size = 1000"), 17, "vocab_size = 60000");
+  text.replace(text.find("seq_len = 64"), 12, "seq_len = 2048");
+  text.replace(text.find("global_batch = 8"), 16, "global_batch = 16");
+  text.replace(text.find("micro_batch = 2"), 15, "micro_batch = 8");
+  text.replace(text.find("tokens = 5000"), 13, "tokens = 1000000");
+  const Plan large = must_plan(text);
+  EXPECT_EQ(large.head_chunk_rows, 512);  // ⌊2^25 / 60000⌋ = 559 → 512 of N = 16384
+  const double act = large.spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
+  const double whole_logits = 16384.0 * 60000.0 * act;
+  EXPECT_LT(large.memory.model_buffers, whole_logits);  // not even one N×V buffer
+  EXPECT_GT(large.memory.model_buffers, 2 * 512.0 * 60000.0 * act);
+}
+
 TEST(Plan, GammaRuleUsesFanInOrDModel) {
   const Plan by_fan = must_plan(std::string(kFullDense) + "\n[init]\ngamma = 1\n");
   EXPECT_DOUBLE_EQ(find(by_fan, "model.layers.0.mlp.down_proj.weight").std, 1.0 / 160);
