@@ -30,6 +30,7 @@
 #include "cuda/swiglu.cuh"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
+#include "runtime/cuda/pinned_upload.hpp"
 #include "runtime/token_shard.hpp"
 
 namespace gcm::cuda {
@@ -110,6 +111,7 @@ class Backend {
     index_tokens_.resize(std::size_t(N));
     index_offsets_.resize(std::size_t(N) + 1);
     index_positions_.resize(std::size_t(N));
+    staging_.reserve(std::size_t(N) + 1);
     // The largest dg reduction: a d_model-wide norm over N rows, or a QK-norm over N·heads rows.
     const std::size_t dg = std::max(rmsnorm_dg_scratch_floats<ResidualNorm>(N),
                                     rmsnorm_dg_scratch_floats<QkNorm>(N * kHeads));
@@ -131,20 +133,23 @@ class Backend {
     }
   }
 
-  // Copies a host batch to the device; the embedding's inverse index is built
-  // on the host from the same tokens (deterministic backward, no atomics).
+  // Copies a host batch to the device without waiting for the GPU (through page-locked slots,
+  // runtime/cuda/pinned_upload.hpp); the embedding's inverse index is built on the host from the
+  // same tokens (deterministic backward, no atomics).
   const std::int32_t* stage_tokens(const std::int32_t* tokens, int N) {
-    tokens_.upload(tokens, std::size_t(N));
+    check_staged_rows(N);
+    staging_.upload(tokens_.data(), tokens, std::size_t(N));
     const EmbeddingIndex index = build_embedding_index(tokens, N);
     num_unique_ = int(index.unique_tokens.size());
-    index_tokens_.upload(index.unique_tokens.data(), index.unique_tokens.size());
-    index_offsets_.upload(index.offsets.data(), index.offsets.size());
-    index_positions_.upload(index.positions.data(), index.positions.size());
+    staging_.upload(index_tokens_.data(), index.unique_tokens.data(), index.unique_tokens.size());
+    staging_.upload(index_offsets_.data(), index.offsets.data(), index.offsets.size());
+    staging_.upload(index_positions_.data(), index.positions.data(), index.positions.size());
     return tokens_.data();
   }
   const std::int32_t* stage_targets(const std::int32_t* targets, int N) {
+    check_staged_rows(N);
     scored_ = gc::rt::count_scored(targets, N);
-    targets_.upload(targets, std::size_t(N));
+    staging_.upload(targets_.data(), targets, std::size_t(N));
     return targets_.data();
   }
 
@@ -471,11 +476,18 @@ class Backend {
     return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;
   }
 
+  void check_staged_rows(int N) const {
+    if (N < 0 || std::size_t(N) > tokens_.size()) {
+      throw gc::rt::RuntimeError("CUDA backend: a batch of " + std::to_string(N) + " rows, but it was prepared for " +
+                                 std::to_string(tokens_.size()));
+    }
+  }
   int batch_ = 0, seq_len_ = 0, num_unique_ = 0;
   std::int64_t scored_ = 0;  // targets ≥ 0 of the last stage_targets (the loss divisor)
   BlasLt blas_;
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;
   DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;
+  gc::rt::cuda::PinnedUploader<std::int32_t> staging_;  // host → device without a wait
   DeviceBuffer<double> loss_sum_;
   DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
   double deferred_weight_ = -1.0;   // ≥ 0: the next cross_entropy_forward is deferred with it

@@ -12,7 +12,9 @@
 // without leaving registers (pack_accumulators).
 //
 // Tiles: a warp owns 16 rows. Forward: blocks of 64 queries (4 warps) stream 64-key K and V
-// tiles through shared memory; Q stays in registers. Causal block skipping: a block stops at
+// tiles through shared memory (cp.async; for head_dim ≤ 64 double-buffered, the next tile's
+// copy in flight during this tile's products); Q stays in registers. Fragments come from shared
+// memory through ldmatrix (.trans for V and the other B operands read along columns). Causal block skipping: a block stops at
 // the key tile holding its last query; only the tiles that cross the diagonal are masked.
 // Backward: tiles of kRowsB = 64 rows (32 for head_dim > 64, so that four tiles fit in 48 KiB of
 // static shared memory); the dK/dV kernel holds its keys' K and V, loops over the kv group's
@@ -62,6 +64,9 @@ struct Config {
   static constexpr float kScale = S::kScale;
   static constexpr float kScaleLog2 = S::kScale * kLog2e;
   static constexpr int kThreadsF = kRowsF / kWarpRows * kWarp;  // 128
+  // Forward K/V stages: two (the next tile's cp.async overlaps this tile's math) when both fit
+  // in 48 KiB of static shared memory (head_dim ≤ 64), else one.
+  static constexpr int kStagesF = 2 * 2 * sizeof(tc::SmemTile<kRowsF, kHeadDim>) <= 48 * 1024 ? 2 : 1;
   static constexpr int kRowsB = kHeadDim <= 64 ? 64 : 32;       // backward tile rows
   static constexpr int kThreadsB = kRowsB / kWarpRows * kWarp;  // 128 or 64
 };
@@ -133,7 +138,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
                          const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
   using Cfg = Config<S>;
   constexpr int kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = kRowsF / 8;
-  __shared__ tc::SmemTile<kRowsF, Cfg::kHeadDim> k_s, v_s;
+  constexpr int kStages = Cfg::kStagesF;
+  __shared__ tc::SmemTile<kRowsF, Cfg::kHeadDim> k_s[kStages], v_s[kStages];
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRowsF;
@@ -160,11 +166,31 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
   float l[2] = {0.0f, 0.0f};            // this lane's part of the running Σ 2^(s·log2 e − m)
 
   const int last_query = min(q0 + kRowsF, seq_len) - 1;  // q0 < seq_len by the grid size
-  for (int k0 = 0; k0 <= last_query; k0 += kRowsF) {
-    __syncthreads();  // the previous tile's readers are done
-    tc::load_tile<Cfg::kThreadsF, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
-    tc::load_tile<Cfg::kThreadsF, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
-    __syncthreads();
+  const int key_tiles = last_query / kRowsF + 1;
+  const auto load_kv = [&](int tile) {  // one cp.async group per tile (K and V)
+    const int stage = tile % kStages;
+    tc::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(k_s[stage], k + kv_head, tile * kRowsF, seq_len);
+    tc::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(v_s[stage], v + kv_head, tile * kRowsF, seq_len);
+  };
+  if (kStages == 2) load_kv(0);
+  for (int tile = 0; tile < key_tiles; ++tile) {
+    const int k0 = tile * kRowsF;
+    if (kStages == 2) {
+      // The previous iteration's closing barrier freed the other stage: prefetch into it, then
+      // wait for this tile's two groups only.
+      if (tile + 1 < key_tiles) {
+        load_kv(tile + 1);
+        tc::cp_async_wait<2>();
+      } else {
+        tc::cp_async_wait<0>();
+      }
+    } else {
+      load_kv(tile);
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of this tile have landed
+    const auto& k_tile = k_s[tile % kStages];
+    const auto& v_tile = v_s[tile % kStages];
 
     float s[kKeyTiles][4];
 #pragma unroll
@@ -175,7 +201,7 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
 #pragma unroll
       for (int nt = 0; nt < kKeyTiles; ++nt) {
         std::uint32_t bk[2];
-        tc::load_b_rows(bk, k_s, 8 * nt, ks, lane);
+        tc::load_b_rows(bk, k_tile, 8 * nt, ks, lane);
         tc::mma_bf16_16816(s[nt], q_frag[ks], bk);
       }
     }
@@ -215,7 +241,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
       }
       m[r] = m_new;
     }
-    product_cols<kDimTiles, kKeyTiles / 2>(o, s, v_s, lane);  // O += P·V
+    product_cols<kDimTiles, kKeyTiles / 2>(o, s, v_tile, lane);  // O += P·V
+    __syncthreads();  // this stage's readers are done before it is refilled
   }
 
   bf16* out_head = out + q_off;

@@ -1,8 +1,9 @@
 // Tensor-core building blocks (compute capability 8.0+): the bf16 warp-wide matrix multiply
-// mma.sync.m16n8k16 with fp32 accumulation, bf16 pairs packed in 32-bit registers, and 16-byte
-// copies. Under the CUDA emulator (-DGC_CUDA_EMULATOR) the mma runs as gc_emu::mma_m16n8k16_bf16
-// (tests/cuda_emulator/gc_emu/mma.hpp); tests/cuda/mma_test.cu checks both against a scalar
-// product.
+// mma.sync.m16n8k16 with fp32 accumulation, fragments loaded from shared memory with ldmatrix,
+// bf16 pairs packed in 32-bit registers, and tiles copied global → shared with cp.async. Under the
+// CUDA emulator (-DGC_CUDA_EMULATOR) the three instructions run as gc_emu::mma_m16n8k16_bf16,
+// gc_emu::ldmatrix and gc_emu::cp_async_* (tests/cuda_emulator/gc_emu/mma.hpp; cp.async's copies
+// land only at the wait); tests/cuda/mma_test.cu checks them against scalar products.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), for
 // lane = 4·g + t of the warp; a register holds two bf16, the lower column (or row) in its low 16 bits:
@@ -28,9 +29,6 @@ __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   const std::uint32_t hi_bits = __bfloat16_as_ushort(from_float<bf16>(hi));
   return lo_bits | (hi_bits << 16);
 }
-
-// The bf16 in half `half` (0 = low) of a register, as its 16 bits.
-__device__ __forceinline__ std::uint32_t half_bits(std::uint32_t word, int half) { return (word >> (16 * half)) & 0xffffu; }
 
 // d += A·B (16×16 times 16×8, fp32 accumulators); all 32 lanes of the warp call it together.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
@@ -58,9 +56,67 @@ struct alignas(16) Words4 {
   std::uint32_t w[4];
 };
 
+// ldmatrix.sync.m8n8 (x COUNT matrices, TRANS for .trans): lanes 8m .. 8m+7 pass the addresses of
+// the 8 rows (16 bytes each, 16-byte aligned) of matrix m; lane 4g + t receives in r[m] row g,
+// columns 2t and 2t + 1 of matrix m (TRANS: rows 2t and 2t + 1 of column g). All lanes call it.
+template <int COUNT, bool TRANS>
+__device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[COUNT], const void* row) {
+#ifdef GC_CUDA_EMULATOR
+  gc_emu::ldmatrix<COUNT, TRANS>(r, row);
+#else
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (COUNT == 4 && !TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else if constexpr (COUNT == 4 && TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  } else if constexpr (COUNT == 2 && !TRANS) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  } else {
+    static_assert(COUNT == 2 && TRANS, "ldmatrix: x2 or x4");
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(addr));
+  }
+#endif
+}
+
+// 16 bytes global → shared without passing through registers (cp.async.cg: L2 only); they land
+// once cp_async_wait lets their group complete. Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+#ifdef GC_CUDA_EMULATOR
+  gc_emu::cp_async_16(smem, gmem);
+#else
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
+#endif
+}
+// Closes the group of this thread's cp.async copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef GC_CUDA_EMULATOR
+  gc_emu::cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most PENDING of this thread's committed groups (the newest) are still in flight.
+// Other threads' copies are visible after a __syncthreads that follows their waits.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef GC_CUDA_EMULATOR
+  gc_emu::cp_async_wait(PENDING);
+#else
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+#endif
+}
+
 // Shared-memory tiles of bf16 rows stored as 32-bit words (two bf16 each): ROWS rows of DIM bf16,
-// padded by 8 bf16 (4 words) per row so that the fragment loads below hit 32 distinct banks
-// (the row stride is DIM/2 + 4 ≡ 4, 8, 12 or 20 words mod 32 for the head dims used).
+// padded by 8 bf16 (4 words, 16 bytes) per row, so that the eight 16-byte rows an ldmatrix phase
+// reads fall in distinct banks (the row stride is DIM/2 + 4 ≡ 4, 8, 12 or 20 words mod 32 for the
+// head dims used).
 template <int ROWS, int DIM>
 struct SmemTile {
   static_assert(DIM % 16 == 0, "tile rows are whole k-steps of 16");
@@ -68,49 +124,57 @@ struct SmemTile {
   alignas(16) std::uint32_t w[ROWS][kWords];
 };
 
-// The A fragment of rows r0 .. r0+15 and columns 16·ks .. 16·ks+15 of a tile (row-major A).
+// The A fragment of rows r0 .. r0+15 and columns 16·ks .. 16·ks+15 of a tile (row-major A): one
+// ldmatrix.x4 of the four 8×8 blocks in a[] order (rows +0/+8, columns +0/+8).
 template <class Tile>
 __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const Tile& s, int r0, int ks, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  a[0] = s.w[r0 + g][8 * ks + t];
-  a[1] = s.w[r0 + g + 8][8 * ks + t];
-  a[2] = s.w[r0 + g][8 * ks + 4 + t];
-  a[3] = s.w[r0 + g + 8][8 * ks + 4 + t];
+  const int m = lane / 8, i = lane % 8;  // this lane addresses row i of matrix m
+  ldmatrix<4, false>(a, &s.w[r0 + i + 8 * (m % 2)][8 * ks + 4 * (m / 2)]);
 }
 
 // The B fragment B[k][n] = tile[n0 + n][16·ks + k]: the tile's rows are B's columns (the K of
-// Q·Kᵀ), so each register is one word of the tile.
+// Q·Kᵀ): ldmatrix.x2 of rows n0 .. n0+7 at columns 16·ks and 16·ks + 8.
 template <class Tile>
 __device__ __forceinline__ void load_b_rows(std::uint32_t (&b)[2], const Tile& s, int n0, int ks, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  b[0] = s.w[n0 + g][8 * ks + t];
-  b[1] = s.w[n0 + g][8 * ks + 4 + t];
+  const int m = (lane / 8) % 2, i = lane % 8;
+  ldmatrix<2, false>(b, &s.w[n0 + i][8 * ks + 4 * m]);
 }
 
-// The B fragment B[k][n] = tile[k0 + k][n0 + n]: the tile's rows are B's rows (the V of P·V), so
-// each register pairs two rows' halves.
+// The B fragment B[k][n] = tile[k0 + k][n0 + n]: the tile's rows are B's rows (the V of P·V):
+// ldmatrix.x2.trans of rows k0 .. k0+7 and k0+8 .. k0+15 at columns n0 .. n0+7.
 template <class Tile>
 __device__ __forceinline__ void load_b_cols(std::uint32_t (&b)[2], const Tile& s, int k0, int n0, int lane) {
-  const int g = lane / 4, t = lane % 4;
-  const int col = n0 + g, word = col / 2, half = col % 2;
-  b[0] = half_bits(s.w[k0 + 2 * t][word], half) | (half_bits(s.w[k0 + 2 * t + 1][word], half) << 16);
-  b[1] = half_bits(s.w[k0 + 2 * t + 8][word], half) | (half_bits(s.w[k0 + 2 * t + 9][word], half) << 16);
+  const int m = (lane / 8) % 2, i = lane % 8;
+  ldmatrix<2, true>(b, &s.w[k0 + i + 8 * m][n0 / 2]);
 }
 
-// Rows [row0, row0 + ROWS) of a bf16 matrix into a tile, 16 bytes per thread and step; row r of
-// the source starts at src + r·STRIDE elements (STRIDE and src 16-byte aligned). Rows ≥ rows_end
-// become 0. Called by all THREADS threads of the block.
+// Rows [row0, row0 + ROWS) of a bf16 matrix into a tile, 16 bytes per thread and step, with
+// cp.async (this thread's copies are one new group; they land after cp_async_wait); row r of the
+// source starts at src + r·STRIDE elements (STRIDE and src 16-byte aligned). Rows ≥ rows_end are
+// written 0 at once. Called by all THREADS threads of the block.
 template <int THREADS, std::int64_t STRIDE, int ROWS, int DIM>
-__device__ __forceinline__ void load_tile(SmemTile<ROWS, DIM>& dst, const bf16* __restrict__ src, int row0,
-                                          int rows_end) {
+__device__ __forceinline__ void load_tile_async(SmemTile<ROWS, DIM>& dst, const bf16* __restrict__ src, int row0,
+                                                int rows_end) {
   constexpr int kChunks = DIM / 8;  // 16-byte chunks per row
 #pragma unroll
   for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += THREADS) {
     const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
-    Words4 v{{0u, 0u, 0u, 0u}};
-    if (row < rows_end) v = *reinterpret_cast<const Words4*>(src + std::int64_t(row) * STRIDE + 8 * c);
-    *reinterpret_cast<Words4*>(&dst.w[r][4 * c]) = v;
+    if (row < rows_end) {
+      cp_async_16(&dst.w[r][4 * c], src + std::int64_t(row) * STRIDE + 8 * c);
+    } else {
+      *reinterpret_cast<Words4*>(&dst.w[r][4 * c]) = Words4{{0u, 0u, 0u, 0u}};
+    }
   }
+  cp_async_commit();
+}
+
+// load_tile_async, then wait for every copy of this thread (a __syncthreads must still follow
+// before other threads read the tile).
+template <int THREADS, std::int64_t STRIDE, int ROWS, int DIM>
+__device__ __forceinline__ void load_tile(SmemTile<ROWS, DIM>& dst, const bf16* __restrict__ src, int row0,
+                                          int rows_end) {
+  load_tile_async<THREADS, STRIDE>(dst, src, row0, rows_end);
+  cp_async_wait<0>();
 }
 
 }  // namespace gcm::cuda::tc

@@ -171,8 +171,7 @@ inline void check_host_memory() {
   const std::int64_t available = available_host_bytes();
   if (available < 0 || state + buffers <= double(available)) return;
   const char* remedy = "train it on a GPU (a tree built with the CUDA backend), lower train.micro_batch, or shard "
-                       "the optimizer state across processes (distributed.zero_stage, once multi-process training "
-                       "exists)";
+                       "the optimizer state across processes (mpirun -np N with distributed.zero_stage = 1)";
   char msg[768];
   std::snprintf(msg, sizeof msg,
                 "the CPU backend needs %.1f GiB (fp32 parameters, gradients and AdamW moments %.1f GiB, activations "

@@ -1,6 +1,9 @@
-// CUDA emulator: the warp-wide tensor-core instruction the kernels use,
-// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (templates/cuda/mma.cuh calls it where a GPU
-// build has the PTX). Every lane brings its fragments; the lanes exchange them with shuffles
+// CUDA emulator: the warp-wide tensor-core instructions the kernels use (templates/cuda/mma.cuh
+// calls these where a GPU build has the PTX): mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
+// ldmatrix.sync.aligned.m8n8.{x2,x4}[.trans].shared.b16, and cp.async.cg.shared.global (16 bytes)
+// with commit_group / wait_group.
+//
+// mma.sync: Every lane brings its fragments; the lanes exchange them with shuffles
 // (so the strict warp-collective rules apply: all 32 lanes must arrive, none in a divergent
 // branch), and each lane computes its four outputs in fp32, summing k in increasing order and
 // adding the accumulator last. Products of two bf16 are exact in fp32; the tensor core's own
@@ -15,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace gc_emu {
 
@@ -63,6 +67,69 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], const 
       for (int k = 0; k < 16; ++k) sum += a_rows[row][k] * b_cols[col][k];
       d[2 * row + col] += sum;
     }
+  }
+}
+
+// ldmatrix: lanes 8m .. 8m+7 give the row addresses of 8×8 matrix m (m < COUNT; the other lanes'
+// addresses are ignored); lane l receives in r[m] the two b16 at row l/4, columns 2(l%4) and
+// 2(l%4)+1 of matrix m — or, with TRANS, at rows 2(l%4) and 2(l%4)+1 of column l/4 — the lower
+// one in the low half. All 32 lanes call it together (the addresses travel by shuffle).
+template <int COUNT, bool TRANS>
+inline void ldmatrix(std::uint32_t (&r)[COUNT], const void* row) {
+  static_assert(COUNT == 1 || COUNT == 2 || COUNT == 4, "ldmatrix loads 1, 2 or 4 matrices");
+  const int lane = linear_lane();
+  const auto element = [](std::uint64_t row_address, int col) {
+    std::uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const char*>(row_address) + 2 * col, sizeof v);
+    return std::uint32_t(v);
+  };
+  const std::uint64_t mine = reinterpret_cast<std::uint64_t>(row);
+  for (int m = 0; m < COUNT; ++m) {
+    if (!TRANS) {
+      const std::uint64_t src = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + lane / 4, 32);
+      r[m] = element(src, 2 * (lane % 4)) | (element(src, 2 * (lane % 4) + 1) << 16);
+    } else {
+      const std::uint64_t lo = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + 2 * (lane % 4), 32);
+      const std::uint64_t hi = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + 2 * (lane % 4) + 1, 32);
+      r[m] = element(lo, lane / 4) | (element(hi, lane / 4) << 16);
+    }
+  }
+}
+
+// cp.async: a thread's 16-byte copies are held back until its cp.async.wait_group lets their group
+// complete (commit_group closes a group), so a kernel that reads shared memory before waiting (or
+// before the barrier after the wait) sees the old bytes, as it may on a GPU. The threads of a block
+// run as fibers on one OS thread, so the pending groups are kept per OS thread and per thread index.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+};
+struct AsyncCopies {
+  std::vector<PendingCopy> open;                    // issued since the last commit
+  std::vector<std::vector<PendingCopy>> committed;  // oldest first
+};
+inline std::vector<AsyncCopies>& async_copies() {
+  thread_local std::vector<AsyncCopies> per_thread;
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  if (per_thread.size() <= linear) per_thread.resize(linear + 1);
+  return per_thread;
+}
+inline AsyncCopies& my_async_copies() {
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  return async_copies()[linear];
+}
+inline void cp_async_16(void* dst, const void* src) { my_async_copies().open.push_back({dst, src}); }
+inline void cp_async_commit() {
+  AsyncCopies& c = my_async_copies();
+  c.committed.push_back(std::move(c.open));
+  c.open.clear();
+}
+// Completes every committed group but the `newest_pending` most recent ones.
+inline void cp_async_wait(int newest_pending) {
+  AsyncCopies& c = my_async_copies();
+  while (int(c.committed.size()) > newest_pending) {
+    for (const PendingCopy& p : c.committed.front()) std::memcpy(p.dst, p.src, 16);
+    c.committed.erase(c.committed.begin());
   }
 }
 

@@ -26,6 +26,7 @@ enum cudaError {
   cudaErrorNoDevice = 100,
   cudaErrorNoKernelImageForDevice = 209,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorNotSupported = 801,
@@ -42,6 +43,9 @@ enum cudaMemcpyKind {
 
 // Only the default stream exists (every operation completes before the call returns).
 typedef struct CUstream_st* cudaStream_t;
+// Events: every operation has completed when it is recorded, so waiting on one returns at once.
+typedef struct CUevent_st* cudaEvent_t;
+inline constexpr unsigned cudaEventDefault = 0x0, cudaEventDisableTiming = 0x2;
 
 enum cudaDataType_t {
   CUDA_R_32F = 0,

@@ -139,6 +139,43 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_
   return cudaMemset(ptr, value, bytes);
 }
 
+cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
+  *ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  return *ptr != nullptr ? cudaSuccess : gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+struct CUevent_st {
+  unsigned magic = 0x6576656e;  // "even": a live event
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr || event->magic != 0x6576656e) {
+    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
+  }
+  event->magic = 0;
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr || event->magic != 0x6576656e) {
+    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == nullptr || event->magic != 0x6576656e) {
+    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
@@ -160,6 +197,7 @@ const char* cudaGetErrorName(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
@@ -181,6 +219,7 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorNotSupported: return "operation not supported";

@@ -1,0 +1,140 @@
+// Times gcompile's causal attention kernels on the GPU: the tensor-core kernels
+// (cuda/flash_attention.cuh) and the fp32-math reference kernels (cuda/attention.cuh), bf16,
+// forward and forward + backward, for the attention shapes of the seed-000 0.1B and 1.5B specs
+// (batch 8, seq_len 2048). One JSON object per line; bench/attention_vs_sdpa runs it beside
+// PyTorch's flash SDPA (bench/attention/sdpa_bench.py) and prints the table.
+//
+//   attention_bench [--iters N] [--warmup N] [--skip-reference]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.cuh"
+#include "cuda/flash_attention.cuh"
+#include "runtime/cuda/check.hpp"
+
+namespace {
+
+using gcm::cuda::bf16;
+
+struct Shape01b {
+  static constexpr int kHeads = 12, kKvHeads = 12, kHeadDim = 64;
+  static constexpr float kScale = 0.125f;
+};
+struct Shape15b {
+  static constexpr int kHeads = 24, kKvHeads = 24, kHeadDim = 128;
+  static constexpr float kScale = 0.08838834764831845f;
+};
+
+struct Options {
+  int iters = 20, warmup = 3;
+  bool reference = true;
+};
+
+// Median milliseconds of `run` over opt.iters timed calls, after opt.warmup untimed ones.
+template <class F>
+double median_ms(const Options& opt, F&& run) {
+  for (int i = 0; i < opt.warmup; ++i) run();
+  cudaEvent_t start, stop;
+  GC_CUDA_CHECK(cudaEventCreate(&start));
+  GC_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < opt.iters; ++i) {
+    GC_CUDA_CHECK(cudaEventRecord(start));
+    run();
+    GC_CUDA_CHECK(cudaEventRecord(stop));
+    GC_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0.0f;
+    GC_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  GC_CUDA_CHECK(cudaEventDestroy(start));
+  GC_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+template <class S>
+void bench(const char* name, int batch, int seq_len, const Options& opt) {
+  using gc::rt::cuda::DeviceBuffer;
+  const std::size_t q_n = std::size_t(batch) * seq_len * S::kHeads * S::kHeadDim;
+  const std::size_t kv_n = std::size_t(batch) * seq_len * S::kKvHeads * S::kHeadDim;
+  std::vector<bf16> host(q_n);
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& x : host) x = gcm::cuda::from_float<bf16>(normal(gen));
+  DeviceBuffer<bf16> q(q_n), k(kv_n), v(kv_n), out(q_n), dout(q_n), dq(q_n), dk(kv_n), dv(kv_n);
+  for (auto* b : {&q, &dout}) b->upload(host.data(), q_n);
+  for (auto* b : {&k, &v}) b->upload(host.data(), kv_n);
+  DeviceBuffer<float> lse(std::size_t(batch) * S::kHeads * seq_len);
+  DeviceBuffer<float> scratch(gcm::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
+  // Causal: half of the T×T scores; forward 2 products, backward 5 (FlashAttention-2's count).
+  const double fwd_flops = 4.0 * batch * S::kHeads * double(seq_len) * seq_len * S::kHeadDim / 2.0;
+  const double fwd_bwd_flops = fwd_flops * 3.5;
+  const auto report = [&](const char* impl, double fwd, double fwd_bwd) {
+    std::printf(
+        "{\"shape\": \"%s\", \"impl\": \"%s\", \"batch\": %d, \"seq_len\": %d, \"heads\": %d, \"head_dim\": %d, "
+        "\"fwd_ms\": %.4f, \"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f}\n",
+        name, impl, batch, seq_len, S::kHeads, S::kHeadDim, fwd, fwd_bwd, fwd_flops / fwd / 1e9,
+        fwd_bwd_flops / fwd_bwd / 1e9);
+    std::fflush(stdout);
+  };
+  {
+    const auto fwd = [&] {
+      gcm::cuda::flash_attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    const auto fwd_bwd = [&] {
+      fwd();
+      gcm::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
+                                             lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    report("gcompile_tensor_core", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
+  }
+  if (opt.reference) {
+    const auto fwd = [&] {
+      gcm::cuda::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    const auto fwd_bwd = [&] {
+      fwd();
+      gcm::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
+                                       lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    report("gcompile_reference", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--iters" || a == "--warmup") && i + 1 < argc) {
+      const int n = std::atoi(argv[++i]);
+      if (n < (a == "--iters" ? 1 : 0)) {
+        std::fprintf(stderr, "attention_bench: %s needs a %s integer\n", a.c_str(), a == "--iters" ? "positive" : "non-negative");
+        return 2;
+      }
+      (a == "--iters" ? opt.iters : opt.warmup) = n;
+    } else if (a == "--skip-reference") {
+      opt.reference = false;
+    } else {
+      std::fprintf(stderr, "usage: attention_bench [--iters N] [--warmup N] [--skip-reference]\n");
+      return 2;
+    }
+  }
+  try {
+    bench<Shape01b>("0.1b", 8, 2048, opt);
+    bench<Shape15b>("1.5b", 8, 2048, opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
