@@ -8,19 +8,34 @@
 // Operands are fp32 or bf16; accumulation is always fp32 (CUBLAS_COMPUTE_32F:
 // no TF32, so fp32 runs are exact-fp32 GEMMs for parity with the CPU). C may be
 // fp32 while A and B are bf16 (weight gradients accumulate in fp32). Each
-// distinct shape gets its descriptors and the heuristic's best algorithm once,
-// on first use (the first training step); later calls allocate nothing.
+// distinct shape gets its descriptors and its algorithm once, on first use (the
+// first training step); later calls allocate nothing.
+//
+// The algorithm: the heuristic's first kCandidates algorithms are timed on the
+// first call's own operands (one warm-up, then the median of three runs each;
+// the output is the call's C when beta = 0, which the real call then
+// overwrites, else a scratch buffer of at most kTuneScratchBytes — larger
+// accumulating outputs take the heuristic's first algorithm), and the fastest
+// is kept. The choice is remembered per device and cuBLASLt version in a file
+// (runtime/cuda/blaslt_choices.hpp), so a later run with the same shapes uses
+// the same algorithms and repeats bit for bit. GC_BLASLT_TUNE=0 skips the
+// timing (the heuristic's first algorithm, as before).
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
+#include "runtime/cuda/blaslt_choices.hpp"
 #include "runtime/cuda/check.hpp"
 
 namespace gc::rt::cuda {
@@ -48,10 +63,15 @@ constexpr cudaDataType_t data_type() {
 class BlasLt {
  public:
   static constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
+  static constexpr int kCandidates = 8;
+  static constexpr std::size_t kTuneScratchBytes = std::size_t(64) << 20;
 
   BlasLt() {
     workspace_.resize(kWorkspaceBytes);  // first: a throw here leaves no handle behind
     GC_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    const char* tune = std::getenv("GC_BLASLT_TUNE");
+    tune_ = tune == nullptr || std::string(tune) != "0";
+    if (tune_) choices_ = AlgoChoices(AlgoChoices::default_path(device_name(), cublasLtGetVersion()));
   }
   BlasLt(const BlasLt&) = delete;
   BlasLt& operator=(const BlasLt&) = delete;
@@ -68,9 +88,13 @@ class BlasLt {
     // Column-major view: C^T[N,M] = op(B)^T[N,K] · op(A)^T[K,M].
     const Key key{trans_b, trans_a, N, M, K, ldb, lda, ldc, data_type<AB>(), data_type<CT>()};
     Plan& plan = plan_for(key);
+    if (!plan.chosen) choose(plan, key, alpha, B, A, beta, C, std::size_t(ldc) * std::size_t(M) * sizeof(CT));
     GC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
                                    &plan.algo, workspace_.data(), kWorkspaceBytes, /*stream=*/0));
   }
+
+  // Where the chosen algorithms are kept ("" when they are not).
+  const std::string& choices_path() const { return choices_.path(); }
 
 
  private:
@@ -88,6 +112,8 @@ class BlasLt {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // the heuristic's, best first
+    bool chosen = false;
     void destroy() {
       if (a) cublasLtMatrixLayoutDestroy(a);
       if (b) cublasLtMatrixLayoutDestroy(b);
@@ -129,19 +155,100 @@ class BlasLt {
     const std::size_t workspace = kWorkspaceBytes;
     GC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                          sizeof(workspace)));
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                                                 pref, 1, &result, &found);
+                                                                 pref, tune_ ? kCandidates : 1, results, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
       fail(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic",
            "no algorithm for m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) +
                " k=" + std::to_string(key.k));
     }
-    plan.algo = result.algo;
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
+    }
+    if (plan.candidates.empty()) plan.candidates.push_back(results[0].algo);
+    plan.algo = plan.candidates.front();
+  }
+
+  static std::string key_name(const Key& k) {
+    return std::to_string(k.trans_a) + " " + std::to_string(k.trans_b) + " " + std::to_string(k.m) + " " +
+           std::to_string(k.n) + " " + std::to_string(k.k) + " " + std::to_string(k.lda) + " " + std::to_string(k.ldb) +
+           " " + std::to_string(k.ldc) + " " + std::to_string(int(k.ab)) + " " + std::to_string(int(k.c));
+  }
+
+  // The remembered algorithm of this shape if it is one of the heuristic's candidates.
+  bool take_remembered(Plan& plan, const std::string& name) {
+    const auto words = choices_.find(name);
+    if (!words) return false;
+    for (const cublasLtMatmulAlgo_t& c : plan.candidates) {
+      if (std::memcmp(&c, words->w, sizeof c) == 0) {
+        plan.algo = c;
+        return true;
+      }
+    }
+    std::fprintf(stderr, "cuBLASLt algorithm cache %s: the algorithm kept for [%s] is not among this library's; "
+                 "timing again\n", choices_.path().c_str(), name.c_str());
+    return false;
+  }
+
+  // Times each candidate on this call's operands and keeps the fastest (see the header).
+  void choose(Plan& plan, const Key& key, float alpha, const void* B, const void* A, float beta, void* C,
+              std::size_t c_bytes) {
+    plan.chosen = true;
+    if (!tune_ || plan.candidates.size() == 1) return;  // the heuristic's first
+    const std::string name = key_name(key);
+    if (take_remembered(plan, name)) return;
+    DeviceBuffer<unsigned char> scratch;
+    void* out = C;
+    if (beta != 0.0f) {  // the output accumulates: time into a scratch buffer, if a small one will do
+      if (c_bytes > kTuneScratchBytes) return;
+      scratch.resize(c_bytes);
+      out = scratch.data();
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    GC_CUDA_CHECK(cudaEventCreate(&start));
+    GC_CUDA_CHECK(cudaEventCreate(&stop));
+    float best = -1.0f;
+    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+      float ms[3] = {0.0f, 0.0f, 0.0f};
+      bool ok = true;
+      for (int run = -1; run < 3 && ok; ++run) {  // run -1: warm-up
+        GC_CUDA_CHECK(cudaEventRecord(start));
+        ok = cublasLtMatmul(handle_, plan.desc, &alpha, B, plan.a, A, plan.b, &beta, out, plan.c, out, plan.c, &algo,
+                            workspace_.data(), kWorkspaceBytes, /*stream=*/0) == CUBLAS_STATUS_SUCCESS;
+        GC_CUDA_CHECK(cudaEventRecord(stop));
+        GC_CUDA_CHECK(cudaEventSynchronize(stop));
+        if (ok && run >= 0) GC_CUDA_CHECK(cudaEventElapsedTime(&ms[run], start, stop));
+      }
+      if (!ok) continue;  // a candidate that fails is not chosen
+      std::sort(ms, ms + 3);
+      if (best < 0.0f || ms[1] < best) {
+        best = ms[1];
+        plan.algo = algo;
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    AlgoWords words{};
+    std::memcpy(words.w, &plan.algo, sizeof words.w);
+    choices_.remember(name, words);
+    take_remembered(plan, name);  // processes that tuned this shape at once agree on the file's first line
+  }
+
+  static std::string device_name() {
+    int device = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return "unknown-device";
+    }
+    return prop.name;
   }
 
   cublasLtHandle_t handle_ = nullptr;
+  bool tune_ = true;
+  AlgoChoices choices_;
   DeviceBuffer<unsigned char> workspace_;
   std::map<Key, Plan> plans_;
 };

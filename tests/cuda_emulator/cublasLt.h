@@ -91,6 +91,8 @@ typedef struct {
   int reserved[4];
 } cublasLtMatmulHeuristicResult_t;
 
+// The library version (the emulator's: 0).
+std::size_t cublasLtGetVersion();
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 
@@ -114,7 +116,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
                                                     std::size_t size);
 
-// One algorithm (needing no workspace) for every problem cublasLtMatmul supports;
+// Three algorithms (needing no workspace; data[1] = 0, 1, 2, all computing the same reference
+// product) for every problem cublasLtMatmul supports, or fewer if fewer are requested;
 // CUBLAS_STATUS_NOT_SUPPORTED (0 results) for the others.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,

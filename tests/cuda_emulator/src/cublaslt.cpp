@@ -244,6 +244,8 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   return unsupported("preference attribute " + std::to_string(int(attr)));
 }
 
+std::size_t cublasLtGetVersion() { return 0; }
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
@@ -256,12 +258,16 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
   *returned = 0;
   const cublasStatus_t s = check_problem(desc, a, b, c, d);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
-  results[0] = cublasLtMatmulHeuristicResult_t{};
-  results[0].algo.data[0] = kAlgoMagic;
-  results[0].workspaceSize = 0;
-  results[0].state = CUBLAS_STATUS_SUCCESS;
-  results[0].wavesCount = 1.0f;
-  *returned = 1;
+  const int n = requested < 3 ? requested : 3;
+  for (int i = 0; i < n; ++i) {
+    results[i] = cublasLtMatmulHeuristicResult_t{};
+    results[i].algo.data[0] = kAlgoMagic;
+    results[i].algo.data[1] = std::uint64_t(i);
+    results[i].workspaceSize = 0;
+    results[i].state = CUBLAS_STATUS_SUCCESS;
+    results[i].wavesCount = 1.0f;
+  }
+  *returned = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 

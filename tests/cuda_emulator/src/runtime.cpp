@@ -1,4 +1,5 @@
 // CUDA emulator: device memory, errors and device queries (gc_emu/runtime.hpp).
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -150,7 +151,18 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 struct CUevent_st {
   unsigned magic = 0x6576656e;  // "even": a live event
+  std::chrono::steady_clock::time_point recorded{};
+  bool was_recorded = false;
 };
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  if (start == nullptr || stop == nullptr || start->magic != 0x6576656e || stop->magic != 0x6576656e ||
+      !start->was_recorded || !stop->was_recorded) {
+    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: not two recorded events");
+  }
+  *ms = std::chrono::duration<float, std::milli>(stop->recorded - start->recorded).count();
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   *event = new CUevent_st;
   return cudaSuccess;
@@ -167,6 +179,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   if (event == nullptr || event->magic != 0x6576656e) {
     return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
   }
+  event->recorded = std::chrono::steady_clock::now();
+  event->was_recorded = true;
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
