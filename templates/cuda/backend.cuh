@@ -381,44 +381,40 @@ class Backend {
   }
 
  private:
+  // Throws unless a call's dimensions are those its kernels were specialized for.
+  static void require_specialized(bool matches, const char* kernel, const std::string& specialized,
+                                  const std::string& called) {
+    if (!matches) {
+      throw gc::rt::RuntimeError(std::string(kernel) + ": the kernels are specialized for " + specialized +
+                                 ", but were called with " + called);
+    }
+  }
   static void check_dense_width(int width) {
-    if (width != SwigluShape::kDff) {
-      throw gc::rt::RuntimeError("swiglu: the pair kernels are specialized for d_ff = " +
-                                 std::to_string(SwigluShape::kDff) + ", but were called with " + std::to_string(width));
-    }
+    require_specialized(width == SwigluShape::kDff, "swiglu", "d_ff = " + std::to_string(SwigluShape::kDff),
+                        std::to_string(width));
   }
-
   static void check_moe_dim(int dim) {
-    if (dim != MoeLayout::kDim) {
-      throw gc::rt::RuntimeError("moe: the kernels are specialized for rows of " + std::to_string(MoeLayout::kDim) +
-                                 ", but were called with rows of " + std::to_string(dim));
-    }
+    require_specialized(dim == MoeLayout::kDim, "moe", "rows of " + std::to_string(MoeLayout::kDim),
+                        "rows of " + std::to_string(dim));
   }
-
   static void check_logit_shape(int V, double alpha) {
-    if (V != LogitShape::kVocab || float(alpha) != LogitShape::kScale) {
-      throw gc::rt::RuntimeError("cross_entropy: the kernels are specialized for V = " +
-                                 std::to_string(LogitShape::kVocab) + " and the spec's logit scale, but were called "
-                                 "with V = " + std::to_string(V));
-    }
+    require_specialized(V == LogitShape::kVocab && float(alpha) == LogitShape::kScale, "cross_entropy",
+                        "V = " + std::to_string(LogitShape::kVocab) + " and the spec's logit scale",
+                        "V = " + std::to_string(V) + " (or another scale)");
   }
-
   static void check_embedding_shape(int d, double scale) {
-    if (d != EmbeddingShape::kDim || float(scale) != EmbeddingShape::kScale) {
-      throw gc::rt::RuntimeError("embedding: the kernels are specialized for d = " + std::to_string(EmbeddingShape::kDim) +
-                                 " and the spec's scale, but were called with d = " + std::to_string(d));
-    }
+    require_specialized(d == EmbeddingShape::kDim && float(scale) == EmbeddingShape::kScale, "embedding",
+                        "d = " + std::to_string(EmbeddingShape::kDim) + " and the spec's scale",
+                        "d = " + std::to_string(d) + " (or another scale)");
   }
-
   static void check_attention_shape(const cpu::AttentionDims& d, double scale) {
-    if (d.heads != AttentionShape::kHeads || d.kv_heads != AttentionShape::kKvHeads ||
-        d.head_dim != AttentionShape::kHeadDim || float(scale) != AttentionShape::kScale) {
-      throw gc::rt::RuntimeError("attention: the kernels are specialized for " + std::to_string(AttentionShape::kHeads) +
-                                 " heads, " + std::to_string(AttentionShape::kKvHeads) + " kv heads, head_dim " +
-                                 std::to_string(AttentionShape::kHeadDim) + ", but were called with " +
-                                 std::to_string(d.heads) + ", " + std::to_string(d.kv_heads) + ", " +
-                                 std::to_string(d.head_dim) + " (or another scale)");
-    }
+    require_specialized(d.heads == AttentionShape::kHeads && d.kv_heads == AttentionShape::kKvHeads &&
+                            d.head_dim == AttentionShape::kHeadDim && float(scale) == AttentionShape::kScale,
+                        "attention",
+                        std::to_string(AttentionShape::kHeads) + " heads, " + std::to_string(AttentionShape::kKvHeads) +
+                            " kv heads, head_dim " + std::to_string(AttentionShape::kHeadDim),
+                        std::to_string(d.heads) + ", " + std::to_string(d.kv_heads) + ", " +
+                            std::to_string(d.head_dim) + " (or another scale)");
   }
 
   template <class F>

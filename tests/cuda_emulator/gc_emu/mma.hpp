@@ -3,9 +3,9 @@
 // ldmatrix.sync.aligned.m8n8.{x2,x4}[.trans].shared.b16, and cp.async.cg.shared.global (16 bytes)
 // with commit_group / wait_group.
 //
-// mma.sync: Every lane brings its fragments; the lanes exchange them with shuffles
-// (so the strict warp-collective rules apply: all 32 lanes must arrive, none in a divergent
-// branch), and each lane computes its four outputs in fp32, summing k in increasing order and
+// mma.sync: Every lane brings its fragments; the lanes exchange them through a per-warp table
+// between two strict __syncwarp barriers (so the warp-collective rules apply: all 32 lanes must
+// arrive, none in a divergent branch), and each lane computes its four outputs in fp32, summing k in increasing order and
 // adding the accumulator last. Products of two bf16 are exact in fp32; the tensor core's own
 // summation order is unspecified, so results agree with a GPU to fp32 rounding, not bit for bit.
 //
@@ -34,66 +34,72 @@ inline int linear_lane() {
   return int(linear % 32);
 }
 
+// Makes every lane's `value` visible to its whole warp: each lane writes its entry of a per-warp
+// table, a strict __syncwarp (all 32 lanes, as the instructions require), `use(entries)` reads the
+// warp's 32 entries, and a second __syncwarp keeps any lane from overwriting its entry before all
+// have read. Fibers switch only at barriers, so the table is stable during `use`.
+template <typename T, typename F>
+inline void warp_exchange(const T& value, F&& use) {
+  thread_local T table[1024];  // [linear thread index]: a block has at most 1024 threads
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  table[linear] = value;
+  __syncwarp();
+  use(&table[linear / 32 * 32]);
+  __syncwarp();
+}
+
 // d += A·B for the warp's fragments (all 32 lanes call it together).
 inline void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+  struct Fragments {
+    std::uint32_t a[4], b[2];
+  };
   const int lane = linear_lane(), g = lane / 4, t = lane % 4;
-  const auto pair = [](std::uint32_t lo, std::uint32_t hi) { return std::uint64_t(lo) | (std::uint64_t(hi) << 32); };
-  float a_rows[2][16];  // A[g][k], A[g+8][k]
-  float b_cols[2][16];  // B[k][2t], B[k][2t+1]
-  for (int s = 0; s < 4; ++s) {  // lanes 4g + s hold rows g, g+8 at k = 2s, 2s+1, 2s+8, 2s+9
-    const std::uint64_t a01 = shuffle(Collective::shfl_idx, 0xffffffffu, pair(a[0], a[1]), 4 * g + s, 32);
-    const std::uint64_t a23 = shuffle(Collective::shfl_idx, 0xffffffffu, pair(a[2], a[3]), 4 * g + s, 32);
-    const std::uint32_t r[4] = {std::uint32_t(a01), std::uint32_t(a01 >> 32), std::uint32_t(a23),
-                                std::uint32_t(a23 >> 32)};
-    for (int half = 0; half < 2; ++half) {
-      a_rows[0][2 * s + half] = bf16_bits_to_float(r[0] >> (16 * half));
-      a_rows[1][2 * s + half] = bf16_bits_to_float(r[1] >> (16 * half));
-      a_rows[0][2 * s + 8 + half] = bf16_bits_to_float(r[2] >> (16 * half));
-      a_rows[1][2 * s + 8 + half] = bf16_bits_to_float(r[3] >> (16 * half));
-    }
-  }
-  for (int col = 0; col < 2; ++col) {  // column n = 2t + col lives in lanes 4n + s
-    for (int s = 0; s < 4; ++s) {
-      const std::uint64_t b01 = shuffle(Collective::shfl_idx, 0xffffffffu, pair(b[0], b[1]), 4 * (2 * t + col) + s, 32);
-      for (int half = 0; half < 2; ++half) {
-        b_cols[col][2 * s + half] = bf16_bits_to_float(std::uint32_t(b01) >> (16 * half));
-        b_cols[col][2 * s + 8 + half] = bf16_bits_to_float(std::uint32_t(b01 >> 32) >> (16 * half));
+  const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  warp_exchange(mine, [&](const Fragments* lanes) {
+    // Row g (and g + 8) of A sits in lanes 4g + s at k = 2s, 2s+1 (a0, a1) and 2s+8, 2s+9 (a2, a3);
+    // column n of B in lanes 4n + s at k = 2s, 2s+1 (b0) and 2s+8, 2s+9 (b1).
+    const auto a_at = [&](int row, int k) {
+      const Fragments& f = lanes[4 * (row % 8) + (k % 8) / 2];
+      const std::uint32_t reg = f.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
+      return bf16_bits_to_float(reg >> (16 * (k % 2)));
+    };
+    const auto b_at = [&](int k, int n) {
+      const Fragments& f = lanes[4 * n + (k % 8) / 2];
+      return bf16_bits_to_float(f.b[k >= 8 ? 1 : 0] >> (16 * (k % 2)));
+    };
+    for (int row = 0; row < 2; ++row) {
+      for (int col = 0; col < 2; ++col) {
+        float sum = 0.0f;
+        for (int k = 0; k < 16; ++k) sum += a_at(g + 8 * row, k) * b_at(k, 2 * t + col);
+        d[2 * row + col] += sum;
       }
     }
-  }
-  for (int row = 0; row < 2; ++row) {
-    for (int col = 0; col < 2; ++col) {
-      float sum = 0.0f;
-      for (int k = 0; k < 16; ++k) sum += a_rows[row][k] * b_cols[col][k];
-      d[2 * row + col] += sum;
-    }
-  }
+  });
 }
 
 // ldmatrix: lanes 8m .. 8m+7 give the row addresses of 8×8 matrix m (m < COUNT; the other lanes'
 // addresses are ignored); lane l receives in r[m] the two b16 at row l/4, columns 2(l%4) and
 // 2(l%4)+1 of matrix m — or, with TRANS, at rows 2(l%4) and 2(l%4)+1 of column l/4 — the lower
-// one in the low half. All 32 lanes call it together (the addresses travel by shuffle).
+// one in the low half. All 32 lanes call it together.
 template <int COUNT, bool TRANS>
 inline void ldmatrix(std::uint32_t (&r)[COUNT], const void* row) {
   static_assert(COUNT == 1 || COUNT == 2 || COUNT == 4, "ldmatrix loads 1, 2 or 4 matrices");
   const int lane = linear_lane();
-  const auto element = [](std::uint64_t row_address, int col) {
+  const auto element = [](const void* row_address, int col) {
     std::uint16_t v;
-    std::memcpy(&v, reinterpret_cast<const char*>(row_address) + 2 * col, sizeof v);
+    std::memcpy(&v, static_cast<const char*>(row_address) + 2 * col, sizeof v);
     return std::uint32_t(v);
   };
-  const std::uint64_t mine = reinterpret_cast<std::uint64_t>(row);
-  for (int m = 0; m < COUNT; ++m) {
-    if (!TRANS) {
-      const std::uint64_t src = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + lane / 4, 32);
-      r[m] = element(src, 2 * (lane % 4)) | (element(src, 2 * (lane % 4) + 1) << 16);
-    } else {
-      const std::uint64_t lo = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + 2 * (lane % 4), 32);
-      const std::uint64_t hi = shuffle(Collective::shfl_idx, 0xffffffffu, mine, 8 * m + 2 * (lane % 4) + 1, 32);
-      r[m] = element(lo, lane / 4) | (element(hi, lane / 4) << 16);
+  warp_exchange(row, [&](const void* const* rows) {
+    for (int m = 0; m < COUNT; ++m) {
+      if (!TRANS) {
+        const void* src = rows[8 * m + lane / 4];
+        r[m] = element(src, 2 * (lane % 4)) | (element(src, 2 * (lane % 4) + 1) << 16);
+      } else {
+        r[m] = element(rows[8 * m + 2 * (lane % 4)], lane / 4) | (element(rows[8 * m + 2 * (lane % 4) + 1], lane / 4) << 16);
+      }
     }
-  }
+  });
 }
 
 // cp.async: a thread's 16-byte copies are held back until its cp.async.wait_group lets their group
