@@ -10,9 +10,11 @@
 // S counts the scored rows (gc::rt::count_scored on the host targets).
 //
 // The logits stay T [N, V] (never copied to fp32). One block per row (block-stride over rows):
-// each thread keeps an online (running max m, Σ exp(z − m)) over its strided share of the row,
-// in fp32; the block then takes the max M of the m's and sums the shares rescaled to M. Every
-// step has a fixed order, so the results repeat bitwise run to run (no atomics).
+// thread t reads the packs p ≡ t (mod threads) of the row — kVec consecutive elements in one
+// access of up to 16 bytes (8 bf16), the widest that divides V — and keeps an online (running
+// max m, Σ exp(z − m)) over them, in fp32; the block then takes the max M of the m's and sums
+// the shares rescaled to M. Every step has a fixed order, so the results repeat bitwise run to
+// run (no atomics).
 //
 // Specialized: the vocabulary V and α are compile-time (LogitShape below, or a test's own shape
 // S with kVocab and kScale), so each thread's strided walk over a row has a constant trip count
@@ -36,19 +38,32 @@ inline constexpr int kCrossEntropyThreads = 512;
 inline constexpr int kSumLossesThreads = 1024;
 inline constexpr std::int64_t kCrossEntropyMaxBlocks = 65535LL * 16;
 
+// A logit row of shape S in packs: kVec elements per access, kPacks packs per row.
+template <class S, typename T>
+struct LogitPacks {
+  static constexpr int kVec = row_pack<T>(S::kVocab);
+  static constexpr int kPacks = S::kVocab / kVec;
+};
+
 // log Σ_v exp(α · row[v]) over the block; every thread gets the result. Must be called by all
-// threads of the block (it synchronizes). Thread t reads exactly the elements v ≡ t (mod
+// threads of the block (it synchronizes). Thread t reads exactly the packs p ≡ t (mod
 // blockDim), the same ones it writes in the backward, so an in-place backward is safe.
 template <class S, typename T>
 __device__ inline float block_scaled_lse(const T* row, float* scratch_max, float* scratch_sum) {
+  using P = LogitPacks<S, T>;
   float m = -INFINITY, s = 0.0f;  // s = Σ exp(z − m) over this thread's elements so far
-  for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) {
-    const float zv = S::kScale * to_float(row[v]);
-    if (zv > m) {
-      s = s * expf(m - zv) + 1.0f;  // rescale to the new max (first element: 0 · 0 + 1)
-      m = zv;
-    } else {
-      s += expf(zv - m);
+  for (int p = threadIdx.x; p < P::kPacks; p += kCrossEntropyThreads) {
+    float z[P::kVec];
+    load_pack<P::kVec>(z, row + std::int64_t(p) * P::kVec);
+#pragma unroll
+    for (int e = 0; e < P::kVec; ++e) {
+      const float zv = S::kScale * z[e];
+      if (zv > m) {
+        s = s * expf(m - zv) + 1.0f;  // rescale to the new max (first element: 0 · 0 + 1)
+        m = zv;
+      } else {
+        s += expf(zv - m);
+      }
     }
   }
   const float max_z = block_max(m, scratch_max);
@@ -87,17 +102,27 @@ __global__ void __launch_bounds__(kCrossEntropyThreads)
   for (std::int64_t n = blockIdx.x; n < N; n += gridDim.x) {  // block-uniform loop
     const T* row = logits + n * S::kVocab;
     T* drow = dlogits + n * S::kVocab;
+    using P = LogitPacks<S, T>;
     if (targets[n] < 0) {  // not scored: no gradient (block-uniform)
-      for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) drow[v] = from_float<T>(0.0f);
+      float zero[P::kVec] = {};
+      for (int p = threadIdx.x; p < P::kPacks; p += kCrossEntropyThreads) {
+        store_pack<P::kVec>(drow + std::int64_t(p) * P::kVec, zero);
+      }
       continue;
     }
     // The whole row is reduced before any element is written (and each thread rewrites only the
     // elements it read), so dlogits may alias logits.
     const float lse = block_scaled_lse<S>(row, scratch_max, scratch_sum);
     const int target = targets[n];
-    for (int v = threadIdx.x; v < S::kVocab; v += kCrossEntropyThreads) {
-      const float p = expf(S::kScale * to_float(row[v]) - lse);
-      drow[v] = from_float<T>(coef * (p - (v == target ? 1.0f : 0.0f)));
+    for (int p = threadIdx.x; p < P::kPacks; p += kCrossEntropyThreads) {
+      float z[P::kVec];
+      load_pack<P::kVec>(z, row + std::int64_t(p) * P::kVec);
+#pragma unroll
+      for (int e = 0; e < P::kVec; ++e) {
+        const float prob = expf(S::kScale * z[e] - lse);
+        z[e] = coef * (prob - (p * P::kVec + e == target ? 1.0f : 0.0f));
+      }
+      store_pack<P::kVec>(drow + std::int64_t(p) * P::kVec, z);
     }
   }
 }
@@ -112,6 +137,7 @@ template <class S, typename T>
 void cross_entropy_forward(float* losses, float* p_target, const T* logits, const std::int32_t* targets,
                            std::int64_t N) {
   if (N <= 0) return;
+  check_pack_aligned<LogitPacks<S, T>::kVec, T>("cross_entropy_forward", logits);
   launch(cross_entropy_forward_kernel<S, T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, losses, p_target,
          logits, targets, N);
 }
@@ -178,6 +204,7 @@ template <class S, typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N,
                             float loss_scale, std::int64_t scored) {
   if (N <= 0) return;
+  check_pack_aligned<LogitPacks<S, T>::kVec, T>("cross_entropy_backward", dlogits, logits);
   const float coef = scored > 0 ? float(double(loss_scale) * double(S::kScale) / double(scored)) : 0.0f;
   launch(cross_entropy_backward_kernel<S, T>, cross_entropy_blocks(N), kCrossEntropyThreads, 0, dlogits, logits,
          targets, N, coef);
