@@ -9,8 +9,10 @@
 //             dx_{i+hd/2} = dy_{i+hd/2} · cos − dy_i · sin
 //
 // Layout: x [B, seq_len, heads, hd]; the tables cos_t/sin_t are fp32 [seq_len, hd/2], computed on
-// the host by gcm::cpu::rope_table<float> and uploaded once. One thread per pair (i, i+hd/2): it
-// reads both values before writing either, so out may alias x (in place).
+// the host by gcm::cpu::rope_table<float> and uploaded once. One thread per kVec consecutive pairs
+// (i .. i+kVec−1 with their partners i+hd/2 ..), read and written in packs of up to 16 bytes of T
+// (the widest that divides hd/2); it reads all its values before writing any, so out may alias
+// x (in place).
 //
 // Specialized: hd and the number of heads are template arguments (RopeShape below holds the
 // spec's head_dim, heads, kv heads and θ), so the pair index arithmetic divides by constants.
@@ -33,34 +35,49 @@ struct RopeShape {
 
 inline constexpr int kRopeThreads = 256;
 
-// kDirection = +1 rotates by +angle (forward), −1 by −angle (backward). Pair k (grid-stride)
-// is dimension i = k mod half of head vector k / half = (b·seq_len + t)·kHeads + h.
+// Pairs each thread rotates (consecutive dimensions, one pack of T per half).
+template <int kHeadDim, typename T>
+inline constexpr int kRopeVec = row_pack<T>(kHeadDim / 2);
+
+// kDirection = +1 rotates by +angle (forward), −1 by −angle (backward). Pack k (grid-stride)
+// holds dimensions i .. i+kVec−1, i = kVec·(k mod half/kVec), of head vector
+// k / (half/kVec) = (b·seq_len + t)·kHeads + h.
 template <int kDirection, int kHeadDim, int kHeads, typename T>
 __global__ void rope_rotate_kernel(T* out, const T* in, const float* cos_t, const float* sin_t, int seq_len,
-                                   std::int64_t pairs) {
+                                   std::int64_t packs) {
   static_assert(kHeadDim > 0 && kHeadDim % 2 == 0, "RoPE needs an even head_dim");
-  constexpr int kHalf = kHeadDim / 2;
+  constexpr int kHalf = kHeadDim / 2, kVec = kRopeVec<kHeadDim, T>, kPacksPerHalf = kHalf / kVec;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < pairs; k += stride) {
-    const std::int64_t head_vector = k / kHalf;
-    const int i = int(k - head_vector * kHalf);
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < packs; k += stride) {
+    const std::int64_t head_vector = k / kPacksPerHalf;
+    const int i = int(k - head_vector * kPacksPerHalf) * kVec;
     const std::int64_t position = (head_vector / kHeads) % seq_len;
-    const float c = cos_t[position * kHalf + i];
-    const float s = kDirection > 0 ? sin_t[position * kHalf + i] : -sin_t[position * kHalf + i];
     const std::int64_t base = head_vector * kHeadDim;
-    const float x1 = to_float(in[base + i]);
-    const float x2 = to_float(in[base + i + kHalf]);
-    out[base + i] = from_float<T>(x1 * c - x2 * s);
-    out[base + i + kHalf] = from_float<T>(x2 * c + x1 * s);
+    float c[kVec], s[kVec], x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+    load_pack<kVec>(c, cos_t + position * kHalf + i);
+    load_pack<kVec>(s, sin_t + position * kHalf + i);
+    load_pack<kVec>(x1, in + base + i);
+    load_pack<kVec>(x2, in + base + i + kHalf);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float sn = kDirection > 0 ? s[e] : -s[e];
+      y1[e] = x1[e] * c[e] - x2[e] * sn;
+      y2[e] = x2[e] * c[e] + x1[e] * sn;
+    }
+    store_pack<kVec>(out + base + i, y1);
+    store_pack<kVec>(out + base + i + kHalf, y2);
   }
 }
 
 template <int kDirection, int kHeadDim, int kHeads, typename T>
 void rope_rotate(T* out, const T* in, const float* cos_t, const float* sin_t, int B, int seq_len) {
-  const std::int64_t pairs = std::int64_t(B) * seq_len * kHeads * (kHeadDim / 2);
-  if (pairs <= 0) return;
-  launch(rope_rotate_kernel<kDirection, kHeadDim, kHeads, T>, blocks_for(pairs, kRopeThreads), kRopeThreads, 0, out,
-         in, cos_t, sin_t, seq_len, pairs);
+  constexpr int kVec = kRopeVec<kHeadDim, T>;
+  const std::int64_t packs = std::int64_t(B) * seq_len * kHeads * (kHeadDim / 2 / kVec);
+  if (packs <= 0) return;
+  check_pack_aligned<kVec, T>("rope", out, in);
+  check_pack_aligned<kVec, float>("rope tables", cos_t, sin_t);
+  launch(rope_rotate_kernel<kDirection, kHeadDim, kHeads, T>, blocks_for(packs, kRopeThreads), kRopeThreads, 0, out,
+         in, cos_t, sin_t, seq_len, packs);
 }
 
 // out = R(+angle) · x; x, out [B, seq_len, kHeads, kHeadDim]; out may alias x.
