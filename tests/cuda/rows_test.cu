@@ -373,6 +373,7 @@ TEST(CudaRows, RopeForwardBackwardMatchCpu) {
     check_rope<bf16, 96, 3>(in_place);
     check_rope<float, 16, 4>(in_place);
     check_rope<bf16, 16, 4>(in_place);
+    check_rope<bf16, 10, 2>(in_place);  // half 5: one pair a thread (the packs of 96 and 16 are 8 or 4)
   }
 }
 
