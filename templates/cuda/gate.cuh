@@ -7,7 +7,8 @@
 //                dz     = σ(z)(1 − σ(z)) · (dout ⊙ attn)   (headwise: summed over the head's hd)
 //
 // attn, out, dout, dattn are [N, H, hd]. Forward and the elementwise backward use one thread
-// per element; the headwise backward uses one warp per (row, head) vector: lane l handles
+// per pack of kVec consecutive elements (up to 16 bytes; the widest that divides hd, so a pack
+// never straddles two heads); the headwise backward uses one warp per (row, head) vector: lane l handles
 // c = l, l+32, …, reading dout[c] (into its share of Σ dout ⊙ attn) before writing dattn[c],
 // then the warp sums the shares and lane 0 writes dz. No element is touched by two lanes, so
 // dattn may alias dout (the model runs it in place) and out may alias attn.
@@ -38,26 +39,53 @@ inline constexpr int kGateThreads = 256;
 
 __device__ inline float gate_sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// One thread per element e of [N, H, hd] (grid-stride); the gate index is e / hd (headwise) or e.
+// Elements per thread of the forward and the elementwise backward.
+template <class S, typename T>
+inline constexpr int kGateVec = row_pack<T>(S::kHeadDim);
+
+// One thread per pack of elements e .. e+kVec−1 of [N, H, hd] (grid-stride); the gate index is
+// e / hd for the whole pack (headwise) or e .. e+kVec−1 (elementwise).
 template <GateMode kMode, class S, typename T>
-__global__ void gate_forward_kernel(T* out, const T* attn, const T* z, std::int64_t total) {
+__global__ void gate_forward_kernel(T* out, const T* attn, const T* z, std::int64_t packs) {
+  constexpr int kVec = kGateVec<S, T>;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
-    const std::int64_t zi = kMode == GateMode::headwise ? e / S::kHeadDim : e;
-    out[e] = from_float<T>(gate_sigmoid(to_float(z[zi])) * to_float(attn[e]));
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    const std::int64_t e = p * kVec;
+    float a[kVec], g[kVec];
+    load_pack<kVec>(a, attn + e);
+    if constexpr (kMode == GateMode::headwise) {
+      const float head_gate = gate_sigmoid(to_float(z[e / S::kHeadDim]));
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) g[i] = head_gate;
+    } else {
+      load_pack<kVec>(g, z + e);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) g[i] = gate_sigmoid(g[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) a[i] *= g[i];
+    store_pack<kVec>(out + e, a);
   }
 }
 
-template <typename T>
+template <int kVec, typename T>
 __global__ void gate_backward_elementwise_kernel(T* dattn, T* dz, const T* dout, const T* attn, const T* z,
-                                                 std::int64_t total) {
+                                                 std::int64_t packs) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
-    const float gate = gate_sigmoid(to_float(z[e]));
-    const float grad = to_float(dout[e]);  // read before dattn[e] (may be the same memory) is written
-    const float a = to_float(attn[e]);
-    dz[e] = from_float<T>(gate * (1.0f - gate) * grad * a);
-    dattn[e] = from_float<T>(gate * grad);
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    const std::int64_t e = p * kVec;
+    float gate[kVec], grad[kVec], a[kVec], dgate[kVec];
+    load_pack<kVec>(gate, z + e);
+    load_pack<kVec>(grad, dout + e);  // read before dattn (may be the same memory) is written
+    load_pack<kVec>(a, attn + e);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      gate[i] = gate_sigmoid(gate[i]);
+      dgate[i] = gate[i] * (1.0f - gate[i]) * grad[i] * a[i];
+      grad[i] *= gate[i];
+    }
+    store_pack<kVec>(dz + e, dgate);
+    store_pack<kVec>(dattn + e, grad);
   }
 }
 
@@ -87,9 +115,12 @@ __global__ void gate_backward_headwise_kernel(T* dattn, T* dz, const T* dout, co
 template <GateMode kMode, class S, typename T>
 void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
   static_assert(kMode != GateMode::none, "no gate to apply");
-  const std::int64_t total = N * S::kHeads * S::kHeadDim;
-  if (total <= 0) return;
-  launch(gate_forward_kernel<kMode, S, T>, blocks_for(total, kGateThreads), kGateThreads, 0, out, attn, z, total);
+  constexpr int kVec = kGateVec<S, T>;
+  const std::int64_t packs = N * S::kHeads * (S::kHeadDim / kVec);
+  if (packs <= 0) return;
+  check_pack_aligned<kVec, T>("gate_forward", out, attn);
+  if constexpr (kMode == GateMode::elementwise) check_pack_aligned<kVec, T>("gate_forward", z);
+  launch(gate_forward_kernel<kMode, S, T>, blocks_for(packs, kGateThreads), kGateThreads, 0, out, attn, z, packs);
 }
 
 // dattn [N,H,hd] and dz ([N,H] headwise, [N,H,hd] elementwise) are overwritten. dattn may alias dout.
@@ -103,8 +134,11 @@ void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, st
     launch(gate_backward_headwise_kernel<S, T>, blocks_for(vectors * kWarp, kGateThreads), kGateThreads, 0, dattn, dz,
            dout, attn, z, vectors);
   } else {
-    launch(gate_backward_elementwise_kernel<T>, blocks_for(total, kGateThreads), kGateThreads, 0, dattn, dz, dout, attn,
-           z, total);
+    constexpr int kVec = kGateVec<S, T>;
+    const std::int64_t packs = total / kVec;
+    check_pack_aligned<kVec, T>("gate_backward", dattn, dz, dout, attn, z);
+    launch(gate_backward_elementwise_kernel<kVec, T>, blocks_for(packs, kGateThreads), kGateThreads, 0, dattn, dz, dout,
+           attn, z, packs);
   }
 }
 

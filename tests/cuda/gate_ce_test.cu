@@ -92,6 +92,7 @@ TEST(CudaGateCe, GateHeadwiseMatchesCpu) {
     check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<3, 72>>(in_place);
     check_gate<gcm::cuda::GateMode::headwise, float, GateDims<5, 16>>(in_place);
     check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 
@@ -102,6 +103,7 @@ TEST(CudaGateCe, GateElementwiseMatchesCpu) {
     check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<3, 72>>(in_place);
     check_gate<gcm::cuda::GateMode::elementwise, float, GateDims<5, 16>>(in_place);
     check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 
