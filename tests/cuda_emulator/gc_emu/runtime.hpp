@@ -18,15 +18,19 @@ cudaError_t cudaMalloc(T** ptr, std::size_t bytes) {
 }
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+// From page-locked host memory (cudaMallocHost) to the device, the copy is checked now but runs
+// only at the next stream operation or at a synchronization that covers it (cudaEventSynchronize
+// of an event recorded after it), reading the host bytes then, as a GPU may: a host that reuses
+// the source too early sends the new bytes. Every other copy runs at once.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes);
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream = nullptr);
-// Page-locked host memory: plain host memory here (copies from it are as synchronous as any).
+// Page-locked host memory: host memory the emulator tracks (copies from it may be deferred).
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes);
 cudaError_t cudaFreeHost(void* ptr);
 // Events (see types.hpp): create, record and destroy are checked for a live event; synchronize
-// returns at once.
+// runs the deferred copies queued before the event's record.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
@@ -73,5 +77,9 @@ bool is_device_range(const void* ptr, std::size_t bytes);
 cudaError_t record_error(cudaError_t error, const std::string& what);
 // Bytes allocated by cudaMalloc and not yet freed.
 std::size_t device_bytes_in_use();
+// Runs the host→device copies from page-locked memory still pending (see cudaMemcpyAsync): every
+// stream operation (a launch, another copy or memset, a cuBLASLt matmul, a synchronization) calls
+// it first, as the stream would have run them before.
+void run_pending_copies();
 
 }  // namespace gc_emu

@@ -43,7 +43,8 @@ enum cudaMemcpyKind {
 
 // Only the default stream exists (every operation completes before the call returns).
 typedef struct CUstream_st* cudaStream_t;
-// Events: every operation has completed when it is recorded, so waiting on one returns at once.
+// Events: kernels and most copies have completed when one is recorded; waiting on one also runs
+// the deferred copies from page-locked memory queued before it (gc_emu/runtime.hpp).
 typedef struct CUevent_st* cudaEvent_t;
 inline constexpr unsigned cudaEventDefault = 0x0, cudaEventDisableTiming = 0x2;
 

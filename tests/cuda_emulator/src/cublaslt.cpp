@@ -276,6 +276,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void* beta, const void* C, cublasLtMatrixLayout_t c_desc, void* D,
                               cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo, void* workspace,
                               std::size_t workspace_bytes, cudaStream_t) {
+  gc_emu::run_pending_copies();  // queued before this matmul on the stream
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const cublasStatus_t s = check_problem(desc, a_desc, b_desc, c_desc, d_desc);
   if (s != CUBLAS_STATUS_SUCCESS) return s;

@@ -6,6 +6,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gc_emu/runtime.hpp"
 
@@ -15,10 +16,20 @@ namespace {
 constexpr std::size_t kAlignment = 256;  // cudaMalloc's guarantee
 constexpr std::size_t kNominalTotal = std::size_t(80) << 30;
 
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+  std::uint64_t sequence;  // in queue order
+};
+
 struct Memory {
   std::map<const char*, std::size_t> allocations;  // base → bytes
   std::size_t in_use = 0;
   cudaError_t last_error = cudaSuccess;
+  std::map<const char*, std::size_t> pinned;  // cudaMallocHost: base → bytes
+  std::vector<PendingCopy> pending;           // deferred host→device copies, oldest first
+  std::uint64_t next_sequence = 1;
 };
 
 Memory& memory() {
@@ -72,6 +83,31 @@ cudaError_t record_error(cudaError_t error, const std::string& what) {
 
 std::size_t device_bytes_in_use() { return memory().in_use; }
 
+// Runs the pending copies queued up to `sequence` (all of them by default).
+void run_pending_copies_until(std::uint64_t sequence) {
+  auto& pending = memory().pending;
+  std::size_t done = 0;
+  while (done < pending.size() && pending[done].sequence <= sequence) {
+    std::memmove(pending[done].dst, pending[done].src, pending[done].bytes);
+    ++done;
+  }
+  pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(done));
+}
+
+void run_pending_copies() { run_pending_copies_until(~std::uint64_t(0)); }
+
+std::uint64_t last_queued_sequence() { return memory().next_sequence - 1; }
+
+bool is_pinned_range(const void* ptr, std::size_t bytes) {
+  const auto& pinned = memory().pinned;
+  const char* p = static_cast<const char*>(ptr);
+  auto it = pinned.upper_bound(p);
+  if (it == pinned.begin()) return false;
+  --it;
+  const std::size_t offset = std::size_t(p - it->first);
+  return offset <= it->second && bytes <= it->second - offset;
+}
+
 }  // namespace gc_emu
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
@@ -89,6 +125,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  gc_emu::run_pending_copies();
   if (ptr == nullptr) return cudaSuccess;
   auto& m = gc_emu::memory();
   const auto it = m.allocations.find(static_cast<const char*>(ptr));
@@ -102,6 +139,7 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  gc_emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
   const char* call = "cudaMemcpy";
   if (kind == cudaMemcpyDefault) {
@@ -125,10 +163,16 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  const bool to_device = kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc_emu::is_device_range(dst, 0));
+  if (bytes == 0 || !to_device || !gc_emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
+  const cudaError_t e = gc_emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
+  if (e != cudaSuccess) return e;
+  gc_emu::memory().pending.push_back({dst, src, bytes, gc_emu::memory().next_sequence++});
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  gc_emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
   const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemset", "range");
   if (e != cudaSuccess) return e;
@@ -142,9 +186,13 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_
 
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
-  return *ptr != nullptr ? cudaSuccess : gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
+  if (*ptr == nullptr) return gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
+  gc_emu::memory().pinned[static_cast<const char*>(*ptr)] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  gc_emu::run_pending_copies();  // (freeing a source with a copy in flight is a bug on a GPU)
+  gc_emu::memory().pinned.erase(static_cast<const char*>(ptr));
   std::free(ptr);
   return cudaSuccess;
 }
@@ -153,6 +201,7 @@ struct CUevent_st {
   unsigned magic = 0x6576656e;  // "even": a live event
   std::chrono::steady_clock::time_point recorded{};
   bool was_recorded = false;
+  std::uint64_t after_copy = 0;  // the deferred copies up to this one precede the record
 };
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
@@ -181,17 +230,25 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   }
   event->recorded = std::chrono::steady_clock::now();
   event->was_recorded = true;
+  event->after_copy = gc_emu::last_queued_sequence();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr || event->magic != 0x6576656e) {
     return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
   }
+  gc_emu::run_pending_copies_until(event->after_copy);
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  gc_emu::run_pending_copies();
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  gc_emu::run_pending_copies();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = gc_emu::memory().last_error;

@@ -352,6 +352,7 @@ bool valid_configuration(dim3 grid, dim3 block) {
 }  // namespace
 
 void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, const void* context) {
+  run_pending_copies();  // the stream runs the copies queued before this launch first
   if (g_block != nullptr) fatal("a kernel launched another kernel (dynamic parallelism is not emulated)");
   if (!valid_configuration(grid, block)) {
     record_error(cudaErrorInvalidConfiguration,
