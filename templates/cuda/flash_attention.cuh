@@ -14,8 +14,9 @@
 // Tiles: a warp owns 16 rows. Forward: blocks of 64 queries (4 warps) stream 64-key K and V
 // tiles through shared memory (cp.async; for head_dim ≤ 64 double-buffered, the next tile's
 // copy in flight during this tile's products); Q stays in registers. Fragments come from shared
-// memory through ldmatrix (.trans for V and the other B operands read along columns). Causal block skipping: a block stops at
-// the key tile holding its last query; only the tiles that cross the diagonal are masked.
+// memory through ldmatrix (.trans for V and the other B operands read along columns). Causal
+// block skipping: a block stops at the key tile holding its last query; only the tiles that cross
+// the diagonal are masked.
 // Backward: tiles of kRowsB = 64 rows (32 for head_dim > 64, so that four tiles fit in 48 KiB of
 // static shared memory); the dK/dV kernel holds its keys' K and V, loops over the kv group's
 // query heads and the query tiles at or after its keys (in order); the dQ kernel holds its
