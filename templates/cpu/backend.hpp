@@ -175,18 +175,13 @@ class Backend {
   void embedding_backward(T* dE, const std::int32_t* tokens, const T* dout, int N, int d, double scale) {
     cpu::embedding_backward(dE, tokens, dout, N, d, T(scale));
   }
-  // Mean loss over the N rows.
   // Per-row losses and p(target) of `rows` rows (a chunk of the staged batch).
   void cross_entropy_forward(T* losses, T* p_target, const T* logits, const std::int32_t* targets, std::int64_t rows,
                              int V, double alpha) {
-    cpu::cross_entropy_forward(losses, p_target, logits, targets, rows, V, alpha);
+    cpu::cross_entropy_rows(losses, p_target, logits, targets, rows, V, alpha);
   }
   // The staged batch's mean loss: Σ losses (serial, in double) over its scored rows.
-  double mean_loss(const T* losses, std::int64_t N) const {
-    double total = 0.0;
-    for (std::int64_t n = 0; n < N; ++n) total += double(losses[n]);
-    return scored_ > 0 ? total / double(scored_) : 0.0;
-  }
+  double mean_loss(const T* losses, std::int64_t N) const { return cpu::mean_scored_loss(losses, N, scored_); }
   // dlogits of `rows` rows of the staged batch (divided by its scored rows, not the chunk's).
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t rows, int V,
                               double alpha, double loss_scale) {
@@ -194,14 +189,7 @@ class Backend {
   }
   // acc[0] += Σ α·x, acc[1] += Σ (α·x)² (serial, in double: the same sums for any thread count).
   static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
-    double s = 0.0, sq = 0.0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const double v = alpha * double(x[i]);
-      s += v;
-      sq += v * v;
-    }
-    acc[0] += s;
-    acc[1] += sq;
+    cpu::add_scaled_moments(acc, x, n, alpha);
   }
 
  private:

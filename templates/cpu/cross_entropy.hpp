@@ -40,10 +40,10 @@ double scaled_log_sum_exp(const T* row, int V, double alpha) {
 
 }  // namespace detail
 
-// losses[N] receives ℓ_n; p_target[N] (may be nullptr) receives exp(−ℓ_n). Returns L.
+// losses[N] receives ℓ_n; p_target[N] (may be nullptr) receives exp(−ℓ_n).
 template <typename T>
-double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* logits, const std::int32_t* targets,
-                             std::int64_t N, int V, double logit_scale = 1.0) {
+void cross_entropy_rows(T* losses, non_deduced_t<T>* p_target, const T* logits, const std::int32_t* targets,
+                        std::int64_t N, int V, double logit_scale = 1.0) {
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
@@ -55,12 +55,24 @@ double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* log
       p_target[n] = T(scored ? std::exp(-loss) : 0.0);
     }
   }
+}
+
+// L = Σ_n losses[n] / scored (0 when nothing is scored); summed serially in double.
+template <typename T>
+double mean_scored_loss(const T* losses, std::int64_t N, std::int64_t scored) {
   double total = 0.0;
   for (std::int64_t n = 0; n < N; ++n) {
     total += double(losses[n]);
   }
-  const std::int64_t scored = gc::rt::count_scored(targets, N);
   return scored > 0 ? total / double(scored) : 0.0;
+}
+
+// cross_entropy_rows, then L over these N rows. Returns L.
+template <typename T>
+double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* logits, const std::int32_t* targets,
+                             std::int64_t N, int V, double logit_scale = 1.0) {
+  cross_entropy_rows(losses, p_target, logits, targets, N, V, logit_scale);
+  return mean_scored_loss(losses, N, gc::rt::count_scored(targets, N));
 }
 
 // dlogits is overwritten and may alias logits (each row is reduced before it is written).

@@ -486,7 +486,7 @@ class Backend {
   gc::rt::cuda::PinnedUploader<std::int32_t> staging_;  // host → device without a wait
   DeviceBuffer<double> loss_sum_;
   DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
-  double deferred_weight_ = -1.0;   // ≥ 0: the next cross_entropy_forward is deferred with it
+  double deferred_weight_ = -1.0;   // ≥ 0: the next mean_loss is deferred with it
   DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias
   DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P_e, Σ_e s (sigmoid)
   DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;

@@ -83,6 +83,23 @@ __device__ __forceinline__ void store_pair(bf16* __restrict__ base, std::int64_t
   *reinterpret_cast<std::uint32_t*>(base + std::int64_t(row) * stride + col) = tc::pack_bf16x2(lo, hi);
 }
 
+// A warp slab's accumulators into rows of a head (row stride STRIDE): the lane's rows rows[0]
+// (acc[d][0], acc[d][1]) and rows[1] (acc[d][2], acc[d][3]) at columns 8d + 2t and 8d + 2t + 1,
+// each times scale[r], as bf16 pairs; rows ≥ seq_len are not stored.
+template <std::int64_t STRIDE, int D_TILES>
+__device__ __forceinline__ void store_slab(bf16* __restrict__ base, const int (&rows)[2],
+                                           const float (&acc)[D_TILES][4], const float (&scale)[2], int seq_len,
+                                           int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= seq_len) continue;
+#pragma unroll
+    for (int d = 0; d < D_TILES; ++d) {
+      store_pair(base, STRIDE, rows[r], 8 * d + 2 * t, acc[d][2 * r] * scale[r], acc[d][2 * r + 1] * scale[r]);
+    }
+  }
+}
+
 // Max and sum over the four lanes of a quad (the lanes holding one accumulator row).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -246,6 +263,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
     __syncthreads();  // this stage's readers are done before it is refilled
   }
 
+  // Row by row (not store_slab): finishing one row before the next keeps the forward at 128
+  // registers for head_dim 64 (143 with both rows' normalizers live).
   bf16* out_head = out + q_off;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -330,19 +349,9 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
     }
   }
 
-  bf16* dk_head = dk + kv_head;
-  bf16* dv_head = dv + kv_head;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (keys[r] >= seq_len) continue;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      const int col = 8 * d + 2 * t;
-      store_pair(dk_head, Cfg::kKvStride, keys[r], col, Cfg::kScale * dk_acc[d][2 * r],
-                 Cfg::kScale * dk_acc[d][2 * r + 1]);
-      store_pair(dv_head, Cfg::kKvStride, keys[r], col, dv_acc[d][2 * r], dv_acc[d][2 * r + 1]);
-    }
-  }
+  const float scale[2] = {Cfg::kScale, Cfg::kScale}, one[2] = {1.0f, 1.0f};
+  store_slab<Cfg::kKvStride>(dk + kv_head, keys, dk_acc, scale, seq_len, t);
+  store_slab<Cfg::kKvStride>(dv + kv_head, keys, dv_acc, one, seq_len, t);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -408,16 +417,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
     product_cols<kDimTiles, kKeyTiles / 2>(dq_acc, ds, k_s, lane);  // dQ += dS·K
   }
 
-  bf16* dq_head = dq + q_head;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (rows[r] >= seq_len) continue;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      store_pair(dq_head, Cfg::kQStride, rows[r], 8 * d + 2 * t, Cfg::kScale * dq_acc[d][2 * r],
-                 Cfg::kScale * dq_acc[d][2 * r + 1]);
-    }
-  }
+  const float scale[2] = {Cfg::kScale, Cfg::kScale};
+  store_slab<Cfg::kQStride>(dq + q_head, rows, dq_acc, scale, seq_len, t);
 }
 
 inline unsigned row_tiles(int seq_len, int rows) { return unsigned((seq_len + rows - 1) / rows); }

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/common.hpp"
+
 namespace gcm::metrics {
 
 // A running mean of per-token values.
@@ -70,14 +72,10 @@ struct Moments {
 
 template <typename T>
 void add_moments(Moments& out, const T* x, std::int64_t n, double scale = 1.0) {
-  double s = 0.0, sq = 0.0;  // serial: the same sum whatever the thread count
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double v = scale * double(x[i]);
-    s += v;
-    sq += v * v;
-  }
-  out.sum += s;
-  out.sum_sq += sq;
+  double sums[2] = {0.0, 0.0};  // serial: the same sum whatever the thread count
+  cpu::add_scaled_moments(sums, x, n, scale);
+  out.sum += sums[0];
+  out.sum_sq += sums[1];
   out.count += n;
 }
 

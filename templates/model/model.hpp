@@ -169,6 +169,7 @@ class BasicModel {
   void dense_mlp_backward(Layer& L, const LayerParams& P, const Act* dm);
   double forward_impl(const std::int32_t* tokens, const std::int32_t* targets, const double* fused_loss_scale);
   void head_forward(const double* fused_loss_scale);
+  void head_chunk_logits(int r0, int rows);
   void head_chunk_backward(int r0, int rows, double loss_scale);
   const Act* head_weight() {
     if constexpr (kTieEmbeddings) {

@@ -213,11 +213,10 @@ double BasicModel<Backend>::forward_backward(const std::int32_t* tokens, const s
 // gradient, so the logits are never recomputed.
 template <typename Backend>
 void BasicModel<Backend>::head_forward(const double* fused_loss_scale) {
-  const int D = kDModel;
   if (track_logit_moments_) Backend::zero(logit_moments);
   for (int r0 = 0; r0 < N_; r0 += head_rows_) {
     const int rows = std::min(head_rows_, N_ - r0);
-    ops_.linear_forward(logits_.data(), f_.data() + std::int64_t(r0) * D, head_weight(), rows, D, kVocab);
+    head_chunk_logits(r0, rows);
     ops_.cross_entropy_forward(losses_.data() + r0, p_target_.data() + r0, logits_.data(), targets_ + r0, rows, kVocab,
                                double(kLogitScale));
     if (track_logit_moments_) {
@@ -226,6 +225,12 @@ void BasicModel<Backend>::head_forward(const double* fused_loss_scale) {
     if (fused_loss_scale != nullptr) head_chunk_backward(r0, rows, *fused_loss_scale);
   }
   head_backward_done_ = fused_loss_scale != nullptr;
+}
+
+// logits_ = f[r0 .. r0+rows)·Wlmᵀ (the chunk's logits, without α).
+template <typename Backend>
+void BasicModel<Backend>::head_chunk_logits(int r0, int rows) {
+  ops_.linear_forward(logits_.data(), f_.data() + std::int64_t(r0) * kDModel, head_weight(), rows, kDModel, kVocab);
 }
 
 // Rows r0 .. r0+rows of dL/df into dd_ and the head's gradient (+=), from the chunk's logits in logits_.
@@ -331,9 +336,7 @@ void BasicModel<Backend>::backward(double loss_scale) {
   if (!head_backward_done_) {
     for (int r0 = 0; r0 < N; r0 += head_rows_) {
       const int rows = std::min(head_rows_, N - r0);
-      if (!keeps_logits()) {  // the forward's chunk buffer holds another chunk (or the last one)
-        ops_.linear_forward(logits_.data(), f_.data() + std::int64_t(r0) * D, head_weight(), rows, D, kVocab);
-      }
+      if (!keeps_logits()) head_chunk_logits(r0, rows);  // the buffer holds another chunk (or the last one)
       head_chunk_backward(r0, rows, loss_scale);
     }
   }

@@ -37,9 +37,9 @@ Memory& memory() {
   return m;
 }
 
-// The allocation containing [p, p + bytes), or end().
-std::map<const char*, std::size_t>::const_iterator find_allocation(const void* ptr, std::size_t bytes) {
-  const auto& allocations = memory().allocations;
+// The allocation of `allocations` (base → bytes) containing [p, p + bytes), or end().
+std::map<const char*, std::size_t>::const_iterator find_in(const std::map<const char*, std::size_t>& allocations,
+                                                           const void* ptr, std::size_t bytes) {
   const char* p = static_cast<const char*>(ptr);
   auto it = allocations.upper_bound(p);
   if (it == allocations.begin()) return allocations.end();
@@ -70,7 +70,7 @@ cudaError_t check_host(const void* p, const char* call, const char* which) {
 }  // namespace
 
 bool is_device_range(const void* ptr, std::size_t bytes) {
-  return ptr != nullptr && find_allocation(ptr, bytes) != memory().allocations.end();
+  return ptr != nullptr && find_in(memory().allocations, ptr, bytes) != memory().allocations.end();
 }
 
 cudaError_t record_error(cudaError_t error, const std::string& what) {
@@ -99,13 +99,7 @@ void run_pending_copies() { run_pending_copies_until(~std::uint64_t(0)); }
 std::uint64_t last_queued_sequence() { return memory().next_sequence - 1; }
 
 bool is_pinned_range(const void* ptr, std::size_t bytes) {
-  const auto& pinned = memory().pinned;
-  const char* p = static_cast<const char*>(ptr);
-  auto it = pinned.upper_bound(p);
-  if (it == pinned.begin()) return false;
-  --it;
-  const std::size_t offset = std::size_t(p - it->first);
-  return offset <= it->second && bytes <= it->second - offset;
+  return ptr != nullptr && find_in(memory().pinned, ptr, bytes) != memory().pinned.end();
 }
 
 }  // namespace gc_emu
