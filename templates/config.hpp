@@ -67,10 +67,15 @@ inline constexpr double kLoadBalanceCoef = gc::knob<double>("plan.moe_load_balan
 inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", false);
 
 // --- processes: distributed.backend = "none" refuses a launch as several ranks
-// (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp).
+// (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp);
+// "nccl" trains on GPUs only (refuses a multi-rank job on the CPU backend).
 inline constexpr bool kDistributedNone = gc::knob<bool>("plan.distributed_none", false);
-// distributed.zero_stage: 1 shards the AdamW moments over the ranks (train/zero.hpp).
+inline constexpr bool kDistributedNccl = gc::knob<bool>("plan.distributed_nccl", false);
+// distributed.zero_stage: 1 shards the optimizer state over the ranks (train/zero.hpp).
 inline constexpr int kZeroStage = gc::knob<int>("distributed.zero_stage", 0);
+// distributed.bucket_mb: on GPUs, gradients are all-reduced in buckets of at least this many
+// MiB of fp32 while the backward pass goes on (cuda/engine.cu).
+inline constexpr double kBucketMb = gc::knob<double>("distributed.bucket_mb", 25.0);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)

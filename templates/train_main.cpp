@@ -206,7 +206,10 @@ int main(int argc, char** argv) {
     gcm::Trainer trainer(options);
     if (root) {
       const std::string world =
-          comm->distributed() ? ", data-parallel over " + std::to_string(comm->size()) + " processes (MPI)" : "";
+          comm->distributed() ? ", data-parallel over " + std::to_string(comm->size()) + " processes (" +
+                                    (trainer.on_device() ? "NCCL" : "MPI") +
+                                    (gcm::kZeroStage == 1 ? ", ZeRO-1" : "") + ")"
+                              : "";
       std::fprintf(stderr, "train: %s, %lld parameters, %s%s, run directory %s\n", gcm::kExperimentName,
                    (long long)gcm::kTotalParams, trainer.describe().c_str(), world.c_str(), options.run_dir.c_str());
     }

@@ -76,17 +76,11 @@ bool check_keys_consumed(const Plan& plan, const std::set<std::string>& used, Di
   return ok;
 }
 
-// [distributed]: data parallelism over MPI on the CPU backend exists
-// (backend "auto"); NCCL and ZeRO do not yet, so asking for them is refused
-// rather than silently ignored.
+// [distributed]: data parallelism (MPI on the CPU backend, NCCL on GPUs) and
+// ZeRO-1 exist; stages 2 and 3 do not, so asking for them is refused rather
+// than silently ignored.
 bool check_single_process(const Spec& spec, Diagnostics& diags) {
   bool ok = true;
-  if (spec.distributed.backend == "nccl") {
-    diags.error(spec.where("distributed.backend"),
-                "not implemented: distributed.backend = \"nccl\" (the CUDA backend has no multi-process "
-                "training yet; \"auto\" runs data-parallel over MPI on the CPU backend under mpirun)");
-    ok = false;
-  }
   if (spec.distributed.zero_stage > 1) {
     diags.error(spec.where("distributed.zero_stage"),
                 "not implemented: distributed.zero_stage = " + std::to_string(spec.distributed.zero_stage) +

@@ -50,6 +50,7 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data) {
   t["plan.gcompile_version"] = Value::string(kVersion);
   add_moe_knobs(plan.spec, t);
   t["plan.distributed_none"] = Value::boolean(s.distributed.backend == "none");
+  t["plan.distributed_nccl"] = Value::boolean(s.distributed.backend == "nccl");
   // The anchor task (runtime/anchor.hpp): the generated program rebuilds its evaluation sets.
   const bool anchor = s.data.format == DataFormat::anchor;
   t["plan.anchor_task"] = Value::boolean(anchor);
@@ -97,7 +98,7 @@ constexpr Consumer kConsumers[] = {
     {"data.anchor.*", "data preparation (compiler/data) and the plan.anchor_* knobs"},
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
     {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},
-    {"distributed.backend", "the plan.distributed_none knob; \"nccl\" is refused at generation (not implemented yet)"},
+    {"distributed.backend", "the plan.distributed_none and plan.distributed_nccl knobs"},
     {"preset.*", "the header of preset files (gcompile presets)"},
 };
 

@@ -227,15 +227,25 @@ std::string explain_world(const Plan& plan, int world_size) {
   const auto& m = plan.memory;
   const bool zero1 = plan.spec.distributed.zero_stage == 1 && world_size > 1;
   // ZeRO-1 cuts the flat array into consecutive shards of ⌈stored / N⌉ elements (train/zero.hpp);
-  // rank 0 holds a full one.
+  // rank 0 holds a full one. On GPUs the fp32 masters are sharded too, and NCCL's equal blocks
+  // pad the working weights and gradients to N shards (cuda/engine.cu).
   const std::int64_t stored = plan.counts.stored;
-  const double moments = zero1 ? 8.0 * double((stored + world_size - 1) / world_size) : m.optimizer;
-  o << "  model state per rank: weights " << format_bytes(m.weights);
-  if (m.master_weights > 0) o << ", fp32 masters " << format_bytes(m.master_weights);
-  o << ", gradients " << format_bytes(m.gradients) << ", AdamW moments " << format_bytes(moments)
-    << (zero1 ? " (ZeRO-1: 1/" + std::to_string(world_size) + ")" : std::string(" (replicated; zero_stage = 1 shards them)"))
-    << " = " << format_bytes(m.weights + m.master_weights + m.gradients + moments) << "\n";
-  o << "  (the CPU backend runs this today; on GPUs it waits for NCCL: docs/distributed.md)\n";
+  const double shard = zero1 ? double((stored + world_size - 1) / world_size) : double(stored);
+  const double padded = zero1 ? shard * world_size : double(stored);
+  const double weight_bytes = m.weights / double(stored), moments = 8.0 * shard;
+  const std::string how = zero1 ? " (ZeRO-1: 1/" + std::to_string(world_size) + ")"
+                                : std::string(" (replicated; zero_stage = 1 shards them)");
+  const double gpu_weights = weight_bytes * padded, gpu_grads = 4.0 * padded;
+  const double gpu_masters = m.master_weights > 0 ? 4.0 * shard : 0.0;
+  const double gpu_state = gpu_weights + gpu_masters + gpu_grads + moments;
+  o << "  per GPU (NCCL): weights " << format_bytes(gpu_weights);
+  if (gpu_masters > 0) o << ", fp32 masters " << format_bytes(gpu_masters);
+  o << ", gradients " << format_bytes(gpu_grads) << ", AdamW moments " << format_bytes(moments) << how << " = "
+    << format_bytes(gpu_state) << "; with activations " << format_bytes(gpu_state + m.activations) << "\n";
+  // The CPU backend holds everything in fp32 and shards the moments only.
+  const double cpu_state = 8.0 * double(stored) + moments;
+  o << "  per process (CPU backend, MPI): fp32 weights and gradients " << format_bytes(8.0 * double(stored))
+    << ", AdamW moments " << format_bytes(moments) << how << " = " << format_bytes(cpu_state) << "\n";
   return o.str();
 }
 

@@ -541,19 +541,27 @@ void add_metrics(Builder& b) {
 
 void add_distributed(Builder& b) {
   auto& backend = with_default(b.add("distributed.backend", KeyType::choice,
-                                     "auto: data-parallel over MPI when launched by mpirun/srun with several "
-                                     "ranks (CPU backend), else one process; none: refuse a multi-rank launch; "
-                                     "nccl: not implemented yet (refused at generation)."),
+                                     "auto: data-parallel when launched by mpirun/srun with several ranks (NCCL "
+                                     "on GPUs, MPI on the CPU backend), else one process; none: refuse a "
+                                     "multi-rank launch; nccl: data parallelism on GPUs only (a multi-rank run "
+                                     "on the CPU backend is refused)."),
                                Value::string("auto"));
   backend.choices = {"auto", "none", "nccl"};
   example(backend, "\"nccl\"");
   example(between(with_default(b.add("distributed.zero_stage", KeyType::integer,
-                                     "ZeRO stage: 0 replicates the AdamW moments on every rank; 1 shards them over "
-                                     "the ranks (CPU data parallelism); 2-3 (also gradients, parameters) are "
-                                     "refused at generation."),
+                                     "ZeRO stage: 0 replicates the optimizer state on every rank; 1 shards the "
+                                     "AdamW moments (and on GPUs under bf16 the fp32 master weights) over the "
+                                     "ranks; 2-3 (also gradients, parameters) are refused at generation."),
                                Value::integer(0)),
                   0, 3),
           "1");
+  auto& bucket = at_least(with_default(b.add("distributed.bucket_mb", KeyType::number,
+                                    "On GPUs with zero_stage = 0: the fp32 gradients are all-reduced in buckets "
+                                    "of at least this many MiB (whole layers, last layer first) while the backward "
+                                    "pass goes on; the embedding, final norm and LM head follow after it."),
+                              Value::number(25.0)),
+                          0.0, /*exclusive=*/true);
+  example(bucket, "50");
 }
 
 void add_preset_header(Builder& b) {

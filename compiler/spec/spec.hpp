@@ -136,6 +136,7 @@ struct MetricsSpec {
 struct DistributedSpec {
   std::string backend;
   std::int64_t zero_stage = 0;
+  double bucket_mb = 25.0;  // GPU gradient all-reduce buckets (zero_stage 0)
 };
 
 struct Spec {

@@ -458,6 +458,7 @@ void build_metrics(Reader& r, Spec& spec) {
 void build_distributed(Reader& r, Spec& spec) {
   spec.distributed.backend = r.str("distributed.backend");
   spec.distributed.zero_stage = r.integer("distributed.zero_stage");
+  spec.distributed.bucket_mb = r.number("distributed.bucket_mb");
 }
 
 void warn_ignored_moe_keys(const SpecDocument& doc, const Spec& spec, Diagnostics& diags) {

@@ -6,6 +6,24 @@
 // precision "bf16": the model computes with bf16 working weights, rewritten
 // from the fp32 masters after each update; gradients, moments and every
 // reduction stay fp32.
+//
+// Data parallelism (join; docs/distributed.md), over NCCL:
+//   zero_stage 0  every rank holds the whole state. During a rank's last
+//                 micro-batch of a step the gradients are all-reduced in
+//                 buckets of whole layers (≥ distributed.bucket_mb, last layer
+//                 first) on a second stream as soon as the backward pass has
+//                 queued each layer's gradient kernels; the tensors outside the
+//                 layer stack follow after the backward. The default stream
+//                 waits for the reduction before anything reads a gradient.
+//   zero_stage 1  the flat arrays are cut as train/zero.hpp's ZeroShards: a
+//                 rank holds the AdamW moments (and under bf16 the fp32 master
+//                 weights) of its shard only. A step reduce-scatters the
+//                 gradients, takes Σ g² over the shard (summed over ranks),
+//                 runs AdamW on the shard and all-gathers the parameters (the
+//                 bf16 working copy under bf16). NCCL moves equal blocks, so
+//                 the flat gradient and parameter arrays get a zero tail up to
+//                 ranks × shard elements.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -22,12 +40,10 @@
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/cuda/check.hpp"
+#include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/error.hpp"
 #include "train/engine.hpp"
-
-#ifdef GC_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include "train/zero.hpp"
 
 namespace gcm {
 
@@ -41,24 +57,19 @@ inline constexpr bool kSeparateMaster = !std::is_same_v<ComputeType, float>;
 
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(int micro_batch, int seq_len) : model_(micro_batch, seq_len) {
-    const std::int64_t total = kOffsets.at[kNumParams];
-    if constexpr (kSeparateMaster) {
-      master_.resize(std::size_t(total));
-    }
-    m_.resize(std::size_t(total));
-    v_.resize(std::size_t(total));
-    std::vector<cuda::AdamWTensor> table;
-    for (int i = 0; i < kNumParams; ++i) {
-      table.push_back({kOffsets.at[i], kParams[i].numel, float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
-    }
-    tensors_.resize(table.size());
-    tensors_.upload(table.data(), table.size());
+  // The optimizer state is allocated by the first initialize or upload, after join has decided
+  // how much of it this rank holds (so the allocation peak is the rank's own).
+  CudaEngine(int micro_batch, int seq_len) : model_(micro_batch, seq_len), shard_(kOffsets.at[kNumParams], 0, 1) {
+    upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
-    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(total, kNumParams));
-    m_.zero();
-    v_.zero();
     GC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~CudaEngine() override {
+    if (reduce_stream_ != nullptr) {
+      cudaStreamDestroy(reduce_stream_);
+      cudaEventDestroy(backward_queued_);
+      cudaEventDestroy(reduced_);
+    }
   }
 
   std::string describe() const override {
@@ -69,38 +80,61 @@ class CudaEngine final : public Engine {
     return std::string("CUDA backend (") + prop.name + ", " + (kSeparateMaster ? "bf16" : "fp32") + ")";
   }
 
+  // Each tensor from its own Philox stream: the master weights of this rank's shard (all of them
+  // without ZeRO), and under bf16 the whole working copy, drawn in bf16 (the rounding of the
+  // same fp32 value a cast of the master would give).
   void initialize(std::uint64_t seed) override {
+    allocate_state();
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
-      cuda::init_tensor(master().data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
-    }
-    if constexpr (kSeparateMaster) {
-      cuda::cast_copy(model_.params.data(), master_.data(), kOffsets.at[kNumParams]);
+      const auto [a, b] = shard_.overlap(i);
+      if (b > a) {
+        cuda::init_tensor(master_shard() + (a - shard_.lo), b - a, p.init, kInitStd[i], p.cutoff, seed,
+                          std::uint32_t(i), a - kOffsets.at[i]);
+      }
+      if constexpr (kSeparateMaster) {
+        cuda::init_tensor(model_.params.data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed,
+                          std::uint32_t(i));
+      }
     }
     m_.zero();
     v_.zero();
   }
 
+  // params: the whole array on every rank; m and v: whole arrays, of which a ZeRO-1 rank keeps its shard.
   void upload(const float* params, const float* m, const float* v) override {
-    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
-    master().upload(params, n);
-    if constexpr (kSeparateMaster) {
-      cuda::cast_copy(model_.params.data(), master_.data(), std::int64_t(n));
-    }
-    m_.upload(m, n);
-    v_.upload(v, n);
+    allocate_state();
+    const std::size_t n = std::size_t(kOffsets.at[kNumParams]), lo = std::size_t(shard_.lo);
+    const std::size_t shard = std::size_t(shard_.size());
+    upload_weights(model_.params, params);
+    m_.upload(m + lo, shard);
+    v_.upload(v + lo, shard);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
+  // Without ZeRO: the whole state. Under ZeRO-1 a collective: rank 0's params receive every
+  // rank's master shard (m and v: gather_moments).
   void download(float* params, float* m, float* v) override {
-    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    master().download(params, n);
+    if (sharded()) {
+      gather_shard(params, master_shard());
+      return;
+    }
+    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
+    download_floats(params, master_shard(), n);
     if (m) m_.download(m, n);
     if (v) v_.download(v, n);
   }
+  void gather_moments(float* m, float* v) override {
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    gather_shard(m, m_.data());
+    gather_shard(v, v_.data());
+  }
+  // Under ZeRO-1 a collective: each rank contributes the part of the tensor in its shard.
   void download_tensor(int i, float* out) override {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    master().download(out, std::size_t(kParams[i].numel), std::size_t(kOffsets.at[i]));
+    const auto [a, b] = shard_.overlap(i);
+    if (b > a) download_floats(out + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo), std::size_t(b - a));
+    if (sharded()) comm_->allgather_inplace(out, shard_.tensor_counts(i));
   }
   void zero_grads() override { model_.zero_grads(); }
   // The loss stays on the device: the forward's cross-entropy adds loss_scale · mean CE to the
@@ -114,52 +148,85 @@ class CudaEngine final : public Engine {
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets) - model_.aux_loss();
   }
+  // Σ g² per tensor over this rank's shard (everything without ZeRO), summed over the ranks under ZeRO-1.
   const std::vector<double>& grad_squares() override {
-    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data(), tensors_.data(),
-                                 kNumParams, kOffsets.at[kNumParams]);
+    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
+                                 tensors_.data(), kNumParams, shard_.size());
     host_squares_.resize(std::size_t(kNumParams));
     GC_CUDA_CHECK(cudaDeviceSynchronize());
     squares_.download(host_squares_.data(), host_squares_.size());
+    if (sharded()) comm_->allreduce_sum(host_squares_.data(), kNumParams);
     return host_squares_;
   }
   void adamw_step(double lr, double clip, std::int64_t t) override {
     ComputeType* working = nullptr;
     if constexpr (kSeparateMaster) {
-      working = model_.params.data();
+      working = model_.params.data() + shard_.lo;
     }
-    cuda::adamw_step_all(master().data(), working, m_.data(), v_.data(), model_.grads.data(), tensors_.data(),
-                         kNumParams, kOffsets.at[kNumParams], lr, kBeta1, kBeta2, kAdamEps, t, clip);
+    cuda::adamw_step_all(master_shard(), working, m_.data(), v_.data(), model_.grads.data() + shard_.lo,
+                         tensors_.data(), kNumParams, shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t, clip);
+#ifdef GC_HAVE_NCCL
+    if (sharded()) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
+#endif
     // The step ends here: the host's step timing covers the GPU's work.
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   double last_aux_loss() const override { return model_.aux_loss(); }
-  // Σ over ranks of the fp32 gradients on the device (NCCL, set up over MPI on
-  // first use). One all-reduce after the backward pass: bucketing it to
-  // overlap with the backward is not written yet.
-  void allreduce_grads(const gc::rt::Comm& comm) override {
-    if (!comm.distributed()) return;
+  void join(const gc::rt::Comm& comm, int zero_stage) override {
 #ifdef GC_HAVE_NCCL
-    if (nccl_ == nullptr) {
-      ncclUniqueId id{};
-      std::string bytes(sizeof id, '\0');
-      if (comm.root()) {
-        nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-        std::memcpy(bytes.data(), &id, sizeof id);
-      }
-      comm.broadcast(bytes);
-      std::memcpy(&id, bytes.data(), sizeof id);
-      nccl_check(ncclCommInitRank(&nccl_, comm.size(), id, comm.rank()), "ncclCommInitRank");
+    comm_ = &comm;
+    nccl_ = std::make_unique<gc::rt::cuda::NcclComm>(comm);
+    if (zero_stage == 1) {
+      zero1_ = true;
+      shard_ = ZeroShards(kOffsets.at[kNumParams], comm.rank(), comm.size());
+      const std::size_t padded = std::size_t(shard_.per_rank) * std::size_t(comm.size());
+      model_.grads.resize(std::max(padded, model_.grads.size()));
+      model_.params.resize(std::max(padded, model_.params.size()));
+      model_.grads.zero();
+      model_.params.zero();  // the alignment gaps and the tail stay zero
+      upload_tensor_table();
+    } else {
+      plan_buckets();
     }
-    nccl_check(ncclAllReduce(model_.grads.data(), model_.grads.data(), std::size_t(kOffsets.at[kNumParams]), ncclFloat,
-                             ncclSum, nccl_, nullptr),
-               "ncclAllReduce");
-    GC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
 #else
+    (void)zero_stage;
     throw gc::rt::RuntimeError("train", "this tree was built without NCCL, so the CUDA backend cannot train as " +
                                             std::to_string(comm.size()) + " processes (see the tree's CMake output)");
 #endif
   }
+  bool sharded() const override { return zero1_; }
+  void overlap_next_backward() override {
+    armed_ = reduce_stream_ != nullptr;
+    reductions_ = 0;
+  }
+  void reduce_grads() override {
+#ifdef GC_HAVE_NCCL
+    if (sharded()) {
+      nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
+      reductions_ = 1;
+      return;
+    }
+    if (!armed_) {
+      nccl_->all_reduce(model_.grads.data(), kOffsets.at[kNumParams], nullptr);
+      reductions_ = 1;
+      return;
+    }
+    // What the layer hooks left: the rest of the layer stack (when the last bucket was not full),
+    // the tensors before it (embedding) and after it (final norm, LM head).
+    reduce_on_side_stream(0, reduced_from_);
+    reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
+    GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
+    GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
+    armed_ = false;
+    reduced_from_ = stack_end_;
+#endif
+  }
+  std::int64_t optimizer_bytes() const override {
+    return std::int64_t((m_.size() + v_.size()) * sizeof(float));
+  }
+  int last_step_reductions() const override { return reductions_; }
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
     sum_moe_loads(model_, [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
   }
@@ -220,36 +287,134 @@ class CudaEngine final : public Engine {
   std::int64_t device_allocations() const override { return gc::rt::cuda::allocation_stats().allocations; }
 
  private:
-  // The fp32 parameters AdamW updates: the model's own under fp32, the
-  // separate masters under bf16 (a template, so only the valid branch is
-  // instantiated).
-  DeviceBuffer<float>& master() { return pick_master(model_.params); }
+  // The fp32 weights AdamW updates, from this rank's shard's first element (all of them without
+  // ZeRO): the model's own parameters under fp32, the separate masters under bf16. (Templates
+  // over the parameter buffer, so that only the valid branch is instantiated.)
+  float* master_shard() { return master_shard_of(model_.params); }
   template <typename Params>
-  DeviceBuffer<float>& pick_master(Params& params) {
+  float* master_shard_of(Params& params) {
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
-      return params;
+      return params.data() + shard_.lo;
     } else {
-      return master_;
+      return master_.data();
     }
   }
+  // The whole host array `host` into the parameters, and under bf16 this rank's shard of it into
+  // the masters (the working copy rounded on the host).
+  template <typename Params>
+  void upload_weights(Params& params, const float* host) {
+    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
+    if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
+      params.upload(host, n);
+    } else {
+      master_.upload(host + shard_.lo, std::size_t(shard_.size()));
+      staging_.resize(n);
+      for (std::size_t j = 0; j < n; ++j) staging_[j] = cuda::from_float<ComputeType>(host[j]);
+      params.upload(staging_.data(), n);
+    }
+  }
+  // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
+  void allocate_state() {
+    if (!m_.empty()) return;
+    const std::size_t n = std::size_t(shard_.size());
+    if constexpr (kSeparateMaster) {
+      master_.resize(n);
+    }
+    m_.resize(n);
+    v_.resize(n);
+    m_.zero();
+    v_.zero();
+  }
+  static void download_floats(float* host, const float* device, std::size_t n) {
+    GC_CUDA_CHECK(cudaMemcpy(host, device, n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's shard of a device array.
+  void gather_shard(float* all, const float* shard_device) {
+    shard_host_.resize(std::size_t(shard_.size()));
+    download_floats(shard_host_.data(), shard_device, shard_host_.size());
+    comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
+  }
+  // AdamW and Σ g² over this rank's shard: each tensor's part in it, offsets from the shard's start.
+  void upload_tensor_table() {
+    std::vector<cuda::AdamWTensor> table;
+    for (int i = 0; i < kNumParams; ++i) {
+      const auto [a, b] = shard_.overlap(i);
+      const std::int64_t offset = std::clamp(kOffsets.at[i], shard_.lo, shard_.hi) - shard_.lo;
+      table.push_back({b > a ? a - shard_.lo : offset, std::max<std::int64_t>(0, b - a), float(kParams[i].lr_mult),
+                       float(kParams[i].weight_decay)});
+    }
+    tensors_.resize(table.size());
+    tensors_.upload(table.data(), table.size());
+    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(shard_.size(), kNumParams));
+  }
+
+#ifdef GC_HAVE_NCCL
+  // ZeRO-0: buckets follow the layer stack when each layer's tensors are one run of the flat
+  // array and the layers follow each other (plan.hpp's order); otherwise everything is reduced
+  // after the backward pass.
+  void plan_buckets() {
+    std::vector<std::int64_t> begin(kLayers, -1), end(kLayers, -1);
+    for (int i = 0; i < kNumParams; ++i) {
+      const int l = kParams[i].layer;
+      if (l < 0) continue;
+      if (begin[std::size_t(l)] < 0) begin[std::size_t(l)] = kOffsets.at[i];
+      end[std::size_t(l)] = kOffsets.at[i + 1];
+    }
+    for (int i = 0; i < kNumParams; ++i) {
+      const int l = kParams[i].layer;
+      const bool inside = l >= 0 && kOffsets.at[i] >= begin[std::size_t(l)] && kOffsets.at[i + 1] <= end[std::size_t(l)];
+      const bool before_or_after = l < 0 && (kOffsets.at[i + 1] <= begin.front() || kOffsets.at[i] >= end.back());
+      if (!inside && !before_or_after) return;
+    }
+    for (int l = 0; l + 1 < kLayers; ++l) {
+      if (end[std::size_t(l)] != begin[std::size_t(l + 1)]) return;
+    }
+    layer_begin_ = begin;
+    stack_end_ = reduced_from_ = end.back();
+    GC_CUDA_CHECK(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
+    GC_CUDA_CHECK(cudaEventCreateWithFlags(&backward_queued_, cudaEventDisableTiming));
+    GC_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
+    model_.on_layer_grads_done = [this](int l) {
+      if (armed_) layer_grads_done(l);
+    };
+  }
+  // Layers l … L−1 are final: reduce them once they make a full bucket (layer 0 always ends one).
+  void layer_grads_done(int l) {
+    const std::int64_t from = layer_begin_[std::size_t(l)];
+    const double bytes = double(reduced_from_ - from) * sizeof(float);
+    if (l > 0 && bytes < kBucketMb * double(1 << 20)) return;
+    reduce_on_side_stream(from, reduced_from_);
+    reduced_from_ = from;
+  }
+  // Σ over ranks of grads[a, b) on the reduction stream, after the work queued so far.
+  void reduce_on_side_stream(std::int64_t a, std::int64_t b) {
+    if (b <= a) return;
+    GC_CUDA_CHECK(cudaEventRecord(backward_queued_, nullptr));
+    GC_CUDA_CHECK(cudaStreamWaitEvent(reduce_stream_, backward_queued_, 0));
+    nccl_->all_reduce(model_.grads.data() + a, b - a, reduce_stream_);
+    ++reductions_;
+  }
+  std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
+#endif
 
   CudaModel model_;
-  std::vector<ComputeType> staging_;  // bf16 activations on their way to the host
+  std::vector<ComputeType> staging_;  // bf16 activations (or weights) on their way between host and device
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
   std::vector<double> host_squares_;  // grad_squares() result, reused every step
-#ifdef GC_HAVE_NCCL
-  static void nccl_check(ncclResult_t rc, const char* what) {
-    if (rc != ncclSuccess) throw gc::rt::RuntimeError("NCCL", std::string(what) + ": " + ncclGetErrorString(rc));
-  }
-  ncclComm_t nccl_ = nullptr;
-
- public:
-  ~CudaEngine() override {
-    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
-  }
-#endif
+  ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
+  std::vector<float> shard_host_;     // a shard on its way to rank 0
+  const gc::rt::Comm* comm_ = nullptr;  // set by join
+  // ZeRO-0 bucketed reduction (plan_buckets): each layer's first element, the end of the layer
+  // stack, the start of what the current step has already reduced, the side stream and events.
+  std::vector<std::int64_t> layer_begin_;
+  std::int64_t stack_end_ = 0, reduced_from_ = 0;
+  bool armed_ = false;  // the backward pass being queued is the step's last on this rank
+  bool zero1_ = false;  // distributed.zero_stage = 1 over several ranks
+  int reductions_ = 0;  // gradient reductions issued in the current (or last) step
+  cudaStream_t reduce_stream_ = nullptr;
+  cudaEvent_t backward_queued_ = nullptr, reduced_ = nullptr;
 };
 
 }  // namespace

@@ -37,10 +37,10 @@ inline constexpr int kInitThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kInitThreads)
     init_kernel(T* __restrict__ out, std::int64_t n, InitKind kind, double std_dev, double half_width, double cutoff,
-                std::uint64_t seed, std::uint32_t tensor_id) {
+                std::uint64_t seed, std::uint32_t tensor_id, std::int64_t first) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::uint64_t index = std::uint64_t(i);
+    const std::uint64_t index = std::uint64_t(first + i);
     double value = 1.0;
     switch (kind) {
       case InitKind::normal:
@@ -62,21 +62,24 @@ __global__ void __launch_bounds__(kInitThreads)
 
 }  // namespace detail
 
-// Fills out[0, n) with tensor `tensor_id`'s initial values under `seed`, as the
-// CPU fills do (see the top comment). std_dev: σ; cutoff: the truncated normal's
-// ±cutoff·σ bound (must be > 0 for trunc_normal: the rejection loop would not
-// end otherwise). Stream 0, asynchronous.
+// Fills out[0, n) with elements first … first + n − 1 of tensor `tensor_id`'s
+// initial values under `seed`, as the CPU fills do (see the top comment),
+// rounded to T (bf16: the rounding of the fp32 value). first > 0 draws a part
+// of a tensor (a ZeRO-1 shard of the master weights). std_dev: σ; cutoff: the
+// truncated normal's ±cutoff·σ bound (must be > 0 for trunc_normal: the
+// rejection loop would not end otherwise). Stream 0, asynchronous.
 //
 // Launch: grid-stride, blocks_for(n, 256) blocks of 256 threads.
-inline void init_tensor(float* out, std::int64_t n, InitKind kind, double std_dev, double cutoff,
-                        std::uint64_t seed, std::uint32_t tensor_id) {
+template <typename T>
+void init_tensor(T* out, std::int64_t n, InitKind kind, double std_dev, double cutoff, std::uint64_t seed,
+                 std::uint32_t tensor_id, std::int64_t first = 0) {
   if (n <= 0) return;
   if (kind == InitKind::trunc_normal && !(cutoff > 0.0)) {
     throw gc::rt::RuntimeError("init_tensor: truncated normal needs cutoff > 0, got " + std::to_string(cutoff));
   }
   const double half_width = std::sqrt(3.0) * std_dev;  // the expression of cpu::fill_uniform
-  launch(detail::init_kernel<float>, blocks_for(n, detail::kInitThreads), detail::kInitThreads, 0, out, n, kind,
-         std_dev, half_width, cutoff, seed, tensor_id);
+  launch(detail::init_kernel<T>, blocks_for(n, detail::kInitThreads), detail::kInitThreads, 0, out, n, kind, std_dev,
+         half_width, cutoff, seed, tensor_id, first);
 }
 
 }  // namespace gcm::cuda

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -116,6 +117,10 @@ class BasicModel {
   // Adds dL/dθ · loss_scale to grads (call after forward; when the head is chunked, its logits
   // are recomputed chunk by chunk).
   void backward(double loss_scale = 1.0);
+  // Called by backward() once layer l's parameter gradients are final (l = kLayers − 1 … 0, in
+  // that order, as the work is queued), so that a data-parallel engine can start reducing them
+  // while the rest of the backward pass runs. Unset: nothing is called.
+  std::function<void(int)> on_layer_grads_done;
   // The backend instance (its device state: the CUDA engine defers the loss through it).
   Backend& backend() { return ops_; }
   void zero_grads() { Backend::zero(grads); }

@@ -22,6 +22,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
+#include "train/zero.hpp"
 
 namespace gcm {
 
@@ -74,16 +75,39 @@ class Engine {
   virtual std::vector<MoeLayerStats> moe_take_stats() { return {}; }
   virtual std::vector<std::vector<float>> moe_biases() const { return {}; }
   virtual void set_moe_biases(const std::vector<std::vector<float>>&) {}
-  // Data parallelism: Σ over ranks of the gradients (then every rank holds the
-  // global batch's), and of the step's expert loads (aux_free's update and the
-  // routing records see the whole global batch).
-  virtual void allreduce_grads(const gc::rt::Comm& comm) = 0;
+  // Data parallelism (train/zero.hpp, docs/distributed.md). Every rank calls
+  // these in the same order. join: once, right after construction (before
+  // initialize or upload) when the job has several ranks; zero_stage 1 shards
+  // the optimizer state. overlap_next_backward: before a rank's last
+  // micro-batch of a step (the CUDA engine then reduces gradients in buckets
+  // while that backward pass runs). reduce_grads: after the step's
+  // micro-batches: the Σ over ranks of the gradients (ZeRO-1: of this rank's
+  // shard), after which grad_squares() and adamw_step() see the global batch.
+  // Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
+  // moments reach rank 0 through gather_moments (m and v whole arrays there,
+  // nullptr on the other ranks), and on a GPU download(params, nullptr,
+  // nullptr) and download_tensor are collectives as well (download fills rank
+  // 0's params only).
+  virtual void join(const gc::rt::Comm& comm, int zero_stage) = 0;
+  virtual void overlap_next_backward() {}
+  virtual void reduce_grads() = 0;
+  virtual bool sharded() const { return false; }
+  virtual void gather_moments(float*, float*) {}
+  // Gradient reductions the last step issued (the CUDA engine's buckets; 0 in one process).
+  virtual int last_step_reductions() const { return comm_reductions_; }
+  // Bytes of AdamW moments this rank holds (all of them, or its ZeRO-1 shard).
+  virtual std::int64_t optimizer_bytes() const = 0;
+  // Σ over ranks of the step's expert loads (aux_free's update and the routing
+  // records see the whole global batch).
   virtual void moe_allreduce_loads(const gc::rt::Comm&) {}
   // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
   // libraries), the peak of our own allocations, and how many we made.
   virtual std::int64_t device_used_bytes() const { return 0; }
   virtual std::int64_t device_allocated_peak() const { return 0; }
   virtual std::int64_t device_allocations() const { return 0; }
+
+ protected:
+  int comm_reductions_ = 0;
 };
 
 // The CPU engine: the trainer's host model and moments are the state.
@@ -91,10 +115,15 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v)
       : model_(model), m_(m), v_(v), squares_(std::size_t(kNumParams)) {}
+  // Under ZeRO-1 the moments live in zero_ (m and v then exist only while a checkpoint is loaded
+  // or saved).
   std::string describe() const override { return "CPU backend"; }
   void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
-  void upload(const float*, const float*, const float*) override {}
-  void download(float*, float*, float*) override {}
+  void upload(const float*, const float* m, const float* v) override {
+    if (zero_) zero_->keep_shard(m, v);
+  }
+  void download(float*, float*, float*) override {}  // the host model and moments are the state
+  void gather_moments(float* m, float* v) override { zero_->gather_moments(m, v); }
   void download_tensor(int i, float* out) override {
     std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
   }
@@ -111,8 +140,22 @@ class CpuEngine final : public Engine {
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   void track_logit_moments(bool on) override { model_.track_logit_moments(on); }
   const Model<float>& activations(Model<float>&) override { return model_; }
-  void allreduce_grads(const gc::rt::Comm& comm) override {
-    comm.allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
+  void join(const gc::rt::Comm& comm, int zero_stage) override {
+    comm_ = &comm;
+    if (zero_stage == 1) zero_ = std::make_unique<ZeroOneOptimizer>(comm);
+  }
+  // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; else Σ of everything.
+  void reduce_grads() override {
+    comm_reductions_ = 1;
+    if (zero_) {
+      zero_squares_ = &zero_->reduce_gradients(model_.grads.data());
+    } else {
+      comm_->allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
+    }
+  }
+  bool sharded() const override { return zero_ != nullptr; }
+  std::int64_t optimizer_bytes() const override {
+    return zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4);
   }
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
     sum_moe_loads(model_, [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
@@ -139,12 +182,18 @@ class CpuEngine final : public Engine {
   std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
   void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
   const std::vector<double>& grad_squares() override {
+    if (zero_squares_ != nullptr) return *zero_squares_;
     for (int i = 0; i < kNumParams; ++i) {
       squares_[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
     }
     return squares_;
   }
   void adamw_step(double lr, double clip, std::int64_t t) override {
+    if (zero_) {
+      zero_->step(model_.params.data(), lr, clip, t);
+      zero_squares_ = nullptr;
+      return;
+    }
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
@@ -159,6 +208,9 @@ class CpuEngine final : public Engine {
   std::vector<float>& v_;
   std::vector<double> squares_;
   double step_loss_ = 0.0;  // Σ loss_scale · cross-entropy since take_step_loss
+  const gc::rt::Comm* comm_ = nullptr;        // set by join (a job of several ranks)
+  std::unique_ptr<ZeroOneOptimizer> zero_;    // distributed.zero_stage = 1
+  const std::vector<double>* zero_squares_ = nullptr;  // reduce_grads' result until the update
 };
 
 // Defined in cuda/engine.cu, so only in a tree built with the CUDA backend

@@ -80,7 +80,9 @@ class Trainer {
   float* host_params();
   const std::vector<float>& host_param_vector();
   // Engine → host state (a no-op on the CPU, where the host state is the engine's).
+  // Under ZeRO-1 a collective: every rank calls it at the same point, rank 0 receives.
   void sync_host(bool with_moments);
+  void release_sharded_moments();
   // The host model the activation metrics read: the training model on the CPU;
   // on a GPU, built on first use to receive the device's activations.
   Model<float>& metrics_model();
@@ -92,9 +94,9 @@ class Trainer {
   std::unique_ptr<Model<float>> host_model_;
   std::vector<float> params_, m_, v_;  // host state (params_ only when the engine is on a device)
   std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1 under several ranks
   bool on_device_ = false;
-  bool host_fresh_ = true;  // the host state matches the engine's
+  bool host_fresh_ = true;  // the host parameters match the engine's
+  bool moments_fresh_ = false;  // and the host moments (m_, v_) too
   gc::rt::ShardSet train_;
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;

@@ -63,18 +63,19 @@ inline Trainer::Trainer(const TrainOptions& options)
                                               "(nccl.h and libnccl.so.2 were not found when it was configured); "
                                               "use --device cpu or rebuild where NCCL is installed");
     }
-    if (kZeroStage == 1) {
-      throw gc::rt::RuntimeError("train", "distributed.zero_stage = 1 shards the optimizer on the CPU backend only "
-                                          "so far; on GPUs use zero_stage = 0 (or --device cpu)");
-    }
   }
 #endif
-  if constexpr (kZeroStage == 1) {
-    if (comm_.distributed()) zero_ = std::make_unique<ZeroOneOptimizer>(comm_);
+  if constexpr (kDistributedNccl) {
+    if (comm_.distributed() && !on_device_) {
+      throw gc::rt::RuntimeError("train", "the spec says distributed.backend = \"nccl\" (data parallelism on GPUs), but "
+                                          "this run is on the CPU backend; run it on GPUs, or use backend = \"auto\" "
+                                          "to train on the CPU with MPI");
+    }
   }
+  if (comm_.distributed()) engine_->join(comm_, kZeroStage);
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
-  if (!zero_ || opt_.resume || !opt_.init_from.empty()) {
+  if (!engine_->sharded() || opt_.resume || !opt_.init_from.empty()) {
     m_.assign(total, 0.0f);
     v_.assign(total, 0.0f);
   }
@@ -85,12 +86,8 @@ inline Trainer::Trainer(const TrainOptions& options)
     const gc::rt::CheckpointState state = gc::rt::load_checkpoint(from, buffers(), kSpecHash);
     start_step_ = state.step;
     train_.seek(state.data.at("train"));
-    if (zero_) {
-      zero_->keep_shard(m_.data(), v_.data());
-      std::vector<float>().swap(m_);
-      std::vector<float>().swap(v_);
-    }
     engine_->upload(host_params(), m_.data(), v_.data());
+    release_sharded_moments();
     if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
       engine_->set_moe_biases(moe_bias_from_json(state.extra.value("moe_bias", Json::object()), from + "/state.json"));
     }
@@ -125,12 +122,8 @@ inline void Trainer::init_from_export() {
   const gc::rt::HfImport imported = gc::rt::load_hf_export(opt_.init_from, weights);
   const std::vector<std::vector<float>> biases =
       selection_biases(imported.selection_bias, opt_.init_from + "/model.safetensors");
-  if (zero_) {
-    zero_->keep_shard(m_.data(), v_.data());
-    std::vector<float>().swap(m_);
-    std::vector<float>().swap(v_);
-  }
   engine_->upload(host_params(), m_.data(), v_.data());
+  release_sharded_moments();
   host_fresh_ = true;
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
     engine_->set_moe_biases(biases);
@@ -186,6 +179,18 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
   return 8 * ((kStoredParams + ranks - 1) / ranks);
 }
 
+// Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
+// model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
+// working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
+// the fp32 masters (bf16) and the AdamW moments of one shard.
+inline std::int64_t planned_device_bytes(int ranks) {
+  const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
+  const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
+  const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
+  const std::int64_t whole_state = stored * (weight + master + 4 + 8);
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8);
+}
+
 inline void Trainer::choose_engine() {
 #ifdef GC_HAVE_CUDA
   if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
@@ -212,9 +217,33 @@ inline const std::vector<float>& Trainer::host_param_vector() {
 }
 
 inline void Trainer::sync_host(bool with_moments) {
-  if (!on_device_ || (host_fresh_ && !with_moments)) return;
-  engine_->download(params_.data(), with_moments ? m_.data() : nullptr, with_moments ? v_.data() : nullptr);
+  if (host_fresh_ && (!with_moments || moments_fresh_)) return;
+  if (!engine_->sharded()) {
+    if (on_device_) {
+      engine_->download(params_.data(), with_moments ? m_.data() : nullptr, with_moments ? v_.data() : nullptr);
+    }
+  } else {
+    // Collectives: every rank calls this at the same point, rank 0 receives.
+    if (on_device_) engine_->download(params_.data(), nullptr, nullptr);
+    if (with_moments) {
+      if (comm_.root()) {
+        m_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
+        v_.assign(m_.size(), 0.0f);
+      }
+      engine_->gather_moments(comm_.root() ? m_.data() : nullptr, comm_.root() ? v_.data() : nullptr);
+    }
+  }
   host_fresh_ = true;
+  moments_fresh_ = moments_fresh_ || with_moments;
+}
+
+// Under ZeRO-1 a rank keeps only its shard of the moments: the whole arrays
+// exist while a checkpoint is loaded or saved.
+inline void Trainer::release_sharded_moments() {
+  if (!engine_->sharded()) return;
+  std::vector<float>().swap(m_);
+  std::vector<float>().swap(v_);
+  moments_fresh_ = false;
 }
 
 inline Model<float>& Trainer::metrics_model() {
@@ -277,23 +306,20 @@ inline double Trainer::train_step(std::int64_t step) {
   last_aux_loss_ = 0.0;
   // Every rank reads every micro-batch (the data position is the same on all
   // ranks and for any world size) and computes its own share of them.
+  const int last_owned = kGradAccum - comm_.size() + comm_.rank();  // this rank's last micro-batch
   for (int micro = 0; micro < kGradAccum; ++micro) {
     train_.next_batch(kMicroBatch, kSeqLen, batch_);
     if (!gc::rt::rank_owns_micro_batch(micro, comm_.rank(), comm_.size())) continue;
     batch_.split(inputs_, targets_);
+    if (comm_.distributed() && micro == last_owned) engine_->overlap_next_backward();
     engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
     last_aux_loss_ += engine_->last_aux_loss() / kGradAccum;
   }
   loss = engine_->take_step_loss();  // Σ over this rank's micro-batches of CE / kGradAccum
-  const std::vector<double>* squares_of = nullptr;  // per-tensor Σ g² of the global batch
-  if (zero_) {
-    // ZeRO-1: each rank keeps the sum over ranks of its shard only (train/zero.hpp).
-    squares_of = &zero_->reduce_gradients(host_model_->grads.data());
-  } else if (comm_.distributed()) {
-    // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch mean.
-    engine_->allreduce_grads(comm_);
-  }
   if (comm_.distributed()) {
+    // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
+    // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp).
+    engine_->reduce_grads();
     double sums[2] = {loss, last_aux_loss_};
     comm_.allreduce_sum(sums, 2);
     loss = sums[0];
@@ -302,7 +328,7 @@ inline double Trainer::train_step(std::int64_t step) {
       engine_->moe_allreduce_loads(comm_);
     }
   }
-  const std::vector<double>& squares = squares_of ? *squares_of : engine_->grad_squares();
+  const std::vector<double>& squares = engine_->grad_squares();  // per tensor, of the global batch
   last_grad_norm_ = cpu::global_norm(squares);
   if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
@@ -327,12 +353,8 @@ inline double Trainer::train_step(std::int64_t step) {
     }
   }
   const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
-  if (zero_) {
-    zero_->step(host_model_->params.data(), learning_rate(step), clip, step + 1);
-  } else {
-    engine_->adamw_step(learning_rate(step), clip, step + 1);
-  }
-  host_fresh_ = false;
+  engine_->adamw_step(learning_rate(step), clip, step + 1);
+  host_fresh_ = moments_fresh_ = false;
   if constexpr (kMoe) {
     engine_->moe_end_step();
     if constexpr (kMoeRoutingOn) {
@@ -467,6 +489,9 @@ inline int Trainer::run() {
                             /*tensorboard=*/root);
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
+  if (start_step_ == 0 && engine_->sharded() && opt_.metrics && metrics_due_at(0).any_weight()) {
+    sync_host(false);  // a collective under ZeRO-1 on GPUs: rank 0's weight metrics at step 0 read it
+  }
   if (start_step_ == 0 && root) measure(0, false, log);
   step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
   for (std::int64_t step = start_step_; step < opt_.steps; ++step) {
@@ -503,22 +528,19 @@ inline int Trainer::run() {
       log.write(record);
     }
     const bool save_due = opt_.checkpoints && ((kCheckpointEvery > 0 && (step + 1) % kCheckpointEvery == 0) || last);
-    if (zero_ && save_due) {
-      // Consolidated moments on rank 0 (a collective: every rank takes part).
-      if (root) {
-        m_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
-        v_.assign(m_.size(), 0.0f);
-      }
-      zero_->gather_moments(root ? m_.data() : nullptr, root ? v_.data() : nullptr);
+    if (engine_->sharded()) {
+      // Rank 0 alone measures and saves, below, from state the ranks hold in shards: every rank
+      // takes part in gathering what it will read.
+      const bool weights_due = opt_.metrics && metrics_due_at(step + 1).any_weight();
+      if (save_due || weights_due || last) sync_host(save_due);
     }
     if (!root) continue;  // the parameters are the same on every rank: rank 0 measures and saves
     for (const Json& r : step_records_) log.write(r);
     report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
     measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
-    if (save_due) save(step + 1);
-    if (zero_ && save_due) {
-      std::vector<float>().swap(m_);
-      std::vector<float>().swap(v_);
+    if (save_due) {
+      save(step + 1);
+      release_sharded_moments();
     }
   }
   comm_.barrier();  // rank 0's last checkpoint is complete before any rank exits
@@ -549,17 +571,23 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"flops_per_token", kFlopsPerToken},
             {"model_buffer_bytes", engine_->model_buffer_bytes()},
             // AdamW moments held by this process (rank 0): the whole state, or its ZeRO-1 shard.
-            {"optimizer_bytes", zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4)},
+            {"optimizer_bytes", engine_->optimizer_bytes()},
             // The planner's figure for the same (gcompile explain --world-size N).
-            {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ ? comm_.size() : 1)},
+            {"planned_optimizer_bytes", planned_optimizer_bytes(engine_->sharded() ? comm_.size() : 1)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
+  if (comm_.distributed()) {
+    r["world_size"] = comm_.size();
+    // Gradient reductions in the last step: 1, or on GPUs with zero_stage 0 the buckets
+    // (distributed.bucket_mb) overlapped with the backward plus the tensors outside the layers.
+    r["grad_reductions_per_step"] = engine_->last_step_reductions();
+  }
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
   if (on_device_ || kPrecision == Precision::fp32) r["planned_model_buffer_bytes"] = kPlannedModelBufferBytes;
   if (on_device_) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
-    r["planned_device_bytes"] = kPlannedDeviceBytes;
+    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1);
     r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
   }
   log.write(r);

@@ -1,6 +1,9 @@
-// ZeRO stage 1 on the CPU backend (distributed.zero_stage = 1): the AdamW
-// moments are sharded over the ranks. The flat parameter array (kOffsets
-// layout, gaps included) is cut into consecutive shards, one per rank. A step:
+// ZeRO stage 1 (distributed.zero_stage = 1): the optimizer state is sharded
+// over the ranks. ZeroShards is the cut both engines use; ZeroOneOptimizer is
+// the CPU engine's (the CUDA engine does the same on the device with NCCL:
+// cuda/engine.cu). On the CPU the AdamW moments are sharded. The flat
+// parameter array (kOffsets layout, gaps included) is cut into consecutive
+// shards, one per rank. A step:
 //
 //   1. reduce-scatter: the rank's shard of Σ_ranks gradients (MPI_Reduce_scatter)
 //   2. per-tensor Σ g² over the shard, summed over ranks: the global norm (clipping, metrics)
@@ -13,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
@@ -23,18 +27,48 @@
 
 namespace gcm {
 
+// The flat array of `total` elements cut into one consecutive shard per rank:
+// ⌈total / ranks⌉ elements each (the last ones shorter or empty). Both
+// engines shard this way; the planner counts the same (explain --world-size).
+struct ZeroShards {
+  ZeroShards(std::int64_t total, int rank, int ranks) : per_rank((total + ranks - 1) / ranks) {
+    for (int r = 0; r < ranks; ++r) {
+      const std::int64_t a = std::min(total, per_rank * r), b = std::min(total, per_rank * (r + 1));
+      counts.push_back(int(b - a));
+    }
+    lo = std::min(total, per_rank * rank);
+    hi = lo + counts[std::size_t(rank)];
+  }
+  // The part [a, b) of tensor i that lies in this rank's shard (b ≤ a: none).
+  std::pair<std::int64_t, std::int64_t> overlap(int i) const { return overlap_with(i, lo, hi); }
+  // Elements of tensor i in each rank's shard, in rank order (an all-gather of the tensor).
+  std::vector<int> tensor_counts(int i) const {
+    std::vector<int> out;
+    std::int64_t a = 0;
+    for (int c : counts) {
+      const auto [x, y] = overlap_with(i, a, a + c);
+      out.push_back(int(std::max<std::int64_t>(0, y - x)));
+      a += c;
+    }
+    return out;
+  }
+  std::int64_t size() const { return hi - lo; }
+
+  std::int64_t per_rank;
+  std::vector<int> counts;  // elements of each rank's shard
+  std::int64_t lo = 0, hi = 0;
+
+ private:
+  static std::pair<std::int64_t, std::int64_t> overlap_with(int i, std::int64_t lo, std::int64_t hi) {
+    return {std::max(lo, kOffsets.at[i]), std::min(hi, kOffsets.at[i] + kParams[i].numel)};
+  }
+};
+
 class ZeroOneOptimizer {
  public:
-  explicit ZeroOneOptimizer(const gc::rt::Comm& comm) : comm_(comm) {
-    const std::int64_t total = kOffsets.at[kNumParams];
-    const std::int64_t per_rank = (total + comm.size() - 1) / comm.size();
-    for (int r = 0; r < comm.size(); ++r) {
-      const std::int64_t lo = std::min(total, per_rank * r), hi = std::min(total, per_rank * (r + 1));
-      counts_.push_back(int(hi - lo));
-    }
-    lo_ = std::min(total, per_rank * comm.rank());
-    hi_ = lo_ + counts_[std::size_t(comm.rank())];
-    m_.assign(std::size_t(hi_ - lo_), 0.0f);
+  explicit ZeroOneOptimizer(const gc::rt::Comm& comm)
+      : comm_(comm), shard_(kOffsets.at[kNumParams], comm.rank(), comm.size()) {
+    m_.assign(std::size_t(shard_.size()), 0.0f);
     v_.assign(m_.size(), 0.0f);
     grad_.assign(m_.size(), 0.0f);
     squares_.assign(std::size_t(kNumParams), 0.0);
@@ -42,10 +76,10 @@ class ZeroOneOptimizer {
 
   // Steps 1-2: this rank's shard of the summed gradients, and every tensor's Σ g².
   const std::vector<double>& reduce_gradients(const float* grads) {
-    comm_.reduce_scatter_sum(grad_.data(), grads, counts_);
+    comm_.reduce_scatter_sum(grad_.data(), grads, shard_.counts);
     for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = overlap(i);
-      squares_[std::size_t(i)] = b > a ? cpu::sum_of_squares(grad_.data() + (a - lo_), b - a) : 0.0;
+      const auto [a, b] = shard_.overlap(i);
+      squares_[std::size_t(i)] = b > a ? cpu::sum_of_squares(grad_.data() + (a - shard_.lo), b - a) : 0.0;
     }
     comm_.allreduce_sum(squares_.data(), kNumParams);
     return squares_;
@@ -54,40 +88,33 @@ class ZeroOneOptimizer {
   // Steps 3-4: AdamW on the shard of `params`, then every shard to every rank.
   void step(float* params, double lr, double clip, std::int64_t t) {
     for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = overlap(i);
+      const auto [a, b] = shard_.overlap(i);
       if (b <= a) continue;
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
-      cpu::adamw_step(params + a, m_.data() + (a - lo_), v_.data() + (a - lo_), grad_.data() + (a - lo_), b - a, hp,
-                      clip);
+      const std::int64_t k = a - shard_.lo;
+      cpu::adamw_step(params + a, m_.data() + k, v_.data() + k, grad_.data() + k, b - a, hp, clip);
     }
-    comm_.allgather_inplace(params, counts_);
+    comm_.allgather_inplace(params, shard_.counts);
   }
 
   // Consolidated moments for a checkpoint: on rank 0, `m` and `v` (whole
   // arrays) receive every rank's shard; the other ranks pass nullptr.
   void gather_moments(float* m, float* v) const {
-    comm_.gather_to_root(m, m_.data(), counts_);
-    comm_.gather_to_root(v, v_.data(), counts_);
+    comm_.gather_to_root(m, m_.data(), shard_.counts);
+    comm_.gather_to_root(v, v_.data(), shard_.counts);
   }
   // After loading whole moments (a resume): keep this rank's shard.
   void keep_shard(const float* m, const float* v) {
-    std::copy(m + lo_, m + hi_, m_.begin());
-    std::copy(v + lo_, v + hi_, v_.begin());
+    std::copy(m + shard_.lo, m + shard_.hi, m_.begin());
+    std::copy(v + shard_.lo, v + shard_.hi, v_.begin());
   }
 
   std::int64_t moment_bytes() const { return std::int64_t(m_.size() + v_.size()) * std::int64_t(sizeof(float)); }
 
  private:
-  // The part [a, b) of tensor i that lies in this rank's shard.
-  std::pair<std::int64_t, std::int64_t> overlap(int i) const {
-    const std::int64_t a = std::max(lo_, kOffsets.at[i]), b = std::min(hi_, kOffsets.at[i] + kParams[i].numel);
-    return {a, b};
-  }
-
   const gc::rt::Comm& comm_;
-  std::vector<int> counts_;
-  std::int64_t lo_ = 0, hi_ = 0;
+  ZeroShards shard_;
   std::vector<float> m_, v_, grad_;
   std::vector<double> squares_;
 };

@@ -347,6 +347,28 @@ TEST(CudaInit, MatchesCpuFills) {
   check_init(gcm::InitKind::ones, 0.0, 0.0, 42, 12, "ones", true);
 }
 
+// A part of a tensor (a ZeRO-1 shard of the masters: elements first … first + n − 1) equals
+// that slice of the whole draw, and the bf16 draw is the bf16 rounding of the fp32 one.
+TEST(CudaInit, ShardsAndBf16DrawTheSameValues) {
+  GC_REQUIRE_GPU();
+  const std::int64_t n = 5000, first = 1234, part = 2000;
+  for (const auto kind : {gcm::InitKind::normal, gcm::InitKind::trunc_normal, gcm::InitKind::uniform}) {
+    ct::DeviceBuffer<float> whole{std::size_t(n)}, slice{std::size_t(part)};
+    ct::DeviceBuffer<gcm::cuda::bf16> rounded{std::size_t(n)};
+    gcm::cuda::init_tensor(whole.data(), n, kind, 0.3, 2.0, 77, 5);
+    gcm::cuda::init_tensor(slice.data(), part, kind, 0.3, 2.0, 77, 5, first);
+    gcm::cuda::init_tensor(rounded.data(), n, kind, 0.3, 2.0, 77, 5);
+    const std::vector<float> w = ct::download(whole), s = ct::download(slice);
+    const std::vector<gcm::cuda::bf16> r = ct::download(rounded);
+    for (std::int64_t i = 0; i < part; ++i) ASSERT_TRUE(same_bits(s[std::size_t(i)], w[std::size_t(first + i)])) << i;
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(gcm::cuda::to_float(r[std::size_t(i)]),
+                gcm::cuda::to_float(gcm::cuda::from_float<gcm::cuda::bf16>(w[std::size_t(i)])))
+          << i;
+    }
+  }
+}
+
 TEST(CudaInit, TruncatedNormalNeedsPositiveCutoff) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<float> d_out(16);

@@ -120,6 +120,39 @@ TEST(CudaEmulator, RuntimeReportsMisuseLikeCuda) {
   EXPECT_EQ(gc::rt::cuda::device_count(), 1);
 }
 
+// A created stream's work runs only when something waits for it, so a reader that forgets to
+// wait sees the buffer as it was; a blocking stream also runs before the next default-stream
+// operation (the legacy default stream's implicit synchronization).
+TEST(CudaEmulator, CreatedStreamsRunTheirWorkWhenWaitedFor) {
+  DeviceBuffer<float> buf(32);
+  gcm::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
+  cudaStream_t side = nullptr;
+  cudaEvent_t done = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.data(), 0, 32 * sizeof(float), side), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(done, side), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.data(), 0xff, 16 * sizeof(float), side), cudaSuccess);  // after the event
+  EXPECT_EQ(download(buf)[0], 1.0f);  // a default-stream copy does not wait for a non-blocking stream
+  ASSERT_EQ(cudaStreamWaitEvent(nullptr, done, 0), cudaSuccess);
+  EXPECT_EQ(download(buf)[0], 0.0f);  // the work before the record ran, the later memset did not
+  ASSERT_EQ(cudaStreamSynchronize(side), cudaSuccess);
+  EXPECT_TRUE(std::isnan(download(buf)[0]));
+  EXPECT_EQ(download(buf)[16], 0.0f);
+
+  cudaStream_t blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.data(), 0, 32 * sizeof(float), blocking), cudaSuccess);
+  EXPECT_EQ(download(buf)[0], 0.0f);  // ran before the default stream's copy
+  // Misuse fails like CUDA: a range outside the allocation, a destroyed stream.
+  EXPECT_EQ(cudaMemsetAsync(buf.data(), 0, 33 * sizeof(float), side), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(buf.data(), 0, 4, blocking), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventDestroy(done), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(side), cudaSuccess);
+}
+
 TEST(CudaEmulator, Bf16RoundsToNearestEven) {
   const auto bits = [](float f) { return __float2bfloat16_rn(f).__x; };
   EXPECT_EQ(bits(1.0f), 0x3f80);

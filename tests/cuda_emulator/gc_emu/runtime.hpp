@@ -2,11 +2,13 @@
 // memory the emulator allocated and tracks: cudaMalloc fills it with 0xff bytes (NaN in float,
 // bf16 and double), copies and memsets must stay inside one allocation and name the right
 // direction, and every failure is recorded as the sticky error cudaGetLastError returns (with the
-// reason printed to stderr). Everything is synchronous; the Async forms complete before they
-// return, and only the default stream exists.
+// reason printed to stderr). The default stream is synchronous: kernels, cuBLASLt calls and
+// copies on it have completed when the call returns (except the deferred uploads below).
+// Created streams queue their work (see cudaStreamCreateWithFlags).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "gc_emu/types.hpp"
@@ -38,6 +40,19 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 // Milliseconds of host time between the two records (everything before a record has run).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop);
+// Streams (src/streams.cpp). A created stream queues its operations (cudaMemcpyAsync,
+// cudaMemsetAsync, the emulated NCCL's collectives: nccl.h) and runs them in order only when
+// something waits for them: cudaStreamWaitEvent or cudaEventSynchronize on an event recorded on
+// it after them, cudaStreamSynchronize, cudaDeviceSynchronize or cudaStreamDestroy; a stream
+// created without cudaStreamNonBlocking also before the next default-stream operation (the
+// legacy default stream's implicit synchronization). Work is therefore as late as a GPU may run
+// it: a consumer that does not wait for a stream reads the buffer before its work lands.
+// Kernels always run on the default stream (gcm::cuda::launch has no stream argument).
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+// The event's stream runs up to the event's record (on the default stream nothing is left to run).
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaGetLastError();
@@ -81,5 +96,8 @@ std::size_t device_bytes_in_use();
 // stream operation (a launch, another copy or memset, a cuBLASLt matmul, a synchronization) calls
 // it first, as the stream would have run them before.
 void run_pending_copies();
+// Runs `op` now on the default stream (stream == nullptr), else queues it on the created stream
+// (an error for a stream that is not live).
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> op);
 
 }  // namespace gc_emu

@@ -41,8 +41,10 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
-// Only the default stream exists (every operation completes before the call returns).
+// The default stream (nullptr) runs each operation when it is called; created streams queue
+// theirs (gc_emu/runtime.hpp).
 typedef struct CUstream_st* cudaStream_t;
+inline constexpr unsigned cudaStreamDefault = 0x0, cudaStreamNonBlocking = 0x1;
 // Events: kernels and most copies have completed when one is recorded; waiting on one also runs
 // the deferred copies from page-locked memory queued before it (gc_emu/runtime.hpp).
 typedef struct CUevent_st* cudaEvent_t;

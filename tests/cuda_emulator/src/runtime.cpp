@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gc_emu/runtime.hpp"
+#include "internal.hpp"
 
 namespace gc_emu {
 namespace {
@@ -94,7 +95,12 @@ void run_pending_copies_until(std::uint64_t sequence) {
   pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(done));
 }
 
-void run_pending_copies() { run_pending_copies_until(~std::uint64_t(0)); }
+// Every default-stream operation: first what the legacy default stream waits for, the work
+// queued on blocking streams (src/streams.cpp), then the deferred copies.
+void run_pending_copies() {
+  drain_blocking_streams();
+  run_pending_copies_until(~std::uint64_t(0));
+}
 
 std::uint64_t last_queued_sequence() { return memory().next_sequence - 1; }
 
@@ -132,31 +138,50 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  gc_emu::run_pending_copies();
-  if (bytes == 0) return cudaSuccess;
-  const char* call = "cudaMemcpy";
+namespace gc_emu {
+namespace {
+
+// Checks a copy's kind and ranges (cudaMemcpyDefault resolved by where the pointers lie).
+cudaError_t check_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, const char* call) {
   if (kind == cudaMemcpyDefault) {
-    kind = gc_emu::is_device_range(dst, 0) ? (gc_emu::is_device_range(src, 0) ? cudaMemcpyDeviceToDevice
-                                                                               : cudaMemcpyHostToDevice)
-                                           : (gc_emu::is_device_range(src, 0) ? cudaMemcpyDeviceToHost
-                                                                               : cudaMemcpyHostToHost);
+    kind = is_device_range(dst, 0) ? (is_device_range(src, 0) ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                   : (is_device_range(src, 0) ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   }
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice) {
-    return gc_emu::record_error(cudaErrorInvalidMemcpyDirection, "cudaMemcpy: bad kind");
+    return record_error(cudaErrorInvalidMemcpyDirection, std::string(call) + ": bad kind");
   }
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  cudaError_t e = dst_device ? gc_emu::check_range(dst, bytes, call, "destination")
-                             : gc_emu::check_host(dst, call, "destination");
+  cudaError_t e = dst_device ? check_range(dst, bytes, call, "destination") : check_host(dst, call, "destination");
   if (e != cudaSuccess) return e;
-  e = src_device ? gc_emu::check_range(src, bytes, call, "source") : gc_emu::check_host(src, call, "source");
+  return src_device ? check_range(src, bytes, call, "source") : check_host(src, call, "source");
+}
+
+}  // namespace
+
+cudaError_t enqueue_copy(cudaStream_t stream, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpyAsync");
+  if (e != cudaSuccess) return e;
+  return enqueue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+}
+
+}  // namespace gc_emu
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  gc_emu::run_pending_copies();
+  if (bytes == 0) return cudaSuccess;
+  const cudaError_t e = gc_emu::check_copy(dst, src, bytes, kind, "cudaMemcpy");
   if (e != cudaSuccess) return e;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (stream != nullptr) {  // a created stream: checked now, run in that stream's order
+    return gc_emu::enqueue_copy(stream, dst, src, bytes, kind);
+  }
   const bool to_device = kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc_emu::is_device_range(dst, 0));
   if (bytes == 0 || !to_device || !gc_emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
   const cudaError_t e = gc_emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
@@ -174,8 +199,11 @@ cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
+  if (stream == nullptr) return cudaMemset(ptr, value, bytes);
+  const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemsetAsync", "range");
+  if (e != cudaSuccess) return e;
+  return gc_emu::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
 }
 
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
@@ -188,59 +216,6 @@ cudaError_t cudaFreeHost(void* ptr) {
   gc_emu::run_pending_copies();  // (freeing a source with a copy in flight is a bug on a GPU)
   gc_emu::memory().pinned.erase(static_cast<const char*>(ptr));
   std::free(ptr);
-  return cudaSuccess;
-}
-
-struct CUevent_st {
-  unsigned magic = 0x6576656e;  // "even": a live event
-  std::chrono::steady_clock::time_point recorded{};
-  bool was_recorded = false;
-  std::uint64_t after_copy = 0;  // the deferred copies up to this one precede the record
-};
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
-  if (start == nullptr || stop == nullptr || start->magic != 0x6576656e || stop->magic != 0x6576656e ||
-      !start->was_recorded || !stop->was_recorded) {
-    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: not two recorded events");
-  }
-  *ms = std::chrono::duration<float, std::milli>(stop->recorded - start->recorded).count();
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
-  *event = new CUevent_st;
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (event == nullptr || event->magic != 0x6576656e) {
-    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventDestroy: not a live event");
-  }
-  event->magic = 0;
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (event == nullptr || event->magic != 0x6576656e) {
-    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: not a live event");
-  }
-  event->recorded = std::chrono::steady_clock::now();
-  event->was_recorded = true;
-  event->after_copy = gc_emu::last_queued_sequence();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (event == nullptr || event->magic != 0x6576656e) {
-    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: not a live event");
-  }
-  gc_emu::run_pending_copies_until(event->after_copy);
-  return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize() {
-  gc_emu::run_pending_copies();
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  gc_emu::run_pending_copies();
   return cudaSuccess;
 }
 

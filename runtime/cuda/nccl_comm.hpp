@@ -1,0 +1,67 @@
+// NCCL for the CUDA engine's data parallelism (docs/distributed.md): one
+// communicator per process over the MPI job, set up by broadcasting rank 0's
+// ncclUniqueId with MPI. Every call is checked and a failure names it. Only in
+// trees whose CMake found NCCL (GC_HAVE_NCCL); under the CUDA emulator the
+// calls go to its NCCL over MPI (tests/cuda_emulator/nccl.h).
+#pragma once
+
+#ifdef GC_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "runtime/comm.hpp"
+#include "runtime/error.hpp"
+
+namespace gc::rt::cuda {
+
+class NcclComm {
+ public:
+  explicit NcclComm(const Comm& comm) {
+    ncclUniqueId id{};
+    std::string bytes(sizeof id, '\0');
+    if (comm.root()) {
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      std::memcpy(bytes.data(), &id, sizeof id);
+    }
+    comm.broadcast(bytes);
+    std::memcpy(&id, bytes.data(), sizeof id);
+    check(ncclCommInitRank(&comm_, comm.size(), id, comm.rank()), "ncclCommInitRank");
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ~NcclComm() { ncclCommDestroy(comm_); }
+
+  // data[0, n) = Σ over ranks, in place.
+  void all_reduce(float* data, std::int64_t n, cudaStream_t stream) {
+    check(ncclAllReduce(data, data, std::size_t(n), ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
+  }
+  // In place: rank r's block data[r·block, (r+1)·block) becomes Σ over ranks of that block.
+  void reduce_scatter(float* data, std::int64_t block, int rank, cudaStream_t stream) {
+    check(ncclReduceScatter(data, data + std::int64_t(rank) * block, std::size_t(block), ncclFloat, ncclSum, comm_,
+                            stream),
+          "ncclReduceScatter");
+  }
+  // In place: every rank's block data[r·block, (r+1)·block) to every rank (T: float or bf16).
+  template <typename T>
+  void all_gather(T* data, std::int64_t block, int rank, cudaStream_t stream) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 2, "all_gather moves fp32 or bf16");
+    check(ncclAllGather(data + std::int64_t(rank) * block, data, std::size_t(block),
+                        sizeof(T) == 4 ? ncclFloat : ncclBfloat16, comm_, stream),
+          "ncclAllGather");
+  }
+
+ private:
+  static void check(ncclResult_t rc, const char* what) {
+    if (rc != ncclSuccess) throw RuntimeError("NCCL", std::string(what) + ": " + ncclGetErrorString(rc));
+  }
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace gc::rt::cuda
+
+#endif  // GC_HAVE_NCCL

@@ -1,0 +1,222 @@
+// Data parallelism on GPUs, tested without one: a generated tree's train with its CUDA backend
+// compiled against the CUDA emulator and the emulator's NCCL over MPI
+// (tests/cuda_emulator/tree_train), run under mpirun. The emulator queues the NCCL calls of the
+// engine's reduction stream and runs them only when something waits for that stream, so a step
+// that read its gradients without waiting for the bucketed all-reduce would train on unreduced
+// gradients and fail the equivalences below.
+//
+// - 2 ranks × 1 micro-batch (gradients all-reduced in one bucket per layer while the backward pass
+//   runs, then the embedding and the head) equal 1 process × 2 accumulated micro-batches; two
+//   2-rank runs write identical checkpoints.
+// - ZeRO-1 (bf16: masters and moments sharded, reduce-scatter, all-gather of the bf16 weights)
+//   equals 1 process; its checkpoint is whole and resumes in one process; the weight metrics that
+//   need every shard are gathered; rank 0 holds half the moments, as planned.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/safetensors.hpp"
+#include "test_util.hpp"
+#include "tree_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using gc::test::Outcome;
+using gc::test::read_jsonl;
+using gc::test::sh;
+
+// 4 sequences per step in micro-batches of 2; three layers, each its own bucket (bucket_mb is
+// 1 KiB: smaller than a layer's gradients).
+const char* const kSpec = R"toml([experiment]
+name = "gpu_data_parallel"
+seed = 7
+
+[model]
+vocab_size = 64
+d_model = 32
+n_layers = 3
+n_heads = 2
+d_ff = 64
+
+[optim]
+lr = 3e-3
+
+[train]
+seq_len = 16
+global_batch = 4
+micro_batch = 2
+steps = 6
+precision = "PRECISION"
+eval_every = 3
+eval_batches = 1
+checkpoint_every = 3
+log_every = 1
+
+[data]
+format = "synthetic"
+
+[metrics]
+param_norm.interval = 2
+update_ratio.interval = 2
+stable_rank.interval = 3
+
+[distributed]
+zero_stage = ZERO
+bucket_mb = 0.0009765625
+)toml";
+
+std::string spec_text(const std::string& precision, int zero_stage) {
+  std::string s = kSpec;
+  s.replace(s.find("PRECISION"), 9, precision);
+  s.replace(s.find("ZERO"), 4, std::to_string(zero_stage));
+  return s;
+}
+
+class GpuDataParallelEmulated : public gc::test::TreeTest {
+ protected:
+  void SetUp() override {
+    gc::test::TreeTest::SetUp();
+#ifndef GCOMPILE_CUDA_EMULATOR_LIBRARY
+    GTEST_SKIP() << "built without the CUDA emulator (GCOMPILE_CUDA_EMULATED_TESTS=OFF)";
+#else
+    if (sh("command -v mpirun && command -v mpicxx").status != 0) {
+      if (std::getenv("CI") != nullptr) FAIL() << "mpirun or mpicxx is missing (scripts/setup installs Open MPI)";
+      GTEST_SKIP() << "no Open MPI (apt install openmpi-bin libopenmpi-dev)";
+    }
+#endif
+  }
+  // Generates the spec's tree and builds its train against the emulator.
+  fs::path build(const std::string& name, const std::string& spec) {
+    const fs::path spec_file = dir_ / (name + ".toml");
+    std::ofstream(spec_file) << spec;
+    const fs::path out = dir_ / name;
+#ifdef GCOMPILE_CUDA_EMULATOR_LIBRARY
+    const Outcome built = sh("bash " + std::string(GCOMPILE_SOURCE_DIR) + "/tests/cuda_emulator/tree_train " +
+                             GCOMPILE_BINARY + " " + spec_file.string() + " " + out.string() + " " +
+                             GCOMPILE_SOURCE_DIR + "/tests/cuda_emulator " + GCOMPILE_CUDA_EMULATOR_LIBRARY + " " +
+                             GCOMPILE_BLAS_LIBRARIES);
+    EXPECT_EQ(built.status, 0) << built.output;
+#endif
+    return out;
+  }
+  // One process, or `ranks` under mpirun, on the emulated GPU.
+  Outcome train(const fs::path& tree, const std::string& args, int ranks = 0) {
+    const std::string program = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 " + (tree / "train").string() +
+                                " --device cuda " + args;
+    if (ranks == 0) return sh(program);
+    return sh("GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 timeout 600 mpirun --allow-run-as-root --oversubscribe -x "
+              "GC_BLASLT_CACHE -np " + std::to_string(ranks) + " " + (tree / "train").string() + " --device cuda " +
+              args);
+  }
+};
+
+std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = a.size() == b.size() ? 0.0 : INFINITY;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+  }
+  return worst;
+}
+
+// ‖a − b‖ / ‖a‖ over every tensor of two checkpoints' model.safetensors, the worst.
+double max_param_diff(const fs::path& a, const fs::path& b) {
+  const auto fa = gc::rt::read_safetensors((a / "model.safetensors").string());
+  const auto fb = gc::rt::read_safetensors((b / "model.safetensors").string());
+  double worst = 0.0;
+  for (const auto& t : fa.tensors()) {
+    const auto x = fa.load_f32(t.name), y = fb.load_f32(t.name);
+    double diff = 0.0, norm = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      diff += double(x[i] - y[i]) * double(x[i] - y[i]);
+      norm += double(x[i]) * double(x[i]);
+    }
+    worst = std::max(worst, norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff));
+  }
+  return worst;
+}
+
+nlohmann::json summary(const fs::path& run) { return read_jsonl(run / "metrics.jsonl").back(); }
+
+// The records of one metric, in order.
+std::vector<nlohmann::json> metric(const fs::path& run, const std::string& name) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+    if (r.value("metric", "") == name) out.push_back(r);
+  }
+  return out;
+}
+
+const fs::path kLast = fs::path("checkpoints") / "step_000006";
+
+TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitForBit) {
+  const fs::path tree = build("zero0", spec_text("fp32", 0));
+  ASSERT_FALSE(HasFailure());
+  const Outcome one = train(tree, "--out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+  const Outcome again = train(tree, "--out " + (dir_ / "again").string(), 2);
+  ASSERT_EQ(again.status, 0) << again.output;
+
+  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  ASSERT_EQ(loss_one.size(), 6u);
+  EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-6);
+  EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "two" / kLast), 1e-6);
+  const auto files = [&](const fs::path& run) {
+    return nlohmann::json::parse(gc::test::read_text(run / kLast / "state.json"))["files"];
+  };
+  EXPECT_EQ(files(dir_ / "again"), files(dir_ / "two"));
+  // One all-reduce per layer during the backward, then the embedding and the final norm + head.
+  const auto s = summary(dir_ / "two");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["grad_reductions_per_step"], 5) << s.dump();
+  EXPECT_EQ(s["optimizer_bytes"], s["planned_optimizer_bytes"]);
+  EXPECT_NE(s.value("device", "").find("CUDA backend"), std::string::npos) << s.dump();
+}
+
+TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProcess) {
+  const fs::path tree = build("zero1", spec_text("bf16", 1));
+  ASSERT_FALSE(HasFailure());
+  const Outcome one = train(tree, "--out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+
+  // bf16 working weights: the two runs round the same fp32 masters, so they agree to fp32 sums.
+  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  ASSERT_EQ(loss_two.size(), 6u);
+  EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-5);
+  EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "two" / kLast), 1e-5);
+  // Weight metrics read every shard: rank 0 gathered them (the same values as one process).
+  const auto norms_one = metric(dir_ / "one", "param_norm"), norms_two = metric(dir_ / "two", "param_norm");
+  ASSERT_EQ(norms_two.size(), norms_one.size());
+  ASSERT_FALSE(norms_two.empty());
+  for (std::size_t i = 0; i < norms_one.size(); ++i) {
+    for (const auto& [cls, value] : norms_one[i]["values"].items()) {
+      EXPECT_NEAR(norms_two[i]["values"][cls].get<double>(), value.get<double>(), 1e-5 * value.get<double>()) << cls;
+    }
+  }
+  EXPECT_EQ(metric(dir_ / "two", "update_ratio").size(), metric(dir_ / "one", "update_ratio").size());
+  // Half the moments on rank 0, as planned; the planned device bytes per rank are below one GPU's.
+  const auto s1 = summary(dir_ / "one"), s2 = summary(dir_ / "two");
+  EXPECT_EQ(s2["optimizer_bytes"], s2["planned_optimizer_bytes"]);
+  EXPECT_NEAR(s2["optimizer_bytes"].get<double>() / s1["optimizer_bytes"].get<double>(), 0.5, 0.01);
+  EXPECT_LT(s2["planned_device_bytes"].get<double>(), s1["planned_device_bytes"].get<double>());
+  EXPECT_LT(s2["allocated_device_bytes_peak"].get<double>(), s1["allocated_device_bytes_peak"].get<double>());
+  EXPECT_EQ(s2["grad_reductions_per_step"], 1);
+  // The checkpoint is whole: it resumes in one process and continues with the same losses.
+  const Outcome resumed = train(tree, "--resume " + (dir_ / "two").string() + " --checkpoint 3");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "two"), loss_two), 1e-5);
+}
+
+}  // namespace
