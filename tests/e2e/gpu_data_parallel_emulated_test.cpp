@@ -8,8 +8,8 @@
 // - 2 ranks × 1 micro-batch (gradients all-reduced in one bucket per layer while the backward pass
 //   runs, then the embedding and the head) equal 1 process × 2 accumulated micro-batches; two
 //   2-rank runs write identical checkpoints.
-// - ZeRO-1 (bf16: masters and moments sharded, reduce-scatter, all-gather of the bf16 weights)
-//   equals 1 process; its checkpoint is whole and resumes in one process; the weight metrics that
+// - ZeRO-1 (bf16: masters and moments sharded, reduce-scatter, all-gather of the bf16 weights;
+//   backend "nccl", which refuses CPU processes) equals 1 process; its checkpoint is whole and resumes in one process; the weight metrics that
 //   need every shard are gathered; rank 0 holds half the moments, as planned.
 #include <gtest/gtest.h>
 
@@ -68,12 +68,14 @@ update_ratio.interval = 2
 stable_rank.interval = 3
 
 [distributed]
+backend = "BACKEND"
 zero_stage = ZERO
 bucket_mb = 0.0009765625
 )toml";
 
-std::string spec_text(const std::string& precision, int zero_stage) {
+std::string spec_text(const std::string& precision, int zero_stage, const std::string& backend = "auto") {
   std::string s = kSpec;
+  s.replace(s.find("BACKEND"), 7, backend);
   s.replace(s.find("PRECISION"), 9, precision);
   s.replace(s.find("ZERO"), 4, std::to_string(zero_stage));
   return s;
@@ -106,14 +108,13 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
 #endif
     return out;
   }
-  // One process, or `ranks` under mpirun, on the emulated GPU.
-  Outcome train(const fs::path& tree, const std::string& args, int ranks = 0) {
-    const std::string program = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 " + (tree / "train").string() +
-                                " --device cuda " + args;
-    if (ranks == 0) return sh(program);
-    return sh("GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 timeout 600 mpirun --allow-run-as-root --oversubscribe -x "
-              "GC_BLASLT_CACHE -np " + std::to_string(ranks) + " " + (tree / "train").string() + " --device cuda " +
-              args);
+  // One process, or `ranks` under mpirun, on the emulated GPU (or `device`).
+  Outcome train(const fs::path& tree, const std::string& args, int ranks = 0, const std::string& device = "cuda") {
+    const std::string program = (tree / "train").string() + " --device " + device + " " + args;
+    const std::string env = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 ";
+    if (ranks == 0) return sh(env + program);
+    return sh(env + "timeout 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -np " +
+              std::to_string(ranks) + " " + program);
   }
 };
 
@@ -184,7 +185,7 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
 }
 
 TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProcess) {
-  const fs::path tree = build("zero1", spec_text("bf16", 1));
+  const fs::path tree = build("zero1", spec_text("bf16", 1, "nccl"));
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
@@ -213,6 +214,12 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   EXPECT_LT(s2["planned_device_bytes"].get<double>(), s1["planned_device_bytes"].get<double>());
   EXPECT_LT(s2["allocated_device_bytes_peak"].get<double>(), s1["allocated_device_bytes_peak"].get<double>());
   EXPECT_EQ(s2["grad_reductions_per_step"], 1);
+  // backend = "nccl" is data parallelism on GPUs: two CPU processes are refused.
+  const Outcome cpu = train(tree, "--out " + (dir_ / "cpu").string(), 2, "cpu");
+  EXPECT_NE(cpu.status, 0);
+  EXPECT_NE(cpu.output.find("distributed.backend = \"nccl\" (data parallelism on GPUs), but this run is on the CPU"),
+            std::string::npos)
+      << cpu.output;
   // The checkpoint is whole: it resumes in one process and continues with the same losses.
   const Outcome resumed = train(tree, "--resume " + (dir_ / "two").string() + " --checkpoint 3");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
