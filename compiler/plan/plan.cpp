@@ -297,7 +297,35 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   return bytes;
 }
 
-MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
+// The CUDA engine's small device tables (AdamW's per-tensor table of 24 bytes a row, per-tensor
+// Σ g² and its chunk partials in double, the step's loss accumulators) and the largest scratch
+// buffer runtime/cuda/blaslt.hpp allocates while it times algorithms for an accumulating GEMM
+// (β = 1: a copy of the output, if at most 64 MiB). Accumulating outputs: the fp32 weight
+// gradients (an expert stack's per expert; gate and up together) and the activation gradients dx
+// (N × d_model).
+double estimate_engine_scratch_bytes(const Spec& spec, const std::vector<ParamEntry>& params,
+                                     const ParamCounts& counts) {
+  const double tensors = double(params.size());
+  double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 16.0;
+  constexpr double kTuneScratchLimit = double(std::int64_t(64) << 20);
+  const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
+  double tune = 0.0;
+  const auto consider = [&](double b) {
+    if (b <= kTuneScratchLimit) tune = std::max(tune, b);
+  };
+  for (const auto& p : params) {
+    if (p.shape.size() < 2) continue;
+    const double per_matrix = double(p.shape[p.shape.size() - 2]) * double(p.shape.back());
+    // Gate and up projections stored back to back are one stacked GEMM (model_impl.hpp).
+    const bool stacked = p.cls == ParamClass::mlp_gate || p.cls == ParamClass::expert_gate ||
+                         p.cls == ParamClass::shared_gate;
+    consider(per_matrix * 4.0 * (stacked ? 2.0 : 1.0));
+  }
+  consider(double(spec.train.micro_batch) * double(spec.train.seq_len) * double(spec.model.d_model) * act);
+  return bytes + tune;
+}
+
+MemoryEstimate estimate_memory(const Spec& spec, const std::vector<ParamEntry>& params, const ParamCounts& counts) {
   MemoryEstimate mem;
   const double n = double(counts.stored);
   const bool bf16 = spec.train.precision == Precision::bf16;
@@ -307,7 +335,8 @@ MemoryEstimate estimate_memory(const Spec& spec, const ParamCounts& counts) {
   mem.optimizer = n * 8.0;
   mem.total = mem.weights + mem.master_weights + mem.gradients + mem.optimizer;
   mem.model_buffers = estimate_model_buffer_bytes(spec);
-  mem.activations = mem.model_buffers + estimate_backend_scratch_bytes(spec);
+  mem.activations = mem.model_buffers + estimate_backend_scratch_bytes(spec) +
+                    estimate_engine_scratch_bytes(spec, params, counts);
   return mem;
 }
 
@@ -435,7 +464,7 @@ std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags) {
   auto schedule = plan_schedule(spec, diags);
   if (schedule) plan.schedule = *schedule;
   plan.flops = count_flops(spec, plan.params, plan.schedule);
-  plan.memory = estimate_memory(spec, plan.counts);
+  plan.memory = estimate_memory(spec, plan.params, plan.counts);
   plan.metrics = plan_metrics(spec);
   if (diags.error_count() > errors_before) return std::nullopt;
   warn_hazards(plan, diags);

@@ -434,8 +434,20 @@ std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
   const gc::rt::Comm& comm = gc::rt::Comm::world();
   if (comm.distributed()) {
     int devices = 0;
-    GC_CUDA_CHECK(cudaGetDeviceCount(&devices));
-    if (devices > 0) GC_CUDA_CHECK(cudaSetDevice(comm.local_rank() % devices));
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+      devices = 0;
+      cudaGetLastError();  // no GPU: unusable_device_reason below says so
+    }
+    if (devices > 0 && comm.local_rank() >= devices) {
+      // NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected").
+      throw gc::rt::RuntimeError(
+          "--device cuda", "rank " + std::to_string(comm.rank()) + " is local rank " +
+                               std::to_string(comm.local_rank()) + " on its node, which has " +
+                               std::to_string(devices) + " GPU(s): NCCL cannot put two ranks on one GPU; launch "
+                               "at most one rank per GPU on each node (mpirun --map-by ppr:" +
+                               std::to_string(devices) + ":node), or train on the CPU backend (--device cpu)");
+    }
+    if (devices > 0) GC_CUDA_CHECK(cudaSetDevice(comm.local_rank()));
   }
   const std::string reason = cuda::unusable_device_reason();
   if (!reason.empty()) throw gc::rt::RuntimeError("--device cuda: " + reason);

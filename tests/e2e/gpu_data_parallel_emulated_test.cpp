@@ -5,6 +5,8 @@
 // that read its gradients without waiting for the bucketed all-reduce would train on unreduced
 // gradients and fail the equivalences below.
 //
+// - Each rank takes its own emulated GPU (GC_CUDA_EMULATOR_DEVICES); more ranks than GPUs on a
+//   machine are refused with the reason (NCCL cannot share a GPU between ranks).
 // - 2 ranks × 1 micro-batch (gradients all-reduced in one bucket per layer while the backward pass
 //   runs, then the embedding and the head) equal 1 process × 2 accumulated micro-batches; two
 //   2-rank runs write identical checkpoints.
@@ -108,13 +110,16 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
 #endif
     return out;
   }
-  // One process, or `ranks` under mpirun, on the emulated GPU (or `device`).
-  Outcome train(const fs::path& tree, const std::string& args, int ranks = 0, const std::string& device = "cuda") {
+  // One process, or `ranks` under mpirun, on the emulated GPUs (one per rank unless `gpus` says
+  // how many the machine has), or on `device`.
+  Outcome train(const fs::path& tree, const std::string& args, int ranks = 0, const std::string& device = "cuda",
+                int gpus = 0) {
     const std::string program = (tree / "train").string() + " --device " + device + " " + args;
-    const std::string env = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 ";
+    const std::string env = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 GC_CUDA_EMULATOR_DEVICES=" +
+                            std::to_string(gpus > 0 ? gpus : std::max(ranks, 1)) + " ";
     if (ranks == 0) return sh(env + program);
-    return sh(env + "timeout 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -np " +
-              std::to_string(ranks) + " " + program);
+    return sh(env + "timeout 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -x "
+                    "GC_CUDA_EMULATOR_DEVICES -np " + std::to_string(ranks) + " " + program);
   }
 };
 
@@ -182,6 +187,13 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   EXPECT_EQ(s["grad_reductions_per_step"], 5) << s.dump();
   EXPECT_EQ(s["optimizer_bytes"], s["planned_optimizer_bytes"]);
   EXPECT_NE(s.value("device", "").find("CUDA backend"), std::string::npos) << s.dump();
+  // NCCL cannot put two ranks on one GPU: two ranks on a one-GPU machine are refused up front.
+  const Outcome crowded = train(tree, "--out " + (dir_ / "crowded").string(), 2, "cuda", 1);
+  EXPECT_NE(crowded.status, 0);
+  EXPECT_NE(crowded.output.find("rank 1 is local rank 1 on its node, which has 1 GPU(s): NCCL cannot put two ranks "
+                                "on one GPU"),
+            std::string::npos)
+      << crowded.output;
 }
 
 TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProcess) {
@@ -213,6 +225,16 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   EXPECT_NEAR(s2["optimizer_bytes"].get<double>() / s1["optimizer_bytes"].get<double>(), 0.5, 0.01);
   EXPECT_LT(s2["planned_device_bytes"].get<double>(), s1["planned_device_bytes"].get<double>());
   EXPECT_LT(s2["allocated_device_bytes_peak"].get<double>(), s1["allocated_device_bytes_peak"].get<double>());
+  // Planned vs allocated, per rank: what the engine allocated stays within the plan for its world
+  // size, and the plan is not padded (the shards' savings are counted exactly).
+  for (const auto* s : {&s1, &s2}) {
+    const double planned = (*s)["planned_device_bytes"].get<double>();
+    const double allocated = (*s)["allocated_device_bytes_peak"].get<double>();
+    EXPECT_LE(allocated, planned) << s->dump();
+    EXPECT_GT(allocated, 0.99 * planned) << s->dump();
+  }
+  EXPECT_EQ(s1["planned_device_bytes"].get<double>() - s2["planned_device_bytes"].get<double>(),
+            s1["allocated_device_bytes_peak"].get<double>() - s2["allocated_device_bytes_peak"].get<double>());
   EXPECT_EQ(s2["grad_reductions_per_step"], 1);
   // backend = "nccl" is data parallelism on GPUs: two CPU processes are refused.
   const Outcome cpu = train(tree, "--out " + (dir_ / "cpu").string(), 2, "cpu");

@@ -59,7 +59,8 @@ cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t error);
 const char* cudaGetErrorName(cudaError_t error);
-// One device, unless the environment sets GC_CUDA_EMULATOR_DEVICES=0 (to test the no-GPU path).
+// One device, unless the environment sets GC_CUDA_EMULATOR_DEVICES=N: 0 tests the no-GPU path,
+// 2 or more give each rank of a data-parallel job its own device number (all share one memory).
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);

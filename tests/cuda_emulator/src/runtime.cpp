@@ -1,4 +1,5 @@
 // CUDA emulator: device memory, errors and device queries (gc_emu/runtime.hpp).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -268,9 +269,12 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 
 namespace {
+// GC_CUDA_EMULATOR_DEVICES=N (default 1): N identical devices (0: none, for the no-GPU path;
+// 2 or more: one per rank of a data-parallel job on one machine).
 int emulated_devices() {
   const char* env = std::getenv("GC_CUDA_EMULATOR_DEVICES");
-  return env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+  if (env == nullptr || *env == '\0') return 1;
+  return std::max(0, std::atoi(env));
 }
 }  // namespace
 
@@ -279,21 +283,27 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return *count > 0 ? cudaSuccess : gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
 }
 
+namespace {
+int current_device = 0;
+}  // namespace
+
 cudaError_t cudaGetDevice(int* device) {
   if (emulated_devices() == 0) return gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
 }
 
+// The devices share one emulated memory: a device number only has to be valid.
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0 || emulated_devices() == 0) {
+  if (device < 0 || device >= emulated_devices()) {
     return gc_emu::record_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + ")");
   }
+  current_device = device;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0 || emulated_devices() == 0) {
+  if (device < 0 || device >= emulated_devices()) {
     return gc_emu::record_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + ")");
   }
   *prop = cudaDeviceProp{};
