@@ -19,7 +19,8 @@
 // is kept. The choice is remembered per device and cuBLASLt version in a file
 // (runtime/cuda/blaslt_choices.hpp), so a later run with the same shapes uses
 // the same algorithms and repeats bit for bit. GC_BLASLT_TUNE=0 skips the
-// timing (the heuristic's first algorithm, as before).
+// timing (the heuristic's first algorithm, as before), and so do GEMMs whose
+// row count varies between calls (Shape::varying_rows: the MoE experts').
 #pragma once
 
 #include <cublasLt.h>
@@ -80,14 +81,21 @@ class BlasLt {
     cublasLtDestroy(handle_);
   }
 
+  // How often a shape recurs: Fixed shapes (the dense model's) are timed once and remembered;
+  // a GEMM whose rows change from step to step (an expert's share of the tokens) would time each
+  // new row count inside the training loop, with host waits and a scratch allocation, so it
+  // takes the heuristic's first algorithm (deterministic) and is not remembered.
+  enum class Shape { fixed, varying_rows };
+
   // Row-major, as documented above. lda, ldb, ldc are row strides.
   template <typename AB, typename CT>
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const AB* A, int lda, const AB* B, int ldb,
-            float beta, CT* C, int ldc) {
+            float beta, CT* C, int ldc, Shape shape = Shape::fixed) {
     if (M <= 0 || N <= 0) return;
     // Column-major view: C^T[N,M] = op(B)^T[N,K] · op(A)^T[K,M].
     const Key key{trans_b, trans_a, N, M, K, ldb, lda, ldc, data_type<AB>(), data_type<CT>()};
     Plan& plan = plan_for(key);
+    if (!plan.chosen && shape == Shape::varying_rows) plan.chosen = true;  // the heuristic's first
     if (!plan.chosen) choose(plan, key, alpha, B, A, beta, C, std::size_t(ldc) * std::size_t(M) * sizeof(CT));
     GC_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, B, plan.a, A, plan.b, &beta, C, plan.c, C, plan.c,
                                    &plan.algo, workspace_.data(), kWorkspaceBytes, /*stream=*/0));

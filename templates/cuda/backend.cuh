@@ -284,13 +284,15 @@ class Backend {
     }
     cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, N);
   }
-  // One cuBLASLt GEMM per expert with rows (W stacked [E, out, in]).
+  // One cuBLASLt GEMM per expert with rows (W stacked [E, out, in]). An expert's row count
+  // changes every step, so these GEMMs are not timed (runtime/cuda/blaslt.hpp).
+  static constexpr auto kVaryingRows = gc::rt::cuda::BlasLt::Shape::varying_rows;
   void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
     for (int e = 0; e < kExperts; ++e) {
       const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
       if (rows == 0) continue;
       blas_.gemm(false, true, int(rows), out, in, 1.0f, x + begin * in, in, W + std::int64_t(e) * out * in, in, 0.0f,
-                 y + begin * out, out);
+                 y + begin * out, out, kVaryingRows);
     }
   }
   void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
@@ -300,8 +302,9 @@ class Backend {
       if (rows == 0) continue;
       const std::int64_t w = std::int64_t(e) * out * in;
       blas_.gemm(false, false, int(rows), in, out, 1.0f, dy + begin * out, out, W + w, in,
-                 accumulate_dx ? 1.0f : 0.0f, dx + begin * in, in);
-      blas_.gemm(true, false, out, in, int(rows), 1.0f, dy + begin * out, out, x + begin * in, in, 1.0f, dW + w, in);
+                 accumulate_dx ? 1.0f : 0.0f, dx + begin * in, in, kVaryingRows);
+      blas_.gemm(true, false, out, in, int(rows), 1.0f, dy + begin * out, out, x + begin * in, in, 1.0f, dW + w, in,
+                 kVaryingRows);
     }
   }
 

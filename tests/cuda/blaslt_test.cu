@@ -62,10 +62,11 @@ struct Problem {
     }
     return c;
   }
-  std::vector<float> run(gc::rt::cuda::BlasLt& blas) const {
+  std::vector<float> run(gc::rt::cuda::BlasLt& blas,
+                         gc::rt::cuda::BlasLt::Shape shape = gc::rt::cuda::BlasLt::Shape::fixed) const {
     auto a_d = ct::upload(a), b_d = ct::upload(b);
     ct::DeviceBuffer<float> c_d(std::size_t(M) * N);
-    blas.gemm(false, false, M, N, K, 1.0f, a_d.data(), K, b_d.data(), N, 0.0f, c_d.data(), N);
+    blas.gemm(false, false, M, N, K, 1.0f, a_d.data(), K, b_d.data(), N, 0.0f, c_d.data(), N, shape);
     return ct::download(c_d);
   }
 };
@@ -127,6 +128,21 @@ TEST(CudaBlasLt, WithoutTuningNothingIsKept) {
   gc::rt::cuda::BlasLt blas;
   EXPECT_LT(kt::rel_error(p.run(blas), p.expected()), 1e-6);
   EXPECT_TRUE(lines_of(path).empty());
+}
+
+// A GEMM whose rows vary from call to call (the MoE experts') is not timed inside the loop: it
+// takes the heuristic's first algorithm, and nothing is remembered for it.
+TEST(CudaBlasLt, VaryingRowShapesAreNotTimed) {
+  GC_REQUIRE_GPU();
+  const std::string path = temp_file("blaslt_varying");
+  ScopedEnv cache("GC_BLASLT_CACHE", path.c_str()), tune("GC_BLASLT_TUNE", nullptr);
+  const Problem p;
+  gc::rt::cuda::BlasLt blas;
+  EXPECT_LT(kt::rel_error(p.run(blas, gc::rt::cuda::BlasLt::Shape::varying_rows), p.expected()), 1e-6);
+  EXPECT_TRUE(lines_of(path).empty());
+  p.run(blas);  // the same shape as a fixed one later: the plan was made; it stays the heuristic's
+  EXPECT_TRUE(lines_of(path).empty());
+  std::remove(path.c_str());
 }
 
 }  // namespace

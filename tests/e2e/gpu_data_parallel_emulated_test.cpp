@@ -236,6 +236,14 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   EXPECT_EQ(s1["planned_device_bytes"].get<double>() - s2["planned_device_bytes"].get<double>(),
             s1["allocated_device_bytes_peak"].get<double>() - s2["allocated_device_bytes_peak"].get<double>());
   EXPECT_EQ(s2["grad_reductions_per_step"], 1);
+  // gcompile explain --world-size 2 prints the same per-rank plan (in MiB, two decimals).
+  const Outcome explain = sh(std::string(GCOMPILE_BINARY) + " explain " + (dir_ / "zero1.toml").string() +
+                             " --world-size 2");
+  ASSERT_EQ(explain.status, 0) << explain.output;
+  const std::size_t at = explain.output.find("; with activations ");
+  ASSERT_NE(at, std::string::npos) << explain.output;
+  const double explained_mib = std::stod(explain.output.substr(at + 19));
+  EXPECT_NEAR(explained_mib, s2["planned_device_bytes"].get<double>() / double(1 << 20), 0.006) << explain.output;
   // backend = "nccl" is data parallelism on GPUs: two CPU processes are refused.
   const Outcome cpu = train(tree, "--out " + (dir_ / "cpu").string(), 2, "cpu");
   EXPECT_NE(cpu.status, 0);
@@ -246,6 +254,32 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   const Outcome resumed = train(tree, "--resume " + (dir_ / "two").string() + " --checkpoint 3");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_LT(max_rel_diff(losses(dir_ / "two"), loss_two), 1e-5);
+}
+
+// MoE with the aux_free bias on GPUs: expert loads summed over ranks, the experts' gradients in
+// the layer buckets; 2 ranks train like one process, and no step after the first allocates on
+// the device (the experts' GEMMs, whose rows change every step, are not timed: blaslt.hpp).
+TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoop) {
+  std::string spec = spec_text("fp32", 0);
+  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
+  spec.replace(spec.find("[optim]"), 7,
+               "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n\n[optim]");
+  const fs::path tree = build("moe", spec);
+  ASSERT_FALSE(HasFailure());
+  const Outcome one = train(tree, "--out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "two")), 1e-6);
+  const auto bias = [&](const fs::path& run) {
+    return nlohmann::json::parse(gc::test::read_text(run / kLast / "state.json"))["extra"]["moe_bias"];
+  };
+  EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "two"));
+  for (const char* run : {"one", "two"}) {
+    const auto s = summary(dir_ / run);
+    EXPECT_EQ(s["allocations_in_loop"], 0) << run << ": " << s.dump();
+    EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
+  }
 }
 
 }  // namespace
