@@ -40,6 +40,13 @@ class NcclComm {
   void all_reduce(float* data, std::int64_t n, cudaStream_t stream) {
     check(ncclAllReduce(data, data, std::size_t(n), ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
   }
+  // In place at `root`: data[0, n) = Σ over ranks there (the other ranks' data is unchanged).
+  void reduce(float* data, std::int64_t n, int root, cudaStream_t stream) {
+    check(ncclReduce(data, data, std::size_t(n), ncclFloat, ncclSum, root, comm_, stream), "ncclReduce");
+  }
+  // The collectives issued between group_start and group_end run as one operation.
+  void group_start() { check(ncclGroupStart(), "ncclGroupStart"); }
+  void group_end() { check(ncclGroupEnd(), "ncclGroupEnd"); }
   // In place: rank r's block data[r·block, (r+1)·block) becomes Σ over ranks of that block.
   void reduce_scatter(float* data, std::int64_t block, int rank, cudaStream_t stream) {
     check(ncclReduceScatter(data, data + std::int64_t(rank) * block, std::size_t(block), ncclFloat, ncclSum, comm_,

@@ -17,12 +17,13 @@
 //                 waits for the reduction before anything reads a gradient.
 //   zero_stage 1  the flat arrays are cut as train/zero.hpp's ZeroShards: a
 //                 rank holds the AdamW moments (and under bf16 the fp32 master
-//                 weights) of its shard only. A step reduce-scatters the
-//                 gradients, takes Σ g² over the shard (summed over ranks),
-//                 runs AdamW on the shard and all-gathers the parameters (the
-//                 bf16 working copy under bf16). NCCL moves equal blocks, so
-//                 the flat gradient and parameter arrays get a zero tail up to
-//                 ranks × shard elements.
+//                 weights) of its shard only. The same buckets are reduced to
+//                 the ranks that own their parts (one ncclReduce per owner, in
+//                 a group), then a step takes Σ g² over the shard (summed over
+//                 ranks), runs AdamW on the shard and all-gathers the
+//                 parameters (the bf16 working copy under bf16). NCCL's
+//                 all-gather moves equal blocks, so the flat parameter (and
+//                 gradient) arrays get a zero tail up to ranks × shard elements.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -186,9 +187,8 @@ class CudaEngine final : public Engine {
       model_.grads.zero();
       model_.params.zero();  // the alignment gaps and the tail stay zero
       upload_tensor_table();
-    } else {
-      plan_buckets();
     }
+    plan_buckets();
     GC_CUDA_CHECK(cudaDeviceSynchronize());
 #else
     (void)zero_stage;
@@ -203,13 +203,12 @@ class CudaEngine final : public Engine {
   }
   void reduce_grads() override {
 #ifdef GC_HAVE_NCCL
-    if (sharded()) {
-      nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
-      reductions_ = 1;
-      return;
-    }
-    if (!armed_) {
-      nccl_->all_reduce(model_.grads.data(), kOffsets.at[kNumParams], nullptr);
+    if (!armed_) {  // no buckets: one collective after the backward pass
+      if (sharded()) {
+        nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
+      } else {
+        nccl_->all_reduce(model_.grads.data(), kOffsets.at[kNumParams], nullptr);
+      }
       reductions_ = 1;
       return;
     }
@@ -349,7 +348,7 @@ class CudaEngine final : public Engine {
   }
 
 #ifdef GC_HAVE_NCCL
-  // ZeRO-0: buckets follow the layer stack when each layer's tensors are one run of the flat
+  // Buckets follow the layer stack when each layer's tensors are one run of the flat
   // array and the layers follow each other (plan.hpp's order); otherwise everything is reduced
   // after the backward pass.
   void plan_buckets() {
@@ -386,12 +385,25 @@ class CudaEngine final : public Engine {
     reduce_on_side_stream(from, reduced_from_);
     reduced_from_ = from;
   }
-  // Σ over ranks of grads[a, b) on the reduction stream, after the work queued so far.
+  // Σ over ranks of grads[a, b) on the reduction stream, after the work queued so far: on every
+  // rank, or under ZeRO-1 on the rank whose shard holds each part (one ncclReduce per owner, in
+  // one group: together a reduce-scatter of the bucket).
   void reduce_on_side_stream(std::int64_t a, std::int64_t b) {
     if (b <= a) return;
     GC_CUDA_CHECK(cudaEventRecord(backward_queued_, nullptr));
     GC_CUDA_CHECK(cudaStreamWaitEvent(reduce_stream_, backward_queued_, 0));
-    nccl_->all_reduce(model_.grads.data() + a, b - a, reduce_stream_);
+    if (sharded()) {
+      nccl_->group_start();
+      std::int64_t lo = 0;
+      for (int r = 0; r < int(shard_.counts.size()); ++r) {
+        const std::int64_t x = std::max(a, lo), y = std::min(b, lo + shard_.counts[std::size_t(r)]);
+        if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, reduce_stream_);
+        lo += shard_.counts[std::size_t(r)];
+      }
+      nccl_->group_end();
+    } else {
+      nccl_->all_reduce(model_.grads.data() + a, b - a, reduce_stream_);
+    }
     ++reductions_;
   }
   std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
@@ -406,7 +418,7 @@ class CudaEngine final : public Engine {
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
   std::vector<float> shard_host_;     // a shard on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join
-  // ZeRO-0 bucketed reduction (plan_buckets): each layer's first element, the end of the layer
+  // Bucketed reduction (plan_buckets): each layer's first element, the end of the layer
   // stack, the start of what the current step has already reduced, the side stream and events.
   std::vector<std::int64_t> layer_begin_;
   std::int64_t stack_end_ = 0, reduced_from_ = 0;

@@ -63,12 +63,16 @@ const char* ncclGetLastError(ncclComm_t comm);
 // Sums only (ncclSum) of ncclFloat, ncclDouble and ncclInt64; ncclAllGather of any type.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+// recvbuff (significant at root only) = Σ over ranks of sendbuff.
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
 // sendbuff: recvcount × nranks elements; rank r receives the sum of block r.
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 // recvbuff: sendcount × nranks elements; block r is rank r's sendbuff.
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream);
-// Accepted: the calls between them run as they are issued (each is a whole collective).
+// Accepted: the calls between them run as they are issued (each is a whole collective, and every
+// rank issues them in the same order).
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();

@@ -143,6 +143,25 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   });
 }
 
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
+                        ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  const MPI_Datatype type = sum_type(datatype);
+  if (op != ncclSum || type == MPI_DATATYPE_NULL) {
+    return fail(comm, ncclInvalidArgument, "ncclReduce: the emulator sums float, double and int64 only");
+  }
+  if (comm == nullptr || root < 0 || root >= comm->size) {
+    return fail(comm, ncclInvalidArgument, "ncclReduce: root " + std::to_string(root) + " is not a rank");
+  }
+  const std::size_t bytes = count * type_bytes(datatype);
+  const bool at_root = comm->rank == root;
+  void* checked_recv = at_root ? recvbuff : const_cast<void*>(sendbuff);  // recvbuff matters at the root only
+  if (const ncclResult_t rc = check_buffers(comm, "ncclReduce", sendbuff, bytes, checked_recv, bytes)) return rc;
+  return queue(comm, "ncclReduce", stream, [=] {
+    std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
+    MPI_Reduce(in.data(), at_root ? recvbuff : nullptr, int(count), type, MPI_SUM, root, MPI_COMM_WORLD);
+  });
+}
+
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   const MPI_Datatype type = sum_type(datatype);
