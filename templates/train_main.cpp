@@ -64,7 +64,8 @@ const char* const kUsage =
     "  --init-from D    start a new run (step 0, fresh optimizer) from the weights of D, a directory\n"
     "                   `gcompile export` wrote for a spec with the same tensors\n\n"
     "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
-    "them; rank 0 logs and checkpoints): OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
+    "them; NCCL on GPUs, one rank per GPU; MPI on the CPU; rank 0 logs and checkpoints):\n"
+    "OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());

@@ -556,9 +556,10 @@ void add_distributed(Builder& b) {
                   0, 3),
           "1");
   auto& bucket = at_least(with_default(b.add("distributed.bucket_mb", KeyType::number,
-                                    "On GPUs with zero_stage = 0: the fp32 gradients are all-reduced in buckets "
-                                    "of at least this many MiB (whole layers, last layer first) while the backward "
-                                    "pass goes on; the embedding, final norm and LM head follow after it."),
+                                    "On GPUs: the fp32 gradients are reduced in buckets of at least this many "
+                                    "MiB (whole layers, last layer first) while the backward pass goes on "
+                                    "(all-reduced; under zero_stage = 1 reduced to the ranks whose shards hold "
+                                    "them); the embedding, final norm and LM head follow after it."),
                               Value::number(25.0)),
                           0.0, /*exclusive=*/true);
   example(bucket, "50");

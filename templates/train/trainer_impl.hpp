@@ -578,8 +578,8 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {
     r["world_size"] = comm_.size();
-    // Gradient reductions in the last step: 1, or on GPUs with zero_stage 0 the buckets
-    // (distributed.bucket_mb) overlapped with the backward plus the tensors outside the layers.
+    // Gradient reductions in the last step: 1, or on GPUs the buckets (distributed.bucket_mb)
+    // overlapped with the backward plus the tensors outside the layer stack.
     r["grad_reductions_per_step"] = engine_->last_step_reductions();
   }
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/safetensors.hpp"
+#include "e2e/run_compare.hpp"
 #include "test_util.hpp"
 #include "tree_test_util.hpp"
 
@@ -33,6 +33,8 @@ namespace fs = std::filesystem;
 
 using gc::test::Outcome;
 using gc::test::read_jsonl;
+using gc::test::max_param_diff;
+using gc::test::max_rel_diff;
 using gc::test::sh;
 
 // 4 sequences per step in micro-batches of 2; three layers, each its own bucket (bucket_mb is
@@ -126,30 +128,6 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
 
 std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
-double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = a.size() == b.size() ? 0.0 : INFINITY;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
-  }
-  return worst;
-}
-
-// ‖a − b‖ / ‖a‖ over every tensor of two checkpoints' model.safetensors, the worst.
-double max_param_diff(const fs::path& a, const fs::path& b) {
-  const auto fa = gc::rt::read_safetensors((a / "model.safetensors").string());
-  const auto fb = gc::rt::read_safetensors((b / "model.safetensors").string());
-  double worst = 0.0;
-  for (const auto& t : fa.tensors()) {
-    const auto x = fa.load_f32(t.name), y = fb.load_f32(t.name);
-    double diff = 0.0, norm = 0.0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      diff += double(x[i] - y[i]) * double(x[i] - y[i]);
-      norm += double(x[i]) * double(x[i]);
-    }
-    worst = std::max(worst, norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff));
-  }
-  return worst;
-}
 
 nlohmann::json summary(const fs::path& run) { return read_jsonl(run / "metrics.jsonl").back(); }
 

@@ -66,7 +66,7 @@ format = "synthetic"
 [distributed]
 )toml";
   for (const auto& [line, where, key] : {std::tuple{"zero_stage = 2", "spec.toml:18:14", "distributed.zero_stage"},
-                                         std::tuple{"backend = \"nccl\"", "spec.toml:18:11", "distributed.backend"}}) {
+                                         std::tuple{"zero_stage = 3", "spec.toml:18:14", "distributed.zero_stage"}}) {
     const gc::test::Outcome out = generate(base + line + "\n", false);
     EXPECT_EQ(out.status, 1) << out.output;
     EXPECT_NE(out.output.find(std::string(where) + ": error: not implemented: " + key), std::string::npos)
@@ -77,6 +77,9 @@ format = "synthetic"
   EXPECT_EQ(ok.status, 0) << ok.output;
   const gc::test::Outcome zero1 = generate(base + "zero_stage = 1\n", false);  // CPU data parallelism shards moments
   EXPECT_EQ(zero1.status, 0) << zero1.output;
+  // NCCL data parallelism on GPUs exists: backend = "nccl" generates (a CPU job is refused at run time).
+  const gc::test::Outcome nccl = generate(base + "backend = \"nccl\"\nzero_stage = 1\n", false);
+  EXPECT_EQ(nccl.status, 0) << nccl.output;
 }
 
 }  // namespace

@@ -59,6 +59,16 @@ ncclResult_t check_buffers(ncclComm_t comm, const char* call, const void* send, 
   return ncclSuccess;
 }
 
+// The MPI type of a sum the emulator does (ncclSum of float, double, int64), or an error.
+ncclResult_t sum_of(ncclComm_t comm, const char* call, ncclRedOp_t op, ncclDataType_t datatype, MPI_Datatype* type) {
+  *type = sum_type(datatype);
+  if (op != ncclSum || *type == MPI_DATATYPE_NULL) {
+    return fail(comm, ncclInvalidArgument, std::string(call) + ": the emulator sums float, double and int64 only");
+  }
+  if (comm == nullptr) return fail(comm, ncclInvalidArgument, std::string(call) + ": null communicator");
+  return ncclSuccess;
+}
+
 ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op) {
   if (gc_emu::enqueue(stream, std::move(op)) != cudaSuccess) {
     return fail(comm, ncclUnhandledCudaError, std::string(call) + ": not a live stream");
@@ -131,10 +141,8 @@ const char* ncclGetLastError(ncclComm_t comm) { return comm != nullptr ? comm->l
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  const MPI_Datatype type = sum_type(datatype);
-  if (op != ncclSum || type == MPI_DATATYPE_NULL) {
-    return fail(comm, ncclInvalidArgument, "ncclAllReduce: the emulator sums float, double and int64 only");
-  }
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  if (const ncclResult_t rc = sum_of(comm, "ncclAllReduce", op, datatype, &type)) return rc;
   const std::size_t bytes = count * type_bytes(datatype);
   if (const ncclResult_t rc = check_buffers(comm, "ncclAllReduce", sendbuff, bytes, recvbuff, bytes)) return rc;
   return queue(comm, "ncclAllReduce", stream, [=] {
@@ -145,11 +153,9 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  const MPI_Datatype type = sum_type(datatype);
-  if (op != ncclSum || type == MPI_DATATYPE_NULL) {
-    return fail(comm, ncclInvalidArgument, "ncclReduce: the emulator sums float, double and int64 only");
-  }
-  if (comm == nullptr || root < 0 || root >= comm->size) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  if (const ncclResult_t rc = sum_of(comm, "ncclReduce", op, datatype, &type)) return rc;
+  if (root < 0 || root >= comm->size) {
     return fail(comm, ncclInvalidArgument, "ncclReduce: root " + std::to_string(root) + " is not a rank");
   }
   const std::size_t bytes = count * type_bytes(datatype);
@@ -164,12 +170,9 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  const MPI_Datatype type = sum_type(datatype);
-  if (op != ncclSum || type == MPI_DATATYPE_NULL) {
-    return fail(comm, ncclInvalidArgument, "ncclReduceScatter: the emulator sums float, double and int64 only");
-  }
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  if (const ncclResult_t rc = sum_of(comm, "ncclReduceScatter", op, datatype, &type)) return rc;
   const std::size_t bytes = recvcount * type_bytes(datatype);
-  if (comm == nullptr) return fail(comm, ncclInvalidArgument, "ncclReduceScatter: null communicator");
   const std::size_t send_bytes = bytes * std::size_t(comm->size);
   if (const ncclResult_t rc = check_buffers(comm, "ncclReduceScatter", sendbuff, send_bytes, recvbuff, bytes)) return rc;
   return queue(comm, "ncclReduceScatter", stream, [=] {
