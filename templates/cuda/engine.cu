@@ -12,9 +12,10 @@
 //                 micro-batch of a step the gradients are all-reduced in
 //                 buckets of whole layers (≥ distributed.bucket_mb, last layer
 //                 first) on a second stream as soon as the backward pass has
-//                 queued each layer's gradient kernels; the tensors outside the
-//                 layer stack follow after the backward. The default stream
-//                 waits for the reduction before anything reads a gradient.
+//                 queued each layer's gradient kernels (the final norm and LM
+//                 head first, before the layers); the embedding follows after
+//                 the backward. The default stream waits for the reduction
+//                 before anything reads a gradient.
 //   zero_stage 1  the flat arrays are cut as train/zero.hpp's ZeroShards: a
 //                 rank holds the AdamW moments (and under bf16 the fp32 master
 //                 weights) of its shard only. The same buckets are reduced to
@@ -212,13 +213,14 @@ class CudaEngine final : public Engine {
       reductions_ = 1;
       return;
     }
-    // What the layer hooks left: the rest of the layer stack (when the last bucket was not full),
-    // the tensors before it (embedding) and after it (final norm, LM head).
+    // What the hooks left: the tensors before the layer stack (embedding) and the rest of the
+    // stack (when the last bucket was not full), and, had the head's hook not come, the tensors
+    // after the stack.
     reduce_on_side_stream(0, reduced_from_);
-    reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
+    if (!head_reduced_) reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
     GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
     GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
-    armed_ = false;
+    armed_ = head_reduced_ = false;
     reduced_from_ = stack_end_;
 #endif
   }
@@ -377,8 +379,15 @@ class CudaEngine final : public Engine {
       if (armed_) layer_grads_done(l);
     };
   }
-  // Layers l … L−1 are final: reduce them once they make a full bucket (layer 0 always ends one).
+  // l = L: the tensors after the layer stack (final norm, untied LM head) are final: one bucket
+  // of their own, at once. Else layers l … L−1 are final: reduce them once they make a full
+  // bucket (layer 0 always ends one).
   void layer_grads_done(int l) {
+    if (l == kLayers) {
+      reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
+      head_reduced_ = true;
+      return;
+    }
     const std::int64_t from = layer_begin_[std::size_t(l)];
     const double bytes = double(reduced_from_ - from) * sizeof(float);
     if (l > 0 && bytes < kBucketMb * double(1 << 20)) return;
@@ -423,6 +432,7 @@ class CudaEngine final : public Engine {
   std::vector<std::int64_t> layer_begin_;
   std::int64_t stack_end_ = 0, reduced_from_ = 0;
   bool armed_ = false;  // the backward pass being queued is the step's last on this rank
+  bool head_reduced_ = false;  // this step's tensors after the layer stack are being reduced
   bool zero1_ = false;  // distributed.zero_stage = 1 over several ranks
   int reductions_ = 0;  // gradient reductions issued in the current (or last) step
   cudaStream_t reduce_stream_ = nullptr;

@@ -118,8 +118,9 @@ class BasicModel {
   // are recomputed chunk by chunk).
   void backward(double loss_scale = 1.0);
   // Called by backward() once layer l's parameter gradients are final (l = kLayers − 1 … 0, in
-  // that order, as the work is queued), so that a data-parallel engine can start reducing them
-  // while the rest of the backward pass runs. Unset: nothing is called.
+  // that order, as the work is queued; first l = kLayers: the final norm and an untied LM head),
+  // so that a data-parallel engine can start reducing them while the rest of the backward pass
+  // runs. Unset: nothing is called.
   std::function<void(int)> on_layer_grads_done;
   // The backend instance (its device state: the CUDA engine defers the loss through it).
   Backend& backend() { return ops_; }

@@ -343,6 +343,7 @@ void BasicModel<Backend>::backward(double loss_scale) {
   head_backward_done_ = false;
   ops_.rmsnorm_backward(dh_.data(), grad(kParamFinalNorm), dd_.data(), h_final_.data(), param(kParamFinalNorm),
                         rstd_f_.data(), N, D);
+  if (on_layer_grads_done) on_layer_grads_done(kLayers);  // the final norm and an untied LM head
   for (int l = kLayers - 1; l >= 0; --l) {
     backward_layer(l, dh_.data(), loss_scale);
     if (on_layer_grads_done) on_layer_grads_done(l);
