@@ -106,8 +106,7 @@ class CudaEngine final : public Engine {
   // params: the whole array on every rank; m and v: whole arrays, of which a ZeRO-1 rank keeps its shard.
   void upload(const float* params, const float* m, const float* v) override {
     allocate_state();
-    const std::size_t n = std::size_t(kOffsets.at[kNumParams]), lo = std::size_t(shard_.lo);
-    const std::size_t shard = std::size_t(shard_.size());
+    const std::size_t lo = std::size_t(shard_.lo), shard = std::size_t(shard_.size());
     upload_weights(model_.params, params);
     m_.upload(m + lo, shard);
     v_.upload(v + lo, shard);
@@ -339,9 +338,8 @@ class CudaEngine final : public Engine {
   void upload_tensor_table() {
     std::vector<cuda::AdamWTensor> table;
     for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = shard_.overlap(i);
-      const std::int64_t offset = std::clamp(kOffsets.at[i], shard_.lo, shard_.hi) - shard_.lo;
-      table.push_back({b > a ? a - shard_.lo : offset, std::max<std::int64_t>(0, b - a), float(kParams[i].lr_mult),
+      const auto [a, b] = shard_.overlap(i);  // a = the tensor's first element clamped into the shard
+      table.push_back({std::min(a, shard_.hi) - shard_.lo, std::max<std::int64_t>(0, b - a), float(kParams[i].lr_mult),
                        float(kParams[i].weight_decay)});
     }
     tensors_.resize(table.size());
@@ -361,11 +359,11 @@ class CudaEngine final : public Engine {
       if (begin[std::size_t(l)] < 0) begin[std::size_t(l)] = kOffsets.at[i];
       end[std::size_t(l)] = kOffsets.at[i + 1];
     }
+    // Tensors outside the stack lie before or after it; adjacent layer ranges rule out
+    // interleaved layers.
     for (int i = 0; i < kNumParams; ++i) {
-      const int l = kParams[i].layer;
-      const bool inside = l >= 0 && kOffsets.at[i] >= begin[std::size_t(l)] && kOffsets.at[i + 1] <= end[std::size_t(l)];
-      const bool before_or_after = l < 0 && (kOffsets.at[i + 1] <= begin.front() || kOffsets.at[i] >= end.back());
-      if (!inside && !before_or_after) return;
+      const bool outside = kOffsets.at[i + 1] <= begin.front() || kOffsets.at[i] >= end.back();
+      if (kParams[i].layer < 0 && !outside) return;
     }
     for (int l = 0; l + 1 < kLayers; ++l) {
       if (end[std::size_t(l)] != begin[std::size_t(l + 1)]) return;
@@ -403,11 +401,10 @@ class CudaEngine final : public Engine {
     GC_CUDA_CHECK(cudaStreamWaitEvent(reduce_stream_, backward_queued_, 0));
     if (sharded()) {
       nccl_->group_start();
-      std::int64_t lo = 0;
       for (int r = 0; r < int(shard_.counts.size()); ++r) {
-        const std::int64_t x = std::max(a, lo), y = std::min(b, lo + shard_.counts[std::size_t(r)]);
+        const auto [lo, hi] = shard_.range_of(r);
+        const std::int64_t x = std::max(a, lo), y = std::min(b, hi);
         if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, reduce_stream_);
-        lo += shard_.counts[std::size_t(r)];
       }
       nccl_->group_end();
     } else {

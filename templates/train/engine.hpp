@@ -93,8 +93,8 @@ class Engine {
   virtual void reduce_grads() = 0;
   virtual bool sharded() const { return false; }
   virtual void gather_moments(float*, float*) {}
-  // Gradient reductions the last step issued (the CUDA engine's buckets; 0 in one process).
-  virtual int last_step_reductions() const { return comm_reductions_; }
+  // Gradient reductions a step issues (the CUDA engine's buckets; 0 in one process).
+  virtual int last_step_reductions() const { return 0; }
   // Bytes of AdamW moments this rank holds (all of them, or its ZeRO-1 shard).
   virtual std::int64_t optimizer_bytes() const = 0;
   // Σ over ranks of the step's expert loads (aux_free's update and the routing
@@ -105,9 +105,6 @@ class Engine {
   virtual std::int64_t device_used_bytes() const { return 0; }
   virtual std::int64_t device_allocated_peak() const { return 0; }
   virtual std::int64_t device_allocations() const { return 0; }
-
- protected:
-  int comm_reductions_ = 0;
 };
 
 // The CPU engine: the trainer's host model and moments are the state.
@@ -146,14 +143,14 @@ class CpuEngine final : public Engine {
   }
   // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; else Σ of everything.
   void reduce_grads() override {
-    comm_reductions_ = 1;
     if (zero_) {
-      zero_squares_ = &zero_->reduce_gradients(model_.grads.data());
+      zero_->reduce_gradients(model_.grads.data());
     } else {
       comm_->allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
     }
   }
   bool sharded() const override { return zero_ != nullptr; }
+  int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }  // one MPI collective
   std::int64_t optimizer_bytes() const override {
     return zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4);
   }
@@ -182,7 +179,7 @@ class CpuEngine final : public Engine {
   std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
   void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
   const std::vector<double>& grad_squares() override {
-    if (zero_squares_ != nullptr) return *zero_squares_;
+    if (zero_) return zero_->squares();  // reduce_grads summed them over the shards
     for (int i = 0; i < kNumParams; ++i) {
       squares_[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
     }
@@ -191,7 +188,6 @@ class CpuEngine final : public Engine {
   void adamw_step(double lr, double clip, std::int64_t t) override {
     if (zero_) {
       zero_->step(model_.params.data(), lr, clip, t);
-      zero_squares_ = nullptr;
       return;
     }
     for (int i = 0; i < kNumParams; ++i) {
@@ -210,7 +206,6 @@ class CpuEngine final : public Engine {
   double step_loss_ = 0.0;  // Σ loss_scale · cross-entropy since take_step_loss
   const gc::rt::Comm* comm_ = nullptr;        // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;    // distributed.zero_stage = 1
-  const std::vector<double>* zero_squares_ = nullptr;  // reduce_grads' result until the update
 };
 
 // Defined in cuda/engine.cu, so only in a tree built with the CUDA backend

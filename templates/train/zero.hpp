@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,24 +32,26 @@ namespace gcm {
 // ⌈total / ranks⌉ elements each (the last ones shorter or empty). Both
 // engines shard this way; the planner counts the same (explain --world-size).
 struct ZeroShards {
-  ZeroShards(std::int64_t total, int rank, int ranks) : per_rank((total + ranks - 1) / ranks) {
+  ZeroShards(std::int64_t total, int rank, int ranks) : per_rank((total + ranks - 1) / ranks), total_(total) {
     for (int r = 0; r < ranks; ++r) {
-      const std::int64_t a = std::min(total, per_rank * r), b = std::min(total, per_rank * (r + 1));
+      const auto [a, b] = range_of(r);
       counts.push_back(int(b - a));
     }
-    lo = std::min(total, per_rank * rank);
-    hi = lo + counts[std::size_t(rank)];
+    std::tie(lo, hi) = range_of(rank);
+  }
+  // Rank r's shard [a, b) of the flat array.
+  std::pair<std::int64_t, std::int64_t> range_of(int r) const {
+    return {std::min(total_, per_rank * r), std::min(total_, per_rank * (r + 1))};
   }
   // The part [a, b) of tensor i that lies in this rank's shard (b ≤ a: none).
   std::pair<std::int64_t, std::int64_t> overlap(int i) const { return overlap_with(i, lo, hi); }
   // Elements of tensor i in each rank's shard, in rank order (an all-gather of the tensor).
   std::vector<int> tensor_counts(int i) const {
     std::vector<int> out;
-    std::int64_t a = 0;
-    for (int c : counts) {
-      const auto [x, y] = overlap_with(i, a, a + c);
+    for (int r = 0; r < int(counts.size()); ++r) {
+      const auto [a, b] = range_of(r);
+      const auto [x, y] = overlap_with(i, a, b);
       out.push_back(int(std::max<std::int64_t>(0, y - x)));
-      a += c;
     }
     return out;
   }
@@ -59,6 +62,7 @@ struct ZeroShards {
   std::int64_t lo = 0, hi = 0;
 
  private:
+  std::int64_t total_;
   static std::pair<std::int64_t, std::int64_t> overlap_with(int i, std::int64_t lo, std::int64_t hi) {
     return {std::max(lo, kOffsets.at[i]), std::min(hi, kOffsets.at[i] + kParams[i].numel)};
   }
@@ -109,6 +113,9 @@ class ZeroOneOptimizer {
     std::copy(m + shard_.lo, m + shard_.hi, m_.begin());
     std::copy(v + shard_.lo, v + shard_.hi, v_.begin());
   }
+
+  // Per-tensor Σ g² of the last reduce_gradients.
+  const std::vector<double>& squares() const { return squares_; }
 
   std::int64_t moment_bytes() const { return std::int64_t(m_.size() + v_.size()) * std::int64_t(sizeof(float)); }
 
