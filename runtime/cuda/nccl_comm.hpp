@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
@@ -36,9 +37,13 @@ class NcclComm {
   NcclComm& operator=(const NcclComm&) = delete;
   ~NcclComm() { ncclCommDestroy(comm_); }
 
-  // data[0, n) = Σ over ranks, in place.
-  void all_reduce(float* data, std::int64_t n, cudaStream_t stream) {
-    check(ncclAllReduce(data, data, std::size_t(n), ncclFloat, ncclSum, comm_, stream), "ncclAllReduce");
+  // data[0, n) = Σ over ranks, in place (T: float or double).
+  template <typename T>
+  void all_reduce(T* data, std::int64_t n, cudaStream_t stream) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "all_reduce sums fp32 or fp64");
+    check(ncclAllReduce(data, data, std::size_t(n), std::is_same_v<T, float> ? ncclFloat : ncclDouble, ncclSum,
+                        comm_, stream),
+          "ncclAllReduce");
   }
   // In place at `root`: data[0, n) = Σ over ranks there (the other ranks' data is unchanged).
   void reduce(float* data, std::int64_t n, int root, cudaStream_t stream) {

@@ -11,9 +11,9 @@
 // count gives the same bits; arithmetic is in double, moments are stored as T.
 //
 // Gradient clipping: sum_of_squares sums in double over fixed-size chunks (per-chunk partials
-// added serially in chunk order) and global_norm adds the tensors in order, so the norm does not
-// depend on the thread count;
-// clip_scale matches torch.nn.utils.clip_grad_norm_ (max_norm / (norm + 1e-6), at most 1).
+// added serially in chunk order), so a tensor's Σ g² does not depend on the thread count; the
+// global norm and the clip multiplier come from train/step_verdict.hpp's judge_step, which
+// both engines share.
 #pragma once
 
 #include <cmath>
@@ -73,25 +73,6 @@ double sum_of_squares(const T* x, std::int64_t n) {
     total += partial[c];
   }
   return total;
-}
-
-// sqrt(Σ of per-tensor Σ g²), added in the given (kParams) order: the global
-// gradient norm from what an engine's grad_squares() returns.
-inline double global_norm(const std::vector<double>& squares) {
-  double total = 0.0;
-  for (double sq : squares) {
-    total += sq;
-  }
-  return std::sqrt(total);
-}
-
-// Multiplier for the gradients (pass as adamw_step's grad_scale). max_norm ≤ 0 disables.
-inline double clip_scale(double grad_norm, double max_norm) {
-  if (max_norm <= 0.0) {
-    return 1.0;
-  }
-  const double coef = max_norm / (grad_norm + 1e-6);
-  return coef < 1.0 ? coef : 1.0;
 }
 
 }  // namespace gcm::cpu

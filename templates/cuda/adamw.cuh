@@ -28,6 +28,11 @@
 // the result is bitwise identical run to run; it matches the CPU to ~1e-15
 // relative (not bitwise: the order inside a chunk differs).
 //
+// The step's end without the host: judge_step_on_device runs train/step_verdict.hpp's
+// judge_step (global norm from the per-tensor sums, clip multiplier, stop on a non-finite loss
+// or norm) in one device thread, and adamw_step_judged reads the multiplier and the stop from
+// that verdict, so the host queues a whole step without reading anything back.
+//
 // Layout contract for AdamWTensor tables: rows sorted by offset, ranges
 // [offset, offset + numel) disjoint and inside [0, total). Gaps between
 // tensors and empty tensors are allowed; elements in gaps are not touched.
@@ -38,6 +43,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "train/step_verdict.hpp"
 
 namespace gcm::cuda {
 
@@ -83,13 +89,19 @@ __device__ inline int last_tensor_at_or_before(const AdamWTensor* tensors, int n
 // handles chunk_begin + x + k·kAdamWThreads for k < kAdamWPerThread (coalesced).
 // A thread's indices increase, so one binary search finds its first tensor and
 // the tensor index then only moves forward. No barriers: early exits are safe.
+// With a verdict (judge_step's, on the device) the gradient multiplier is its clip, and a
+// stopped run changes nothing; without one it is s.grad_scale.
 template <typename T>
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_kernel(float* __restrict__ master, T* __restrict__ working, float* __restrict__ m, float* __restrict__ v,
                  const float* __restrict__ grad, const AdamWTensor* __restrict__ tensors, int num_tensors,
-                 std::int64_t total, AdamWScalars s) {
+                 std::int64_t total, AdamWScalars s, const StepVerdict* __restrict__ verdict) {
   std::int64_t i = std::int64_t(blockIdx.x) * kAdamWChunk + threadIdx.x;
   if (i >= total) return;
+  if (verdict != nullptr) {
+    if (verdict->stopped_at != 0) return;
+    s.grad_scale = float(verdict->clip);
+  }
   int t = last_tensor_at_or_before(tensors, num_tensors, i);
   for (int k = 0; k < kAdamWPerThread; ++k, i += kAdamWThreads) {
     if (i >= total) break;
@@ -199,6 +211,15 @@ __global__ void sum_partials_kernel(double* __restrict__ out, const double* __re
   *out = total;
 }
 
+// The step's verdict from the loss and the per-tensor Σ g² (train/step_verdict.hpp), by one thread.
+template <int kUnused = 0>
+__global__ void judge_step_kernel(StepVerdict* __restrict__ verdict, const double* __restrict__ loss,
+                                  const double* __restrict__ squares, int num_tensors, double max_norm,
+                                  std::int64_t step) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  judge_step(*verdict, *loss, squares, num_tensors, max_norm, step);
+}
+
 // ---- cast ----------------------------------------------------------------------
 
 inline constexpr int kCastThreads = 256;
@@ -214,21 +235,11 @@ __global__ void __launch_bounds__(kCastThreads) cast_copy_kernel(T* __restrict__
 
 }  // namespace detail
 
-// One AdamW step over every tensor of the flat parameter array, one launch.
-// master/m/v/grad: fp32, `total` elements; working: the T copy to refresh with
-// the rounded new master, or nullptr when there is none (T = float with the
-// master used directly). tensors_device: num_tensors rows in device memory
-// (see the layout contract above). lr is the schedule's η (each tensor
-// multiplies it by its lr_mult); step counts from 1; grad_scale is the clip
-// multiplier (cpu::clip_scale). Stream 0, asynchronous.
-//
-// Launch: ⌈total / 2048⌉ blocks of 256 threads, 8 elements per thread.
-template <typename T>
-void adamw_step_all(float* master, T* working, float* m, float* v, const float* grad,
-                    const AdamWTensor* tensors_device, int num_tensors, std::int64_t total, double lr, double beta1,
-                    double beta2, double eps, std::int64_t step, double grad_scale) {
-  if (total <= 0 || num_tensors <= 0) return;
-  detail::AdamWScalars s;
+namespace detail {
+
+inline AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps, std::int64_t step,
+                                  double grad_scale) {
+  AdamWScalars s;
   s.lr = float(lr);
   s.beta1 = float(beta1);
   s.beta2 = float(beta2);
@@ -238,9 +249,55 @@ void adamw_step_all(float* master, T* working, float* m, float* v, const float* 
   s.bias2 = float(1.0 - std::pow(beta2, double(step)));
   s.eps = float(eps);
   s.grad_scale = float(grad_scale);
-  const std::int64_t blocks = (total + detail::kAdamWChunk - 1) / detail::kAdamWChunk;
-  launch(detail::adamw_kernel<T>, unsigned(blocks), detail::kAdamWThreads, 0, master, working, m, v, grad,
-         tensors_device, num_tensors, total, s);
+  return s;
+}
+
+template <typename T>
+void launch_adamw(float* master, T* working, float* m, float* v, const float* grad, const AdamWTensor* tensors_device,
+                  int num_tensors, std::int64_t total, const AdamWScalars& s, const StepVerdict* verdict) {
+  if (total <= 0 || num_tensors <= 0) return;
+  const std::int64_t blocks = (total + kAdamWChunk - 1) / kAdamWChunk;
+  launch(adamw_kernel<T>, unsigned(blocks), kAdamWThreads, 0, master, working, m, v, grad, tensors_device,
+         num_tensors, total, s, verdict);
+}
+
+}  // namespace detail
+
+// One AdamW step over every tensor of the flat parameter array, one launch.
+// master/m/v/grad: fp32, `total` elements; working: the T copy to refresh with
+// the rounded new master, or nullptr when there is none (T = float with the
+// master used directly). tensors_device: num_tensors rows in device memory
+// (see the layout contract above). lr is the schedule's η (each tensor
+// multiplies it by its lr_mult); step counts from 1; grad_scale is the clip
+// multiplier. Stream 0, asynchronous.
+//
+// Launch: ⌈total / 2048⌉ blocks of 256 threads, 8 elements per thread.
+template <typename T>
+void adamw_step_all(float* master, T* working, float* m, float* v, const float* grad,
+                    const AdamWTensor* tensors_device, int num_tensors, std::int64_t total, double lr, double beta1,
+                    double beta2, double eps, std::int64_t step, double grad_scale) {
+  detail::launch_adamw(master, working, m, v, grad, tensors_device, num_tensors, total,
+                       detail::adamw_scalars(lr, beta1, beta2, eps, step, grad_scale), nullptr);
+}
+
+// The same step, its gradient multiplier and go-ahead read on the device from a verdict that
+// judge_step_on_device wrote earlier on stream 0: the host never reads the norm. After a stopped
+// verdict it changes nothing.
+template <typename T>
+void adamw_step_judged(float* master, T* working, float* m, float* v, const float* grad,
+                       const AdamWTensor* tensors_device, int num_tensors, std::int64_t total, double lr, double beta1,
+                       double beta2, double eps, std::int64_t step, const StepVerdict* verdict_device) {
+  detail::launch_adamw(master, working, m, v, grad, tensors_device, num_tensors, total,
+                       detail::adamw_scalars(lr, beta1, beta2, eps, step, 1.0), verdict_device);
+}
+
+// *verdict_device = judge_step(*verdict_device, *loss_device, squares_device[0, num_tensors), ...):
+// the global norm, clip multiplier and stop of train/step_verdict.hpp, on the device. Stream 0,
+// asynchronous. Launch: one thread.
+inline void judge_step_on_device(StepVerdict* verdict_device, const double* loss_device, const double* squares_device,
+                                 int num_tensors, double max_norm, std::int64_t step) {
+  launch(detail::judge_step_kernel<>, 1, 1, 0, verdict_device, loss_device, squares_device, num_tensors, max_norm,
+         step);
 }
 
 // Doubles of scratch that sum_squares_per_tensor needs (one per chunk slot),

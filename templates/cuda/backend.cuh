@@ -369,14 +369,10 @@ class Backend {
   }
   // The next mean_loss adds weight · (the mean loss) to the step accumulator.
   void defer_loss(double weight) { deferred_weight_ = weight; }
-  // The accumulated Σ weight · mean loss (one device→host copy, which waits for the queued
-  // work), and the accumulator restarts at 0.
-  double take_deferred_loss() {
-    double total = 0.0;
-    step_loss_.download(&total, 1);
-    step_loss_.zero();
-    return total;
-  }
+  // The step accumulator: Σ weight · mean loss since clear_deferred_loss (device memory, read
+  // on the device by the engine's step verdict), and its restart at 0 (queued, no wait).
+  double* deferred_loss() { return step_loss_.data(); }
+  void clear_deferred_loss() { step_loss_.zero(); }
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
                               double alpha, double loss_scale) {
     check_logit_shape(V, alpha);

@@ -7,6 +7,11 @@
 // from the fp32 masters after each update; gradients, moments and every
 // reduction stay fp32.
 //
+// A step waits for nothing: the loss accumulates on the device, finish_step queues the
+// gradient norms, the step's verdict (norm, clip, stop: train/step_verdict.hpp) and AdamW
+// reading it, and the host reads the values back (read_step) only when it logs, records or
+// saves.
+//
 // Data parallelism (join; docs/distributed.md), over NCCL:
 //   zero_stage 0  every rank holds the whole state. During a rank's last
 //                 micro-batch of a step the gradients are all-reduced in
@@ -64,6 +69,9 @@ class CudaEngine final : public Engine {
   CudaEngine(int micro_batch, int seq_len) : model_(micro_batch, seq_len), shard_(kOffsets.at[kNumParams], 0, 1) {
     upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
+    readout_.squares.resize(std::size_t(kNumParams));
+    verdict_.resize(1);
+    verdict_.upload(&readout_.verdict, 1);  // no step yet: nothing stopped
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~CudaEngine() override {
@@ -137,7 +145,10 @@ class CudaEngine final : public Engine {
     if (b > a) download_floats(out + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo), std::size_t(b - a));
     if (sharded()) comm_->allgather_inplace(out, shard_.tensor_counts(i));
   }
-  void zero_grads() override { model_.zero_grads(); }
+  void zero_grads() override {
+    model_.zero_grads();
+    model_.backend().clear_deferred_loss();
+  }
   // The loss stays on the device: the forward's cross-entropy adds loss_scale · mean CE to the
   // backend's step accumulator instead of copying it to the host, so the backward is queued
   // while the forward still runs (no host stall between them).
@@ -145,32 +156,41 @@ class CudaEngine final : public Engine {
     model_.backend().defer_loss(loss_scale);
     model_.forward_backward(inputs, targets, loss_scale);
   }
-  double take_step_loss() override { return model_.backend().take_deferred_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets) - model_.aux_loss();
   }
-  // Σ g² per tensor over this rank's shard (everything without ZeRO), summed over the ranks under ZeRO-1.
-  const std::vector<double>& grad_squares() override {
+  // All on the device, nothing read back: Σ g² per tensor over this rank's shard (everything
+  // without ZeRO; summed over the ranks under ZeRO-1), the loss summed over the ranks, the
+  // verdict (norm, clip, stop) by one device thread, AdamW reading it, and under ZeRO-1 the
+  // parameters' all-gather.
+  void finish_step(double lr, std::int64_t t) override {
+    double* loss = model_.backend().deferred_loss();
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
                                  tensors_.data(), kNumParams, shard_.size());
-    host_squares_.resize(std::size_t(kNumParams));
-    GC_CUDA_CHECK(cudaDeviceSynchronize());
-    squares_.download(host_squares_.data(), host_squares_.size());
-    if (sharded()) comm_->allreduce_sum(host_squares_.data(), kNumParams);
-    return host_squares_;
-  }
-  void adamw_step(double lr, double clip, std::int64_t t) override {
+#ifdef GC_HAVE_NCCL
+    if (comm_ != nullptr) {
+      nccl_->all_reduce(loss, 1, nullptr);
+      if (sharded()) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
+    }
+#endif
+    cuda::judge_step_on_device(verdict_.data(), loss, squares_.data(), kNumParams, kGradClip, t);
     ComputeType* working = nullptr;
     if constexpr (kSeparateMaster) {
       working = model_.params.data() + shard_.lo;
     }
-    cuda::adamw_step_all(master_shard(), working, m_.data(), v_.data(), model_.grads.data() + shard_.lo,
-                         tensors_.data(), kNumParams, shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t, clip);
+    cuda::adamw_step_judged(master_shard(), working, m_.data(), v_.data(), model_.grads.data() + shard_.lo,
+                            tensors_.data(), kNumParams, shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t,
+                            verdict_.data());
 #ifdef GC_HAVE_NCCL
     if (sharded()) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
 #endif
-    // The step ends here: the host's step timing covers the GPU's work.
-    GC_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // Two device→host copies, which wait for everything queued (the host's step timing then covers
+  // the GPU's work).
+  const StepReadout& read_step() override {
+    verdict_.download(&readout_.verdict, 1);
+    squares_.download(readout_.squares.data(), readout_.squares.size());
+    return readout_;
   }
   std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
   double last_aux_loss() const override { return model_.aux_loss(); }
@@ -420,7 +440,8 @@ class CudaEngine final : public Engine {
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
-  std::vector<double> host_squares_;  // grad_squares() result, reused every step
+  DeviceBuffer<StepVerdict> verdict_;  // the last step's, written and read on the device
+  StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
   std::vector<float> shard_host_;     // a shard on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join

@@ -22,9 +22,17 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
+#include "train/step_verdict.hpp"
 #include "train/zero.hpp"
 
 namespace gcm {
+
+// What read_step returns: the last finished step's verdict (loss, gradient norm, clip, stop) and
+// each tensor's Σ g² over the global batch before clipping (kParams order).
+struct StepReadout {
+  StepVerdict verdict;
+  std::vector<double> squares;
+};
 
 class Engine {
  public:
@@ -39,15 +47,12 @@ class Engine {
   virtual void download(float* params, float* m, float* v) = 0;
   // One tensor's parameters to the host (update-ratio tracking).
   virtual void download_tensor(int i, float* out) = 0;
+  // Starts a step: zero gradients and step loss.
   virtual void zero_grads() = 0;
   // One micro-batch: adds dL/dθ · loss_scale to the gradients, L the mean
-  // cross-entropy + the MoE balancing loss.
+  // cross-entropy + the MoE balancing loss, and loss_scale · (mean cross-entropy) to the step's
+  // loss (on a GPU without waiting for the forward pass: the sum stays on the device).
   virtual void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
-  // Σ loss_scale · (mean cross-entropy) over the micro-batches run since the
-  // last call (the step's loss; the balancing loss excluded). The CUDA engine
-  // keeps the sum on the device, so a step reads it once, after every kernel
-  // of the step is queued, instead of waiting for each forward pass.
-  virtual double take_step_loss() = 0;
   // The balancing-loss part of the last forward_backward (0 for a dense model).
   virtual double last_aux_loss() const { return 0.0; }
   // Mean cross-entropy, no gradients (evaluation; no balancing loss).
@@ -59,11 +64,15 @@ class Engine {
   // them, for the activation metrics. Returns the model to read (on the CPU,
   // the engine's own; on a GPU, `host` after copying every forward buffer).
   virtual const Model<float>& activations(Model<float>& host) = 0;
-  // Σ g² of each tensor, in kParams order (fixed summation order: repeatable).
-  // The engine's own buffer, valid until the next call (no allocation per step).
-  virtual const std::vector<double>& grad_squares() = 0;
-  // AdamW on every tensor with η = lr · lr_mult, gradients scaled by clip; t ≥ 1.
-  virtual void adamw_step(double lr, double clip, std::int64_t t) = 0;
+  // Ends step t (t ≥ 1) after its micro-batches (and reduce_grads): the step's loss summed over
+  // the ranks, each tensor's Σ g² (fixed summation order: repeatable), the verdict of
+  // train/step_verdict.hpp (global norm, clip multiplier for max norm kGradClip, stop), and
+  // AdamW with η = lr · lr_mult on every tensor, unless the run has stopped. The CUDA engine
+  // queues all of it on the GPU and returns without waiting.
+  virtual void finish_step(double lr, std::int64_t t) = 0;
+  // The last finish_step's values (on a GPU this waits for the step). The engine's own buffer,
+  // valid until the next finish_step (no allocation per step).
+  virtual const StepReadout& read_step() = 0;
   // Bytes of the model's buffers besides parameters and gradients.
   virtual std::int64_t model_buffer_bytes() const = 0;
   // Mixture of experts (nothing for a dense model; model/moe_block.hpp): zero
@@ -82,7 +91,7 @@ class Engine {
   // micro-batch of a step (the CUDA engine then reduces gradients in buckets
   // while that backward pass runs). reduce_grads: after the step's
   // micro-batches: the Σ over ranks of the gradients (ZeRO-1: of this rank's
-  // shard), after which grad_squares() and adamw_step() see the global batch.
+  // shard), after which finish_step sees the global batch.
   // Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
   // moments reach rank 0 through gather_moments (m and v whole arrays there,
   // nullptr on the other ranks), and on a GPU download(params, nullptr,
@@ -111,7 +120,9 @@ class Engine {
 class CpuEngine final : public Engine {
  public:
   CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v)
-      : model_(model), m_(m), v_(v), squares_(std::size_t(kNumParams)) {}
+      : model_(model), m_(m), v_(v) {
+    readout_.squares.resize(std::size_t(kNumParams));
+  }
   // Under ZeRO-1 the moments live in zero_ (m and v then exist only while a checkpoint is loaded
   // or saved).
   std::string describe() const override { return "CPU backend"; }
@@ -124,12 +135,14 @@ class CpuEngine final : public Engine {
   void download_tensor(int i, float* out) override {
     std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
   }
-  void zero_grads() override { model_.zero_grads(); }
+  void zero_grads() override {
+    model_.zero_grads();
+    step_loss_ = 0.0;
+  }
   void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
     const double objective = model_.forward_backward(inputs, targets, loss_scale);
     step_loss_ += loss_scale * (objective - model_.aux_loss());
   }
-  double take_step_loss() override { return std::exchange(step_loss_, 0.0); }
   double last_aux_loss() const override { return model_.aux_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model_.forward(inputs, targets) - model_.aux_loss();
@@ -178,32 +191,38 @@ class CpuEngine final : public Engine {
   }
   std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
   void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
-  const std::vector<double>& grad_squares() override {
-    if (zero_) return zero_->squares();  // reduce_grads summed them over the shards
-    for (int i = 0; i < kNumParams; ++i) {
-      squares_[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
-    }
-    return squares_;
-  }
-  void adamw_step(double lr, double clip, std::int64_t t) override {
+  void finish_step(double lr, std::int64_t t) override {
+    double loss = step_loss_;
+    if (comm_ != nullptr) comm_->allreduce_sum(&loss, 1);
     if (zero_) {
-      zero_->step(model_.params.data(), lr, clip, t);
+      readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
+    } else {
+      for (int i = 0; i < kNumParams; ++i) {
+        readout_.squares[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+      }
+    }
+    StepVerdict& verdict = readout_.verdict;
+    judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
+    if (verdict.stopped_at != 0) return;
+    if (zero_) {
+      zero_->step(model_.params.data(), lr, verdict.clip, t);
       return;
     }
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
       cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i),
-                      p.numel, hp, clip);
+                      p.numel, hp, verdict.clip);
     }
   }
+  const StepReadout& read_step() override { return readout_; }
 
  private:
   Model<float>& model_;
   std::vector<float>& m_;
   std::vector<float>& v_;
-  std::vector<double> squares_;
-  double step_loss_ = 0.0;  // Σ loss_scale · cross-entropy since take_step_loss
+  StepReadout readout_;
+  double step_loss_ = 0.0;  // Σ loss_scale · cross-entropy since zero_grads
   const gc::rt::Comm* comm_ = nullptr;        // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;    // distributed.zero_stage = 1
 };

@@ -64,7 +64,14 @@ class Trainer {
   bool on_device() const { return on_device_; }
 
  private:
-  double train_step(std::int64_t step);
+  // Queues step `step` (counted from 0) on the engine and makes its per-step records. With
+  // `read` its values are read back (readout_; on a GPU a wait): false when the run has stopped
+  // (a step so far was not finite; the verdict names it).
+  bool train_step(std::int64_t step, bool read);
+  bool read_due(std::int64_t step) const;
+  bool grad_norm_record_due(std::int64_t s) const;
+  bool update_ratio_due(std::int64_t s) const;
+  bool moe_routing_due(std::int64_t s) const;
   // Mean validation loss; with `metrics`, also feeds it every batch's activations.
   double evaluate(ActivationMetrics* metrics = nullptr);
   // Evaluation and metrics after `s` completed steps (s = 0: at initialization).
@@ -100,6 +107,7 @@ class Trainer {
   gc::rt::ShardSet train_;
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
+  const StepReadout* readout_ = nullptr;  // the engine's values of the last step read
   double last_grad_norm_ = 0.0;
   double last_aux_loss_ = 0.0;  // MoE balancing loss of the last step (mean over micro-batches)
   std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens

@@ -297,13 +297,37 @@ inline std::vector<gc::rt::ParamBuffers> Trainer::buffers() {
   return out;
 }
 
-inline double Trainer::train_step(std::int64_t step) {
+// The per-step records after s completed steps (train_step makes them).
+inline bool Trainer::grad_norm_record_due(std::int64_t s) const {
+  return kGradNormOn && opt_.metrics && (s % kGradNormEvery == 0 || s == 1);
+}
+inline bool Trainer::update_ratio_due(std::int64_t s) const {
+  return kUpdateRatioOn && opt_.metrics && (s % kUpdateRatioEvery == 0 || s == 1);
+}
+inline bool Trainer::moe_routing_due(std::int64_t s) const {
+  return kMoe && kMoeRoutingOn && opt_.metrics && (s % kMoeRoutingEvery == 0 || s == 1 || s == opt_.steps);
+}
+
+// Whether the host reads step `step`'s values (loss, norm, verdict) after it: when it logs,
+// records, measures or saves after it. Between such steps a GPU run queues step after step
+// without waiting (the verdict stops the updates on the device if a step is not finite, and the
+// next read stops the run). The CPU engine's values cost nothing to read: every step is read.
+inline bool Trainer::read_due(std::int64_t step) const {
+  const std::int64_t s = step + 1;
+  if (!on_device_ || step == start_step_ || s == opt_.steps || s % opt_.log_every == 0) return true;
+  if (opt_.checkpoints && kCheckpointEvery > 0 && s % kCheckpointEvery == 0) return true;
+  if (kEvalEvery > 0 && s % kEvalEvery == 0) return true;
+  if (grad_norm_record_due(s) || update_ratio_due(s) || moe_routing_due(s)) return true;
+  const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
+  return due.any_activation() || due.any_weight();
+}
+
+inline bool Trainer::train_step(std::int64_t step, bool read) {
   engine_->zero_grads();
   if constexpr (kMoe) {
     engine_->moe_begin_step();
   }
-  double loss = 0.0;  // cross-entropy; the MoE balancing loss is logged apart
-  last_aux_loss_ = 0.0;
+  last_aux_loss_ = 0.0;  // the MoE balancing loss, logged apart from the cross-entropy
   // Every rank reads every micro-batch (the data position is the same on all
   // ranks and for any world size) and computes its own share of them.
   const int last_owned = kGradAccum - comm_.size() + comm_.rank();  // this rank's last micro-batch
@@ -315,56 +339,44 @@ inline double Trainer::train_step(std::int64_t step) {
     engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
     last_aux_loss_ += engine_->last_aux_loss() / kGradAccum;
   }
-  loss = engine_->take_step_loss();  // Σ over this rank's micro-batches of CE / kGradAccum
   if (comm_.distributed()) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
-    // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp).
+    // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp). The loss is summed by
+    // finish_step.
     engine_->reduce_grads();
-    double sums[2] = {loss, last_aux_loss_};
-    comm_.allreduce_sum(sums, 2);
-    loss = sums[0];
-    last_aux_loss_ = sums[1];
     if constexpr (kMoe) {
+      comm_.allreduce_sum(&last_aux_loss_, 1);
       engine_->moe_allreduce_loads(comm_);
     }
   }
-  const std::vector<double>& squares = engine_->grad_squares();  // per tensor, of the global batch
-  last_grad_norm_ = cpu::global_norm(squares);
-  if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) return std::nan("");
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
-  if constexpr (kGradNormOn) {
-    if (opt_.metrics && (s % kGradNormEvery == 0 || s == 1)) {
-      // Per class, before clipping.
-      const Json values = per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
-      step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
-    }
-  }
-  bool update_ratio_due = false;
-  if constexpr (kUpdateRatioOn) {
-    update_ratio_due = opt_.metrics && (s % kUpdateRatioEvery == 0 || s == 1);
-  }
   std::map<int, std::vector<float>> before;  // tracked tensors before the update
-  if (update_ratio_due) {
+  if (update_ratio_due(s)) {
     for (int i = 0; i < kNumParams; ++i) {
       if (!kUpdateRatioTensors[i]) continue;
       before[i].resize(std::size_t(kParams[i].numel));
       engine_->download_tensor(i, before[i].data());
     }
   }
-  const double clip = kGradClip > 0.0 ? cpu::clip_scale(last_grad_norm_, kGradClip) : 1.0;
-  engine_->adamw_step(learning_rate(step), clip, step + 1);
+  engine_->finish_step(learning_rate(step), s);
   host_fresh_ = moments_fresh_ = false;
+  if (read) {
+    readout_ = &engine_->read_step();
+    if (readout_->verdict.stopped_at != 0) return false;
+    last_grad_norm_ = readout_->verdict.grad_norm;
+  }
+  if (grad_norm_record_due(s)) {
+    // Per class, before clipping.
+    const std::vector<double>& squares = readout_->squares;
+    const Json values = per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
+    step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
+  }
   if constexpr (kMoe) {
     engine_->moe_end_step();
-    if constexpr (kMoeRoutingOn) {
-      const std::int64_t s = step + 1;
-      if (opt_.metrics && (s % kMoeRoutingEvery == 0 || s == 1 || s == opt_.steps)) {
-        step_records_.push_back(moe_record(engine_->moe_take_stats(), s, last_aux_loss_));
-      }
-    }
+    if (moe_routing_due(s)) step_records_.push_back(moe_record(engine_->moe_take_stats(), s, last_aux_loss_));
   }
-  if (update_ratio_due) {
+  if (!before.empty()) {
     // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
     std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
     std::vector<float> after;
@@ -382,7 +394,7 @@ inline double Trainer::train_step(std::int64_t step) {
     for (const auto& [cls, sums] : update) values[cls] = sums.second > 0.0 ? std::sqrt(sums.first / sums.second) : 0.0;
     step_records_.push_back({{"step", s}, {"metric", "update_ratio"}, {"values", values}});
   }
-  return loss;
+  return true;
 }
 
 inline double Trainer::evaluate(ActivationMetrics* metrics) {
@@ -494,26 +506,39 @@ inline int Trainer::run() {
   }
   if (start_step_ == 0 && root) measure(0, false, log);
   step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
+  std::int64_t unread_from = start_step_;  // the first step queued since the last read
+  auto unread_since = Clock::now();
   for (std::int64_t step = start_step_; step < opt_.steps; ++step) {
-    const auto t0 = Clock::now();
     const double lr = learning_rate(step);
+    const bool read = read_due(step);
     const std::int64_t allocations_before = host_allocations();
-    const double loss = train_step(step);
+    const bool finite = train_step(step, read);
     if (step > start_step_) host_allocations_in_steps_ += host_allocations() - allocations_before;
-    if (!std::isfinite(loss)) {
-      // Every rank sees the same reduced loss and gradient norm, so every rank stops here.
+    if (!finite) {
+      // Every rank reads the same verdict (reduced loss and gradient norm) at the same step, so
+      // every rank stops here. The engine made no update from the non-finite step on.
+      const StepVerdict& v = readout_->verdict;
       if (!root) return 1;
       if (opt_.progress) std::fprintf(stderr, "\n");
+      // On a GPU the verdict may be read some steps later: say where the run noticed it.
+      const std::string noticed = v.stopped_at == step + 1 ? std::string()
+                                                           : " at step " + std::to_string(step + 1) +
+                                                                 " (the first read since; no update after step " +
+                                                                 std::to_string(v.stopped_at - 1) + ")";
       std::fprintf(stderr,
-                   "train: error: step %lld: the loss or gradient norm is not finite (grad norm %g); stopping. "
-                   "The last good checkpoint in %s is kept.\n",
-                   (long long)(step + 1), last_grad_norm_, opt_.run_dir.c_str());
-      log.write({{"step", step + 1}, {"event", "nonfinite"}, {"loss", loss}, {"grad_norm", last_grad_norm_}});
+                   "train: error: step %lld: the loss or gradient norm is not finite (loss %g, grad norm %g); "
+                   "stopping%s. The last good checkpoint in %s is kept.\n",
+                   (long long)v.stopped_at, v.stopped_loss, v.stopped_norm, noticed.c_str(), opt_.run_dir.c_str());
+      log.write({{"step", v.stopped_at}, {"event", "nonfinite"}, {"loss", v.stopped_loss},
+                 {"grad_norm", v.stopped_norm}});
       return 1;
     }
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!read) continue;
+    // The steps since the last read ran back to back: each is timed as their mean.
+    const double loss = readout_->verdict.loss;
+    const double dt = std::chrono::duration<double>(Clock::now() - unread_since).count() / double(step + 1 - unread_from);
+    step_seconds_.insert(step_seconds_.end(), std::size_t(step + 1 - unread_from), dt);
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    step_seconds_.push_back(dt);
     peak_device_bytes_ = std::max(peak_device_bytes_, engine_->device_used_bytes());
     if (step == start_step_) allocations_after_first_step_ = engine_->device_allocations();
     const bool last = step + 1 == opt_.steps;
@@ -534,14 +559,17 @@ inline int Trainer::run() {
       const bool weights_due = opt_.metrics && metrics_due_at(step + 1).any_weight();
       if (save_due || weights_due || last) sync_host(save_due);
     }
-    if (!root) continue;  // the parameters are the same on every rank: rank 0 measures and saves
-    for (const Json& r : step_records_) log.write(r);
-    report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
-    measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
-    if (save_due) {
-      save(step + 1);
-      release_sharded_moments();
+    if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
+      for (const Json& r : step_records_) log.write(r);
+      report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
+      measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
+      if (save_due) {
+        save(step + 1);
+        release_sharded_moments();
+      }
     }
+    unread_from = step + 1;
+    unread_since = Clock::now();  // measuring and saving are not step time
   }
   comm_.barrier();  // rank 0's last checkpoint is complete before any rank exits
   if (!root) return 0;

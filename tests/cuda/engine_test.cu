@@ -2,12 +2,16 @@
 // (train/engine.hpp) with the default templates/config.hpp and plan.hpp: the same
 // initialization, then steps of forward/backward, per-tensor Σ g², clip and AdamW from the same
 // state (the CPU's state is uploaded to the GPU before each step, which also checks upload and
-// download), comparing losses, gradient norms, moments and parameter updates.
+// download), comparing losses, gradient norms, moments and parameter updates; a step that is
+// not finite stops both engines' updates; under the emulator, a step is queued without a host
+// wait.
 #include "cuda/engine.cu"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,26 +75,27 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
     cpu.zero_grads();
     gpu->zero_grads();
     // Two micro-batches of half weight (the same batch twice: the gradients of one full batch);
-    // the GPU keeps their loss on the device until take_step_loss.
+    // the GPU keeps their loss on the device until read_step.
     for (int micro = 0; micro < 2; ++micro) {
       cpu.forward_backward(inputs.data(), targets.data(), 0.5);
       gpu->forward_backward(inputs.data(), targets.data(), 0.5);
     }
-    const double loss_cpu = cpu.take_step_loss(), loss_gpu = gpu->take_step_loss();
+    cpu.finish_step(lr, step);
+    gpu->finish_step(lr, step);
+    const gcm::StepReadout& on_cpu = cpu.read_step();
+    const gcm::StepReadout& on_gpu = gpu->read_step();
+    const double loss_cpu = on_cpu.verdict.loss, loss_gpu = on_gpu.verdict.loss;
     EXPECT_NEAR(loss_gpu, loss_cpu, 1e-4 * std::fabs(loss_cpu)) << tag;
     EXPECT_GT(loss_cpu, 1.0) << tag;
-    EXPECT_EQ(gpu->take_step_loss(), 0.0) << tag << ": the accumulator restarts";
-
-    const std::vector<double> sq_cpu = cpu.grad_squares(), sq_gpu = gpu->grad_squares();
-    ASSERT_EQ(sq_gpu.size(), sq_cpu.size());
-    double norm_sq = 0.0;
-    for (std::size_t i = 0; i < sq_cpu.size(); ++i) {
-      EXPECT_NEAR(sq_gpu[i], sq_cpu[i], 2e-4 * sq_cpu[i]) << tag << ": Σ g² of " << gcm::kParams[i].name;
-      norm_sq += sq_cpu[i];
+    ASSERT_EQ(on_gpu.squares.size(), on_cpu.squares.size());
+    for (std::size_t i = 0; i < on_cpu.squares.size(); ++i) {
+      EXPECT_NEAR(on_gpu.squares[i], on_cpu.squares[i], 2e-4 * on_cpu.squares[i])
+          << tag << ": Σ g² of " << gcm::kParams[i].name;
     }
-    const double clip = gcm::cpu::clip_scale(std::sqrt(norm_sq), gcm::kGradClip);
-    cpu.adamw_step(lr, clip, step);
-    gpu->adamw_step(lr, clip, step);
+    EXPECT_NEAR(on_gpu.verdict.grad_norm, on_cpu.verdict.grad_norm, 1e-4 * on_cpu.verdict.grad_norm) << tag;
+    EXPECT_NEAR(on_gpu.verdict.clip, on_cpu.verdict.clip, 1e-4 * on_cpu.verdict.clip) << tag;
+    EXPECT_EQ(on_gpu.verdict.stopped_at, 0) << tag;
+    EXPECT_EQ(on_cpu.verdict.stopped_at, 0) << tag;
 
     gpu->download(params.data(), gm.data(), gv.data());
     // The moments are linear and quadratic in the gradients: the gradients' ~1e-6.
@@ -114,5 +119,82 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
   gpu->download_tensor(0, first.data());
   EXPECT_EQ(first, std::vector<float>(params.begin(), params.begin() + gcm::kOffsets.at[1]));
 }
+
+// Random tokens for step `step` of a test.
+void random_batch(int step, std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i] = std::int32_t(gcm::philox_uniform(7, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
+    targets[i] = std::int32_t(gcm::philox_uniform(7, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
+  }
+}
+
+// A NaN weight makes step 1's loss NaN: neither engine updates anything, and the stop holds for
+// the later steps (here one whose weights were repaired), whose values are still read.
+TEST(CudaEngine, ANonFiniteStepStopsEveryLaterUpdate) {
+  GC_REQUIRE_GPU();
+  const int batch = gcm::kMicroBatch, seq_len = gcm::kSeqLen;
+  const std::size_t total = std::size_t(gcm::kOffsets.at[gcm::kNumParams]);
+  gcm::Model<float> model(batch, seq_len);
+  std::vector<float> m(total, 0.0f), v(total, 0.0f);
+  gcm::CpuEngine cpu(model, m, v);
+  const std::unique_ptr<gcm::Engine> gpu = gcm::make_cuda_engine(batch, seq_len);
+  cpu.initialize(gcm::kSeed);
+  const std::vector<float> good = model.params;
+  std::vector<float> poisoned = good;
+  for (int i = 0; i < gcm::kNumParams; ++i) {  // every weight of the final norm: every row's logits
+    if (std::string(gcm::kParams[i].name).find("norm") != std::string::npos && gcm::kParams[i].layer < 0) {
+      std::fill(poisoned.begin() + gcm::kOffsets.at[i], poisoned.begin() + gcm::kOffsets.at[i + 1], std::nanf(""));
+    }
+  }
+  std::vector<std::int32_t> inputs(std::size_t(batch) * seq_len), targets(inputs.size());
+  for (int step = 1; step <= 2; ++step) {
+    const std::vector<float>& start = step == 1 ? poisoned : good;
+    model.params = start;
+    gpu->upload(start.data(), m.data(), v.data());
+    random_batch(step, inputs, targets);
+    for (gcm::Engine* engine : {static_cast<gcm::Engine*>(&cpu), gpu.get()}) {
+      engine->zero_grads();
+      engine->forward_backward(inputs.data(), targets.data(), 1.0);
+      engine->finish_step(1e-2, step);
+      const gcm::StepVerdict& verdict = engine->read_step().verdict;
+      EXPECT_EQ(verdict.stopped_at, 1) << engine->describe() << " step " << step;
+      EXPECT_EQ(std::isnan(verdict.loss), step == 1) << engine->describe() << " step " << step;
+      EXPECT_TRUE(std::isnan(verdict.stopped_loss)) << engine->describe();
+    }
+    std::vector<float> params(total), gm(total), gv(total);
+    gpu->download(params.data(), gm.data(), gv.data());
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(params, start)) << "step " << step << ": the GPU's weights changed";
+    EXPECT_TRUE(same(model.params, start)) << "step " << step << ": the CPU's weights changed";
+    EXPECT_EQ(gm, m) << "step " << step;
+    EXPECT_EQ(gv, v) << "step " << step;
+    EXPECT_EQ(m, std::vector<float>(total, 0.0f)) << "step " << step << ": the CPU's moments changed";
+  }
+}
+
+#ifdef GC_CUDA_EMULATOR
+// A step (after the first, which sizes cuBLASLt's workspace) is queued without the host waiting
+// for the GPU: uploads, forward, backward, norms, the verdict and AdamW; read_step then waits.
+TEST(CudaEngine, AStepQueuesWithoutHostWaits) {
+  const int batch = gcm::kMicroBatch, seq_len = gcm::kSeqLen;
+  const std::unique_ptr<gcm::Engine> gpu = gcm::make_cuda_engine(batch, seq_len);
+  gpu->initialize(gcm::kSeed);
+  std::vector<std::int32_t> inputs(std::size_t(batch) * seq_len), targets(inputs.size());
+  for (int step = 1; step <= 3; ++step) {
+    random_batch(step, inputs, targets);
+    const std::int64_t before = gc_emu::host_waits();
+    gpu->zero_grads();
+    for (int micro = 0; micro < 2; ++micro) gpu->forward_backward(inputs.data(), targets.data(), 0.5);
+    gpu->finish_step(1e-3, step);
+    if (step > 1) EXPECT_EQ(gc_emu::host_waits(), before) << "step " << step << " made the host wait";
+    const gcm::StepReadout& read = gpu->read_step();
+    EXPECT_GT(gc_emu::host_waits(), before) << "reading waits for the step";
+    EXPECT_GT(read.verdict.loss, 1.0);
+    EXPECT_GT(read.verdict.grad_norm, 0.0);
+  }
+}
+#endif
 
 }  // namespace

@@ -14,6 +14,8 @@
 //   all-gather of the bf16 weights;
 //   backend "nccl", which refuses CPU processes) equals 1 process; its checkpoint is whole and resumes in one process; the weight metrics that
 //   need every shard are gathered; rank 0 holds half the moments, as planned.
+// - One process reading a step's values only at its log, record and save steps logs the same
+//   losses as one reading every step, and finds a non-finite step at its next read.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "e2e/run_compare.hpp"
@@ -173,6 +176,54 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
                                 "on one GPU"),
             std::string::npos)
       << crowded.output;
+}
+
+// One GPU process whose host reads a step's values only when it logs, records or saves (here
+// steps 1, 4 and 8): its logged losses equal a run that reads every step, bit for bit; with an
+// overflowing learning rate the non-finite step 2 is found at the next read, which names it
+// and stops without a checkpoint.
+TEST_F(GpuDataParallelEmulated, StepsBetweenReadsAreQueuedAndANonFiniteStepIsNamedAtTheNextRead) {
+  std::string spec = spec_text("fp32", 0);
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"steps = 6", "steps = 8"},
+           {"eval_every = 3", "eval_every = 8"},
+           {"checkpoint_every = 3", "checkpoint_every = 8"},
+           {"param_norm.interval = 2", "param_norm.interval = 8"},
+           {"update_ratio.interval = 2", "update_ratio.interval = 8"},
+           {"stable_rank.interval = 3", "stable_rank.interval = 8"}}) {
+    spec.replace(spec.find(from), from.size(), to);
+  }
+  const fs::path tree = build("reads", spec);
+  std::string overflow = spec;
+  overflow.replace(overflow.find("lr = 3e-3"), 9, "lr = 1e30");
+  const fs::path overflowing = build("overflow", overflow);
+  ASSERT_FALSE(HasFailure());
+
+  const Outcome every = train(tree, "--out " + (dir_ / "every").string() + " --log-every 1");
+  ASSERT_EQ(every.status, 0) << every.output;
+  const Outcome sparse = train(tree, "--out " + (dir_ / "sparse").string() + " --log-every 4");
+  ASSERT_EQ(sparse.status, 0) << sparse.output;
+  const auto all = losses(dir_ / "every"), logged = losses(dir_ / "sparse");
+  ASSERT_EQ(all.size(), 8u);
+  ASSERT_EQ(logged.size(), 3u);  // steps 1, 4 and 8
+  EXPECT_EQ(logged[0], all[0]);
+  EXPECT_EQ(logged[1], all[3]);
+  EXPECT_EQ(logged[2], all[7]);
+  EXPECT_EQ(summary(dir_ / "sparse")["steps"], 8);
+
+  const Outcome stopped = train(overflowing, "--out " + (dir_ / "stopped").string() + " --log-every 4");
+  EXPECT_EQ(stopped.status, 1) << stopped.output;
+  EXPECT_NE(stopped.output.find("step 2: the loss or gradient norm is not finite"), std::string::npos)
+      << stopped.output;
+  EXPECT_NE(stopped.output.find("stopping at step 4 (the first read since; no update after step 1)"),
+            std::string::npos)
+      << stopped.output;
+  std::vector<std::int64_t> events;
+  for (const auto& r : read_jsonl(dir_ / "stopped" / "metrics.jsonl")) {
+    if (r.value("event", "") == "nonfinite") events.push_back(r["step"].get<std::int64_t>());
+  }
+  EXPECT_EQ(events, std::vector<std::int64_t>{2});
+  EXPECT_FALSE(fs::exists(dir_ / "stopped" / "checkpoints" / "step_000004"));
 }
 
 TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProcess) {

@@ -1,4 +1,5 @@
 #include "cpu/adamw.hpp"
+#include "train/step_verdict.hpp"
 
 #include <gtest/gtest.h>
 
@@ -94,7 +95,10 @@ TEST(KernelAdamW, GlobalGradNormMatchesNaiveAndIgnoresThreadCount) {
     naive += double(x) * x;
   }
   auto norm = [&] {
-    return gcm::cpu::global_norm({gcm::cpu::sum_of_squares(a.data(), big), gcm::cpu::sum_of_squares(b.data(), small)});
+    const double squares[2] = {gcm::cpu::sum_of_squares(a.data(), big), gcm::cpu::sum_of_squares(b.data(), small)};
+    gcm::StepVerdict v;
+    gcm::judge_step(v, 1.0, squares, 2, 0.0, 1);
+    return v.grad_norm;
   };
   double one = 0.0, two = 0.0;
   kt::with_threads(1, [&] { one = norm(); });
@@ -103,10 +107,33 @@ TEST(KernelAdamW, GlobalGradNormMatchesNaiveAndIgnoresThreadCount) {
   const double err = std::fabs(one - std::sqrt(naive)) / std::sqrt(naive);
   kt::report("global grad norm vs naive", err);
   EXPECT_LT(err, 1e-12);
+}
 
-  EXPECT_EQ(gcm::cpu::clip_scale(0.5, 1.0), 1.0);
-  EXPECT_NEAR(gcm::cpu::clip_scale(4.0, 1.0), 1.0 / (4.0 + 1e-6), 1e-15);
-  EXPECT_EQ(gcm::cpu::clip_scale(4.0, 0.0), 1.0);
+// The clip multiplier is torch's clip_grad_norm_'s; the first non-finite step is kept.
+TEST(KernelAdamW, StepVerdictClipsAndRemembersTheFirstNonFiniteStep) {
+  const auto judge = [](gcm::StepVerdict& v, double loss, double squares_sum, double max_norm, std::int64_t step) {
+    const double squares[2] = {squares_sum * 0.25, squares_sum * 0.75};
+    gcm::judge_step(v, loss, squares, 2, max_norm, step);
+  };
+  gcm::StepVerdict v;
+  judge(v, 2.0, 0.25, 1.0, 1);
+  EXPECT_EQ(v.grad_norm, 0.5);
+  EXPECT_EQ(v.clip, 1.0);
+  judge(v, 2.0, 16.0, 1.0, 2);
+  EXPECT_NEAR(v.clip, 1.0 / (4.0 + 1e-6), 1e-15);
+  judge(v, 2.0, 16.0, 0.0, 3);
+  EXPECT_EQ(v.clip, 1.0) << "max_norm 0 disables clipping";
+  EXPECT_EQ(v.stopped_at, 0);
+  judge(v, std::nan(""), 1.0, 1.0, 4);
+  EXPECT_EQ(v.stopped_at, 4) << "a NaN loss";
+  judge(v, 2.0, HUGE_VAL, 1.0, 5);
+  EXPECT_EQ(v.stopped_at, 4) << "the first non-finite step is kept";
+  EXPECT_TRUE(std::isinf(v.grad_norm));
+  gcm::StepVerdict w;
+  judge(w, 2.0, HUGE_VAL, 1.0, 7);
+  EXPECT_EQ(w.stopped_at, 7) << "an infinite gradient norm";
+  EXPECT_EQ(w.stopped_loss, 2.0);
+  EXPECT_TRUE(std::isinf(w.stopped_norm));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -100,5 +101,16 @@ void run_pending_copies();
 // Runs `op` now on the default stream (stream == nullptr), else queues it on the created stream
 // (an error for a stream that is not live).
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> op);
+
+}  // namespace gc_emu
+
+namespace gc_emu {
+
+// Calls made so far after which a real GPU's host waits for the device work queued before them:
+// cudaMemcpy (either direction), cudaMemset, cudaDeviceSynchronize, cudaStreamSynchronize,
+// cudaMalloc, cudaFree, cudaMallocHost and cudaFreeHost. (cudaEventSynchronize is left out: the
+// pinned uploads wait on events recorded several uploads earlier, which a GPU has long passed.)
+// Tests use it to check that a training step queues its work without stalls.
+std::int64_t host_waits();
 
 }  // namespace gc_emu

@@ -20,4 +20,7 @@ cudaError_t enqueue_copy(cudaStream_t stream, void* dst, const void* src, std::s
 // stream waits for it before each of its operations).
 void drain_blocking_streams();
 
+// src/runtime.cpp: host_waits()'s counter (a call that makes a GPU's host wait adds one).
+void count_host_wait();
+
 }  // namespace gc_emu

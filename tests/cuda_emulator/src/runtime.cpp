@@ -112,6 +112,7 @@ bool is_pinned_range(const void* ptr, std::size_t bytes) {
 }  // namespace gc_emu
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  gc_emu::count_host_wait();
   if (ptr == nullptr) return gc_emu::record_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
@@ -126,6 +127,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 }
 
 cudaError_t cudaFree(void* ptr) {
+  gc_emu::count_host_wait();
   gc_emu::run_pending_copies();
   if (ptr == nullptr) return cudaSuccess;
   auto& m = gc_emu::memory();
@@ -138,6 +140,17 @@ cudaError_t cudaFree(void* ptr) {
   std::free(ptr);
   return cudaSuccess;
 }
+
+namespace gc_emu {
+
+namespace {
+std::int64_t host_wait_count = 0;
+}  // namespace
+
+void count_host_wait() { ++host_wait_count; }
+std::int64_t host_waits() { return host_wait_count; }
+
+}  // namespace gc_emu
 
 namespace gc_emu {
 namespace {
@@ -169,7 +182,9 @@ cudaError_t enqueue_copy(cudaStream_t stream, void* dst, const void* src, std::s
 
 }  // namespace gc_emu
 
-cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+namespace {
+
+cudaError_t copy_now(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   gc_emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
   const cudaError_t e = gc_emu::check_copy(dst, src, bytes, kind, "cudaMemcpy");
@@ -178,20 +193,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t stream) {
-  if (stream != nullptr) {  // a created stream: checked now, run in that stream's order
-    return gc_emu::enqueue_copy(stream, dst, src, bytes, kind);
-  }
-  const bool to_device = kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc_emu::is_device_range(dst, 0));
-  if (bytes == 0 || !to_device || !gc_emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
-  const cudaError_t e = gc_emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
-  if (e != cudaSuccess) return e;
-  gc_emu::memory().pending.push_back({dst, src, bytes, gc_emu::memory().next_sequence++});
-  return cudaSuccess;
-}
-
-cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+cudaError_t memset_now(void* ptr, int value, std::size_t bytes) {
   gc_emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
   const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemset", "range");
@@ -200,20 +202,50 @@ cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
   return cudaSuccess;
 }
 
+}  // namespace
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  gc_emu::count_host_wait();
+  return copy_now(dst, src, bytes, kind);
+}
+
+// On the default stream: device-to-device copies and copies from page-locked memory do not make
+// the host wait; a copy to or from pageable host memory does (as on a GPU, where it is staged).
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (stream != nullptr) {  // a created stream: checked now, run in that stream's order
+    return gc_emu::enqueue_copy(stream, dst, src, bytes, kind);
+  }
+  const bool to_device = kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc_emu::is_device_range(dst, 0));
+  if (kind == cudaMemcpyDeviceToDevice) return copy_now(dst, src, bytes, kind);
+  if (bytes == 0 || !to_device || !gc_emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
+  const cudaError_t e = gc_emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
+  if (e != cudaSuccess) return e;
+  gc_emu::memory().pending.push_back({dst, src, bytes, gc_emu::memory().next_sequence++});
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
+  gc_emu::count_host_wait();
+  return memset_now(ptr, value, bytes);
+}
+
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
-  if (stream == nullptr) return cudaMemset(ptr, value, bytes);
+  if (stream == nullptr) return memset_now(ptr, value, bytes);
   const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemsetAsync", "range");
   if (e != cudaSuccess) return e;
   return gc_emu::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
 }
 
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
+  gc_emu::count_host_wait();
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
   if (*ptr == nullptr) return gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
   gc_emu::memory().pinned[static_cast<const char*>(*ptr)] = bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
+  gc_emu::count_host_wait();
   gc_emu::run_pending_copies();  // (freeing a source with a copy in flight is a bug on a GPU)
   gc_emu::memory().pinned.erase(static_cast<const char*>(ptr));
   std::free(ptr);

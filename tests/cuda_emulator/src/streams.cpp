@@ -126,6 +126,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  gc_emu::count_host_wait();
   if (stream == nullptr) {
     gc_emu::run_pending_copies();
     return cudaSuccess;
@@ -136,6 +137,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  gc_emu::count_host_wait();
   for (cudaStream_t s : gc_emu::live_streams()) gc_emu::run_all(s);
   gc_emu::run_pending_copies();
   return cudaSuccess;
