@@ -33,8 +33,8 @@ inline constexpr std::int64_t kStoredParams = 107136;
 // FLOPs per token (6·matmul weights + attention) and planned bytes: the model's
 // buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).
 inline constexpr double kFlopsPerToken = 589824.0;
-inline constexpr std::int64_t kPlannedModelBufferBytes = 1925136;
-inline constexpr std::int64_t kPlannedDeviceBytes = 37267324;
+inline constexpr std::int64_t kPlannedModelBufferBytes = 1908752;
+inline constexpr std::int64_t kPlannedDeviceBytes = 37250988;
 // Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed
 // 2^25 elements): the head and the cross-entropy run in chunks of these rows.
 inline constexpr int kHeadChunkRows = 128;

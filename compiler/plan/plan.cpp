@@ -221,6 +221,16 @@ std::int64_t head_chunk_rows(const Spec& spec) {
 
 namespace {
 
+// Whether the model runs Q, K and V as one GEMM over [W_q; W_k; W_v] (model_impl.hpp,
+// detail::qkv_stacked): no QK-norm, and W_q and W_k fill whole alignment blocks, so that the
+// three tensors (stored one after the other) leave no gap between them.
+bool qkv_stacked(const Spec& spec) {
+  const ModelSpec& m = spec.model;
+  const std::int64_t q = std::int64_t(m.n_heads) * m.head_dim * m.d_model;
+  const std::int64_t kv = std::int64_t(m.n_kv_heads) * m.head_dim * m.d_model;
+  return !m.qk_norm && q % kTensorAlignElements == 0 && kv % kTensorAlignElements == 0;
+}
+
 // Bytes of the buffers BasicModel allocates besides parameters and gradients
 // for one micro-batch of N = micro_batch·seq_len rows (model/model_impl.hpp's
 // constructor); a tree test compares it with what the model allocates.
@@ -237,8 +247,10 @@ double estimate_model_buffer_bytes(const Spec& spec) {
                    : m.gated_attention == GatedAttention::headwise ? H
                                                                    : Q;
   const bool sandwich = m.norm_placement == NormPlacement::sandwich;
-  // Per layer: x a h2 b proj m; q qr o; k v kr; [qn kn]; [z og]; [pn mn]; dense: u w s.
-  double layer = 6 * D + 3 * Q + 3 * KV;
+  const bool qkv = qkv_stacked(spec);
+  // Per layer: x a h2 b proj m; q qr o; k v kr; [qn kn]; [z og]; [pn mn]; dense: u w s. With the
+  // Q/K/V projections stacked no layer keeps q and k: they pass through one [N, Q + 2·KV] buffer.
+  double layer = 6 * D + 3 * Q + 3 * KV - (qkv ? Q + KV : 0.0);
   if (m.qk_norm) layer += Q + KV;
   if (G > 0) layer += G + Q;
   if (sandwich) layer += 2 * D;
@@ -262,8 +274,10 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
   elems += 2 * D;  // final hidden, final norm
-  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv; dz; [dff_a dff_b dff_s].
-  elems += 3 * D + 3 * Q + 3 * KV + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0);
+  if (qkv) elems += Q + 2 * KV;  // the stacked projection
+  // Backward scratch: dh dx dd; dq dqr do; dk dkr dv (stacked: dqkv in place of dq and dk); dz;
+  // [dff_a dff_b dff_s].
+  elems += 3 * D + 3 * Q + 3 * KV + (qkv ? KV : 0.0) + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0);
   double stats = double(m.n_layers) * layer_stats + (m.embedding_norm ? 1.0 : 0.0) + 3.0;  // rstd_f, losses, p_target
   stats += moe_stats;
   // The head's logits and their gradient: a chunk of rows each; the logit moments (2 doubles).
@@ -298,7 +312,8 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
 }
 
 // The CUDA engine's small device tables (AdamW's per-tensor table of 24 bytes a row, per-tensor
-// Σ g² and its chunk partials in double, the step's loss accumulators) and the largest scratch
+// Σ g² and its chunk partials in double, the step's loss accumulators, the step verdict of
+// train/step_verdict.hpp: 48 bytes) and the largest scratch
 // buffer runtime/cuda/blaslt.hpp allocates while it times algorithms for an accumulating GEMM
 // (β = 1: a copy of the output, if at most 64 MiB). Accumulating outputs: the fp32 weight
 // gradients (an expert stack's per expert; gate and up together) and the activation gradients dx
@@ -306,7 +321,7 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
 double estimate_engine_scratch_bytes(const Spec& spec, const std::vector<ParamEntry>& params,
                                      const ParamCounts& counts) {
   const double tensors = double(params.size());
-  double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 16.0;
+  double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 16.0 + 48.0;
   constexpr double kTuneScratchLimit = double(std::int64_t(64) << 20);
   const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
   double tune = 0.0;
@@ -320,6 +335,11 @@ double estimate_engine_scratch_bytes(const Spec& spec, const std::vector<ParamEn
     const bool stacked = p.cls == ParamClass::mlp_gate || p.cls == ParamClass::expert_gate ||
                          p.cls == ParamClass::shared_gate;
     consider(per_matrix * 4.0 * (stacked ? 2.0 : 1.0));
+    // Q, K and V stacked: one weight-gradient GEMM over the three.
+    if (p.cls == ParamClass::attn_q && qkv_stacked(spec)) {
+      const double kv = double(spec.model.n_kv_heads) * double(spec.model.head_dim);
+      consider((double(p.shape[0]) + 2.0 * kv) * double(p.shape.back()) * 4.0);
+    }
   }
   consider(double(spec.train.micro_batch) * double(spec.train.seq_len) * double(spec.model.d_model) * act);
   return bytes + tune;

@@ -88,6 +88,14 @@ class Backend {
   void rope_backward(T* dx, const T* dy, int heads) {
     cpu::rope_backward(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_, heads, kHeadDim);
   }
+  // The stacked Q/K/V projection's row split into RoPE(q), RoPE(k) and v, and the gradients
+  // stacked back (cpu/rope.hpp).
+  void qkv_rope_forward(T* qr, T* kr, T* v, const T* qkv) {
+    cpu::qkv_rope_forward(qr, kr, v, qkv, cos_.data(), sin_.data(), batch_, seq_len_, kHeads, kKvHeads, kHeadDim);
+  }
+  void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv) {
+    cpu::qkv_rope_backward(dqkv, dqr, dkr, dv, cos_.data(), sin_.data(), batch_, seq_len_, kHeads, kKvHeads, kHeadDim);
+  }
   void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionDims& d, double scale) {
     cpu::attention_forward(out, lse, q, k, v, d, scale);
   }

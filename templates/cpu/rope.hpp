@@ -13,6 +13,7 @@
 // to ~T·2^-24 rad at large positions). in == out is allowed (each pair is read before written).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -32,15 +33,16 @@ void rope_table(T* cos_table, T* sin_table, int seq_len, int head_dim, double th
   }
 }
 
-// Rotates every head vector by +angle (direction = +1) or −angle (direction = −1).
+// Rotates every head vector by +angle (direction = +1) or −angle (direction = −1); the rows
+// [B, seq_len] hold positions first_position + (row mod seq_len).
 template <typename T>
 void rope_rotate(T* out, const T* in, const T* cos_table, const T* sin_table, int B, int seq_len, int heads,
-                 int head_dim, int direction) {
+                 int head_dim, int direction, std::int64_t first_position = 0) {
   const int half = head_dim / 2;
   const std::int64_t rows = std::int64_t(B) * seq_len;
-#pragma omp parallel for
+#pragma omp parallel for if (rows > 1)
   for (std::int64_t bt = 0; bt < rows; ++bt) {
-    const std::int64_t p = bt % seq_len;
+    const std::int64_t p = first_position + bt % seq_len;
     const T* c = cos_table + p * half;
     const T* s = sin_table + p * half;
     for (int h = 0; h < heads; ++h) {
@@ -67,6 +69,39 @@ template <typename T>
 void rope_backward(T* dx, const T* dy, const T* cos_table, const T* sin_table, int B, int seq_len, int heads,
                    int head_dim) {
   rope_rotate(dx, dy, cos_table, sin_table, B, seq_len, heads, head_dim, -1);
+}
+
+// The Q, K and V projections as one GEMM (model_impl.hpp, detail::kQkvStacked) write each
+// token's row of the stacked output as heads + 2·kv_heads head vectors: q's heads, then k's,
+// then v's. qkv_rope_forward splits it into RoPE(q) [B, T, heads, hd], RoPE(k) and v
+// [B, T, kv_heads, hd]; qkv_rope_backward stacks the gradients back: R(−angle)·dqr, R(−angle)·dkr
+// and dv. (The split costs nothing beyond separate RoPE passes but the copy of v.)
+template <typename T>
+void qkv_rope_forward(T* qr, T* kr, T* v, const T* qkv, const T* cos_table, const T* sin_table, int B, int seq_len,
+                      int heads, int kv_heads, int head_dim) {
+  const std::int64_t rows = std::int64_t(B) * seq_len, q_width = std::int64_t(heads) * head_dim;
+  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim, width = q_width + 2 * kv_width;
+#pragma omp parallel for
+  for (std::int64_t bt = 0; bt < rows; ++bt) {
+    const T* row = qkv + bt * width;
+    rope_rotate(qr + bt * q_width, row, cos_table, sin_table, 1, 1, heads, head_dim, +1, bt % seq_len);
+    rope_rotate(kr + bt * kv_width, row + q_width, cos_table, sin_table, 1, 1, kv_heads, head_dim, +1, bt % seq_len);
+    std::copy(row + q_width + kv_width, row + width, v + bt * kv_width);
+  }
+}
+
+template <typename T>
+void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv, const T* cos_table, const T* sin_table,
+                       int B, int seq_len, int heads, int kv_heads, int head_dim) {
+  const std::int64_t rows = std::int64_t(B) * seq_len, q_width = std::int64_t(heads) * head_dim;
+  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim, width = q_width + 2 * kv_width;
+#pragma omp parallel for
+  for (std::int64_t bt = 0; bt < rows; ++bt) {
+    T* row = dqkv + bt * width;
+    rope_rotate(row, dqr + bt * q_width, cos_table, sin_table, 1, 1, heads, head_dim, -1, bt % seq_len);
+    rope_rotate(row + q_width, dkr + bt * kv_width, cos_table, sin_table, 1, 1, kv_heads, head_dim, -1, bt % seq_len);
+    std::copy(dv + bt * kv_width, dv + (bt + 1) * kv_width, row + q_width + kv_width);
+  }
 }
 
 }  // namespace gcm::cpu

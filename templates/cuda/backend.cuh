@@ -188,6 +188,16 @@ class Backend {
       cuda::rope_backward<RopeShape::kHeadDim, decltype(h)::value>(dx, dy, cos_.data(), sin_.data(), batch_, seq_len_);
     });
   }
+  // The stacked Q/K/V projection's row split into RoPE(q), RoPE(k) and v, and the gradients
+  // stacked back (cuda/rope.cuh).
+  void qkv_rope_forward(T* qr, T* kr, T* v, const T* qkv) {
+    cuda::qkv_rope_forward<RopeShape::kHeadDim, RopeShape::kHeads, RopeShape::kKvHeads>(
+        qr, kr, v, qkv, cos_.data(), sin_.data(), batch_, seq_len_);
+  }
+  void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv) {
+    cuda::qkv_rope_backward<RopeShape::kHeadDim, RopeShape::kHeads, RopeShape::kKvHeads>(
+        dqkv, dqr, dkr, dv, cos_.data(), sin_.data(), batch_, seq_len_);
+  }
   // The attention kernels are specialized for the spec's heads, head_dim and scale
   // (AttentionShape); the model's dims must be those. bf16 with a head_dim that is a multiple of
   // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the

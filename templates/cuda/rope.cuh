@@ -92,4 +92,95 @@ void rope_backward(T* dx, const T* dy, const float* cos_t, const float* sin_t, i
   rope_rotate<-1, kHeadDim, kHeads>(dx, dy, cos_t, sin_t, B, seq_len);
 }
 
+// ---- the stacked Q/K/V projection ----------------------------------------------------------
+// One GEMM writes each token's row as kHeads + 2·kKvHeads head vectors (q's, k's, v's:
+// model_impl.hpp, detail::kQkvStacked). The forward splits a row into RoPE(q), RoPE(k) and v; the
+// backward stacks R(−angle)·dqr, R(−angle)·dkr and dv back into a row, so the input gradient is
+// one GEMM as well. Head vector j of token n lies at (n·(kHeads + 2·kKvHeads) + j)·hd in the
+// stacked buffer and in q (j < kHeads), k or v at its own row's place; v is copied unrotated.
+// Pack k (grid-stride) covers dimensions i .. i+kVec−1 (and their partners at + hd/2) of head
+// vector k / (hd/2/kVec), as in rope_rotate_kernel.
+template <int kHeadDim, int kHeads, int kKvHeads>
+struct QkvRow {
+  static constexpr int kHeadVectors = kHeads + 2 * kKvHeads;
+  // The offset of stacked head vector `stacked` (= n·kHeadVectors + j) in its own buffer, and
+  // which buffer: 0 q, 1 k, 2 v.
+  __device__ static std::int64_t split_offset(std::int64_t stacked, int* part) {
+    const std::int64_t n = stacked / kHeadVectors;
+    const int j = int(stacked - n * kHeadVectors);
+    *part = j < kHeads ? 0 : j < kHeads + kKvHeads ? 1 : 2;
+    const int within = *part == 0 ? j : *part == 1 ? j - kHeads : j - kHeads - kKvHeads;
+    return (n * (*part == 0 ? kHeads : kKvHeads) + within) * std::int64_t(kHeadDim);
+  }
+};
+
+// kDirection = +1: stacked → (qr, kr, v); −1: (dqr, dkr, dv) → stacked.
+template <int kDirection, int kHeadDim, int kHeads, int kKvHeads, typename T>
+__global__ void qkv_rope_kernel(T* stacked, T* q, T* k, T* v, const float* cos_t, const float* sin_t, int seq_len,
+                                std::int64_t packs) {
+  static_assert(kHeadDim > 0 && kHeadDim % 2 == 0, "RoPE needs an even head_dim");
+  using Row = QkvRow<kHeadDim, kHeads, kKvHeads>;
+  constexpr int kHalf = kHeadDim / 2, kVec = kRopeVec<kHeadDim, T>, kPacksPerHalf = kHalf / kVec;
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    const std::int64_t head_vector = p / kPacksPerHalf;
+    const int i = int(p - head_vector * kPacksPerHalf) * kVec;
+    int part = 0;
+    const std::int64_t own = Row::split_offset(head_vector, &part);
+    T* separate = (part == 0 ? q : part == 1 ? k : v) + own + i;
+    T* packed = stacked + head_vector * kHeadDim + i;
+    const T* in = kDirection > 0 ? packed : separate;
+    T* out = kDirection > 0 ? separate : packed;
+    float x1[kVec], x2[kVec], y1[kVec], y2[kVec];
+    load_pack<kVec>(x1, in);
+    load_pack<kVec>(x2, in + kHalf);
+    if (part == 2) {  // v: copied
+      store_pack<kVec>(out, x1);
+      store_pack<kVec>(out + kHalf, x2);
+      continue;
+    }
+    const std::int64_t position = (head_vector / Row::kHeadVectors) % seq_len;
+    float c[kVec], s[kVec];
+    load_pack<kVec>(c, cos_t + position * kHalf + i);
+    load_pack<kVec>(s, sin_t + position * kHalf + i);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float sn = kDirection > 0 ? s[e] : -s[e];
+      y1[e] = x1[e] * c[e] - x2[e] * sn;
+      y2[e] = x2[e] * c[e] + x1[e] * sn;
+    }
+    store_pack<kVec>(out, y1);
+    store_pack<kVec>(out + kHalf, y2);
+  }
+}
+
+template <int kDirection, int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_rope(T* stacked, T* q, T* k, T* v, const float* cos_t, const float* sin_t, int B, int seq_len) {
+  constexpr int kVec = kRopeVec<kHeadDim, T>;
+  const std::int64_t packs =
+      std::int64_t(B) * seq_len * QkvRow<kHeadDim, kHeads, kKvHeads>::kHeadVectors * (kHeadDim / 2 / kVec);
+  if (packs <= 0) return;
+  check_pack_aligned<kVec, T>("qkv rope", stacked, q);
+  check_pack_aligned<kVec, T>("qkv rope", k, v);
+  check_pack_aligned<kVec, float>("rope tables", cos_t, sin_t);
+  launch(qkv_rope_kernel<kDirection, kHeadDim, kHeads, kKvHeads, T>, blocks_for(packs, kRopeThreads), kRopeThreads,
+         0, stacked, q, k, v, cos_t, sin_t, seq_len, packs);
+}
+
+// qr = R(+angle)·q, kr = R(+angle)·k, v = v of the stacked [B, seq_len, kHeads + 2·kKvHeads, hd].
+template <int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_rope_forward(T* qr, T* kr, T* v, const T* qkv, const float* cos_t, const float* sin_t, int B, int seq_len) {
+  // The kernel only reads `stacked` in this direction.
+  qkv_rope<+1, kHeadDim, kHeads, kKvHeads>(const_cast<T*>(qkv), qr, kr, v, cos_t, sin_t, B, seq_len);
+}
+
+// dqkv = the stacked [R(−angle)·dqr | R(−angle)·dkr | dv] of each token.
+template <int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv, const float* cos_t, const float* sin_t, int B,
+                       int seq_len) {
+  // The kernel only reads q, k and v in this direction.
+  qkv_rope<-1, kHeadDim, kHeads, kKvHeads>(dqkv, const_cast<T*>(dqr), const_cast<T*>(dkr), const_cast<T*>(dv), cos_t,
+                                           sin_t, B, seq_len);
+}
+
 }  // namespace gcm::cuda

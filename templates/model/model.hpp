@@ -143,6 +143,7 @@ class BasicModel {
 
   // Per-layer activations the metrics read (q·k after RoPE and the lse).
   struct Layer {
+    // q and k are empty when the projections are stacked (detail::kQkvStacked: qkv_ holds them).
     Buffer<Act> x, a, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, uw, s, m, mn;
     Buffer<Stat> rstd_a, rstd_q, rstd_k, lse, rstd_p, rstd_b, rstd_m;
   };
@@ -212,9 +213,12 @@ class BasicModel {
   std::vector<MoeLayer<Backend>> moe_;  // per layer; allocated for MoE layers only
   MoeScratch<Backend> moe_scratch_;
   Buffer<Act> h_final_, f_, logits_;
+  // The stacked Q/K/V projection of the layer being run forward (detail::kQkvStacked): split into
+  // each layer's RoPE(q), RoPE(k) and v at once, so one buffer serves every layer.
+  Buffer<Act> qkv_;
   Buffer<Stat> rstd_f_, losses_, p_target_;
   // Backward scratch.
-  Buffer<Act> dh_, dx_, dd_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_ab_, dff_s_, dlogits_;
+  Buffer<Act> dh_, dx_, dd_, dqkv_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_ab_, dff_s_, dlogits_;
 };
 
 // The CPU model (T = float for training, double for the gradient check).

@@ -28,6 +28,28 @@ constexpr bool gate_up_stacked() {
   return true;
 }
 inline constexpr bool kGateUpStacked = gate_up_stacked();
+
+// Whether every layer stores k_proj right after q_proj and v_proj right after k_proj (no
+// alignment gap) and has no QK-norm: [W_q; W_k; W_v] is then one [(H + 2·KV)·hd, d_model] matrix
+// and the three projections are one GEMM forward and one each for dx and dW backward.
+// qkv_rope_forward splits the stacked output (one scratch buffer for all layers) into RoPE(q),
+// RoPE(k) and v (the RoPE pass the separate projections need anyway, plus a copy of v) and
+// qkv_rope_backward stacks the gradients. With QK-norm the norm reads q and k head by head:
+// three GEMMs.
+constexpr bool qkv_stacked() {
+  if (kQkNorm) return false;
+  for (int l = 0; l < kNumLayers; ++l) {
+    const LayerParams& P = kLayerParams[l];
+    if (P.k != P.q + 1 || P.v != P.k + 1) return false;
+    if (kOffsets.at[P.k] != kOffsets.at[P.q] + kParams[P.q].numel ||
+        kOffsets.at[P.v] != kOffsets.at[P.k] + kParams[P.k].numel) {
+      return false;
+    }
+  }
+  return true;
+}
+inline constexpr bool kQkvStacked = qkv_stacked();
+inline constexpr int kQkvDim = kQDim + 2 * kKvDim;  // a row of the stacked projection
 }  // namespace detail
 
 template <typename Backend>
@@ -60,8 +82,13 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
     Layer& L = layers_[std::size_t(l)];
     for (auto* buf : {&L.x, &L.a, &L.h2, &L.b, &L.proj, &L.m}) allocate(*buf, N * D);
     for (auto* buf : {&L.rstd_a, &L.rstd_b}) allocate(*buf, N);
-    for (auto* buf : {&L.q, &L.qr, &L.o}) allocate(*buf, N * kQDim);
-    for (auto* buf : {&L.k, &L.v, &L.kr}) allocate(*buf, N * kKvDim);
+    if constexpr (detail::kQkvStacked) {  // q and k only pass through qkv_
+      for (auto* buf : {&L.qr, &L.o}) allocate(*buf, N * kQDim);
+      for (auto* buf : {&L.v, &L.kr}) allocate(*buf, N * kKvDim);
+    } else {
+      for (auto* buf : {&L.q, &L.qr, &L.o}) allocate(*buf, N * kQDim);
+      for (auto* buf : {&L.k, &L.v, &L.kr}) allocate(*buf, N * kKvDim);
+    }
     allocate(L.lse, std::int64_t(B_) * kHeads * seq_len);
     if (!is_moe_layer(l)) {
       allocate(L.uw, 2 * N * F);
@@ -93,8 +120,15 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
   allocate(losses_, N);
   allocate(p_target_, N);
   for (auto* buf : {&dh_, &dx_, &dd_}) allocate(*buf, N * D);
-  for (auto* buf : {&dq_, &dqr_, &do_}) allocate(*buf, N * kQDim);
-  for (auto* buf : {&dk_, &dkr_, &dv_}) allocate(*buf, N * kKvDim);
+  if constexpr (detail::kQkvStacked) {
+    allocate(qkv_, N * detail::kQkvDim);
+    allocate(dqkv_, N * detail::kQkvDim);
+    for (auto* buf : {&dqr_, &do_}) allocate(*buf, N * kQDim);
+    for (auto* buf : {&dkr_, &dv_}) allocate(*buf, N * kKvDim);
+  } else {
+    for (auto* buf : {&dq_, &dqr_, &do_}) allocate(*buf, N * kQDim);
+    for (auto* buf : {&dk_, &dkr_, &dv_}) allocate(*buf, N * kKvDim);
+  }
   allocate(dz_, N * std::max(kGateDim, 1));
   if (any_dense) {
     allocate(dff_ab_, 2 * N * F);
@@ -147,20 +181,26 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   const LayerParams& P = kLayerParams[l];
   const int N = N_, D = kDModel;
   ops_.rmsnorm_forward(L.a.data(), L.rstd_a.data(), h_in, param(P.input_norm), N, D);
-  ops_.linear_forward(L.q.data(), L.a.data(), param(P.q), N, D, kQDim);
-  ops_.linear_forward(L.k.data(), L.a.data(), param(P.k), N, D, kKvDim);
-  ops_.linear_forward(L.v.data(), L.a.data(), param(P.v), N, D, kKvDim);
-  const Act* q = L.q.data();
-  const Act* k = L.k.data();
-  if constexpr (kQkNorm) {
-    // One gain per head dimension: an RMSNorm over rows of head_dim.
-    ops_.rmsnorm_forward(L.qn.data(), L.rstd_q.data(), q, param(P.q_norm), std::int64_t(N) * kHeads, kHeadDim);
-    ops_.rmsnorm_forward(L.kn.data(), L.rstd_k.data(), k, param(P.k_norm), std::int64_t(N) * kKvHeads, kHeadDim);
-    q = L.qn.data();
-    k = L.kn.data();
+  if constexpr (detail::kQkvStacked) {
+    // param(P.q) is [W_q; W_k; W_v]: one GEMM, then RoPE(q), RoPE(k) and v out of its rows.
+    ops_.linear_forward(qkv_.data(), L.a.data(), param(P.q), N, D, detail::kQkvDim);
+    ops_.qkv_rope_forward(L.qr.data(), L.kr.data(), L.v.data(), qkv_.data());
+  } else {
+    ops_.linear_forward(L.q.data(), L.a.data(), param(P.q), N, D, kQDim);
+    ops_.linear_forward(L.k.data(), L.a.data(), param(P.k), N, D, kKvDim);
+    ops_.linear_forward(L.v.data(), L.a.data(), param(P.v), N, D, kKvDim);
+    const Act* q = L.q.data();
+    const Act* k = L.k.data();
+    if constexpr (kQkNorm) {
+      // One gain per head dimension: an RMSNorm over rows of head_dim.
+      ops_.rmsnorm_forward(L.qn.data(), L.rstd_q.data(), q, param(P.q_norm), std::int64_t(N) * kHeads, kHeadDim);
+      ops_.rmsnorm_forward(L.kn.data(), L.rstd_k.data(), k, param(P.k_norm), std::int64_t(N) * kKvHeads, kHeadDim);
+      q = L.qn.data();
+      k = L.kn.data();
+    }
+    ops_.rope_forward(L.qr.data(), q, kHeads);
+    ops_.rope_forward(L.kr.data(), k, kKvHeads);
   }
-  ops_.rope_forward(L.qr.data(), q, kHeads);
-  ops_.rope_forward(L.kr.data(), k, kKvHeads);
   ops_.attention_forward(L.o.data(), L.lse.data(), L.qr.data(), L.kr.data(), L.v.data(), dims_, double(kAttnScale));
   const Act* attn_out = L.o.data();
   if constexpr (detail::kGated) {
@@ -308,21 +348,27 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   }
   ops_.attention_backward(dqr_.data(), dkr_.data(), dv_.data(), do_.data(), L.o.data(), L.lse.data(), L.qr.data(),
                           L.kr.data(), L.v.data(), dims_, double(kAttnScale));
-  ops_.rope_backward(dq_.data(), dqr_.data(), kHeads);
-  ops_.rope_backward(dk_.data(), dkr_.data(), kKvHeads);
-  const Act* dq = dq_.data();
-  const Act* dk = dk_.data();
-  if constexpr (kQkNorm) {
-    ops_.rmsnorm_backward(dqr_.data(), grad(P.q_norm), dq_.data(), L.q.data(), param(P.q_norm), L.rstd_q.data(),
-                          std::int64_t(N) * kHeads, kHeadDim);
-    ops_.rmsnorm_backward(dkr_.data(), grad(P.k_norm), dk_.data(), L.k.data(), param(P.k_norm), L.rstd_k.data(),
-                          std::int64_t(N) * kKvHeads, kHeadDim);
-    dq = dqr_.data();
-    dk = dkr_.data();
+  if constexpr (detail::kQkvStacked) {
+    // The gradients stacked like the weights: grad(P.q) spans W_q, W_k and W_v.
+    ops_.qkv_rope_backward(dqkv_.data(), dqr_.data(), dkr_.data(), dv_.data());
+    ops_.linear_backward(dx_.data(), grad(P.q), dqkv_.data(), L.a.data(), param(P.q), N, D, detail::kQkvDim);
+  } else {
+    ops_.rope_backward(dq_.data(), dqr_.data(), kHeads);
+    ops_.rope_backward(dk_.data(), dkr_.data(), kKvHeads);
+    const Act* dq = dq_.data();
+    const Act* dk = dk_.data();
+    if constexpr (kQkNorm) {
+      ops_.rmsnorm_backward(dqr_.data(), grad(P.q_norm), dq_.data(), L.q.data(), param(P.q_norm), L.rstd_q.data(),
+                            std::int64_t(N) * kHeads, kHeadDim);
+      ops_.rmsnorm_backward(dkr_.data(), grad(P.k_norm), dk_.data(), L.k.data(), param(P.k_norm), L.rstd_k.data(),
+                            std::int64_t(N) * kKvHeads, kHeadDim);
+      dq = dqr_.data();
+      dk = dkr_.data();
+    }
+    ops_.linear_backward(dx_.data(), grad(P.q), dq, L.a.data(), param(P.q), N, D, kQDim);
+    ops_.linear_backward(dx_.data(), grad(P.k), dk, L.a.data(), param(P.k), N, D, kKvDim, true);
+    ops_.linear_backward(dx_.data(), grad(P.v), dv_.data(), L.a.data(), param(P.v), N, D, kKvDim, true);
   }
-  ops_.linear_backward(dx_.data(), grad(P.q), dq, L.a.data(), param(P.q), N, D, kQDim);
-  ops_.linear_backward(dx_.data(), grad(P.k), dk, L.a.data(), param(P.k), N, D, kKvDim, true);
-  ops_.linear_backward(dx_.data(), grad(P.v), dv_.data(), L.a.data(), param(P.v), N, D, kKvDim, true);
   if constexpr (detail::kGated) {
     ops_.linear_backward(dx_.data(), grad(P.gate), dz_.data(), L.a.data(), param(P.gate), N, D, kGateDim, true);
   }

@@ -31,6 +31,9 @@ struct StepVerdict {
   double stopped_loss = 0.0, stopped_norm = 0.0;  // that step's loss and gradient norm
 };
 
+// The planner counts its device copy (compiler/plan/plan.cpp: estimate_engine_scratch_bytes).
+static_assert(sizeof(StepVerdict) == 48, "the planner counts 48 bytes for the CUDA engine's verdict");
+
 // False for ±inf and NaN (x − x is NaN exactly then), the same on the host and the device.
 GC_HOST_DEVICE inline bool is_finite_value(double x) { return x - x == 0.0; }
 

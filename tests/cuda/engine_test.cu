@@ -188,7 +188,9 @@ TEST(CudaEngine, AStepQueuesWithoutHostWaits) {
     gpu->zero_grads();
     for (int micro = 0; micro < 2; ++micro) gpu->forward_backward(inputs.data(), targets.data(), 0.5);
     gpu->finish_step(1e-3, step);
-    if (step > 1) EXPECT_EQ(gc_emu::host_waits(), before) << "step " << step << " made the host wait";
+    if (step > 1) {
+      EXPECT_EQ(gc_emu::host_waits(), before) << "step " << step << " made the host wait";
+    }
     const gcm::StepReadout& read = gpu->read_step();
     EXPECT_GT(gc_emu::host_waits(), before) << "reading waits for the step";
     EXPECT_GT(read.verdict.loss, 1.0);

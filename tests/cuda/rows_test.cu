@@ -377,6 +377,52 @@ TEST(CudaRows, RopeForwardBackwardMatchCpu) {
   }
 }
 
+// The stacked Q/K/V split (and its backward) against the CPU's, for two specializations.
+template <typename T, int kHeadDim, int kHeads, int kKvHeads>
+void check_qkv_rope() {
+  const int B = 2, seq_len = 19, half = kHeadDim / 2, width = (kHeads + 2 * kKvHeads) * kHeadDim;
+  const std::size_t rows = std::size_t(B) * seq_len;
+  const std::size_t nq = rows * kHeads * kHeadDim, nkv = rows * kKvHeads * kHeadDim;
+  std::vector<float> cos_f(std::size_t(seq_len) * half), sin_f(cos_f.size());
+  gcm::cpu::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, kHeadDim, 10000.0);
+  const auto cos_ref = ct::to_double(cos_f), sin_ref = ct::to_double(sin_f);
+  const auto qkv = rounded<T>(kt::random_vector(rows * width, 26));
+  const auto dqr = rounded<T>(kt::random_vector(nq, 27));
+  const auto dkr = rounded<T>(kt::random_vector(nkv, 28));
+  const auto dv = rounded<T>(kt::random_vector(nkv, 29));
+  std::vector<double> qr_ref(nq), kr_ref(nkv), v_ref(nkv), dqkv_ref(qkv.size());
+  gcm::cpu::qkv_rope_forward<double>(qr_ref.data(), kr_ref.data(), v_ref.data(), qkv.data(), cos_ref.data(),
+                                     sin_ref.data(), B, seq_len, kHeads, kKvHeads, kHeadDim);
+  gcm::cpu::qkv_rope_backward<double>(dqkv_ref.data(), dqr.data(), dkr.data(), dv.data(), cos_ref.data(),
+                                      sin_ref.data(), B, seq_len, kHeads, kKvHeads, kHeadDim);
+
+  auto cos_d = ct::upload(cos_f);
+  auto sin_d = ct::upload(sin_f);
+  auto qkv_d = upload_as<T>(qkv);
+  auto dqr_d = upload_as<T>(dqr);
+  auto dkr_d = upload_as<T>(dkr);
+  auto dv_d = upload_as<T>(dv);
+  DeviceBuffer<T> qr(nq), kr(nkv), v(nkv), dqkv(qkv.size());
+  gcm::cuda::qkv_rope_forward<kHeadDim, kHeads, kKvHeads>(qr.data(), kr.data(), v.data(), qkv_d.data(), cos_d.data(),
+                                                          sin_d.data(), B, seq_len);
+  gcm::cuda::qkv_rope_backward<kHeadDim, kHeads, kKvHeads>(dqkv.data(), dqr_d.data(), dkr_d.data(), dv_d.data(),
+                                                           cos_d.data(), sin_d.data(), B, seq_len);
+  const std::string what = "qkv rope " + type_name<T>() + " head_dim " + std::to_string(kHeadDim) + " heads " +
+                           std::to_string(kHeads) + "/" + std::to_string(kKvHeads);
+  expect_close(download_double(qr), qr_ref, ct::tolerance<T>(), what + " q");
+  expect_close(download_double(kr), kr_ref, ct::tolerance<T>(), what + " k");
+  EXPECT_EQ(download_double(v), v_ref) << what << ": v is copied";
+  expect_close(download_double(dqkv), dqkv_ref, ct::tolerance<T>(), what + " backward");
+}
+
+TEST(CudaRows, StackedQkvRopeMatchesCpu) {
+  GC_REQUIRE_GPU();
+  check_qkv_rope<float, 16, 4, 2>();
+  check_qkv_rope<bf16, 16, 4, 2>();
+  check_qkv_rope<bf16, 64, 3, 3>();
+  check_qkv_rope<float, 10, 2, 1>();  // half 5: one pair a thread
+}
+
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
 // a spans ±[0.1, 8] so both tails of σ are exercised. in_place: da is the buffer of dh. Widths

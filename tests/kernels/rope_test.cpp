@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "kernels/kernel_test_util.hpp"
 
 namespace {
@@ -86,6 +89,51 @@ TEST(KernelRope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
   rope_forward(y.data(), x.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
   rope_backward(back.data(), y.data(), tab.cos.data(), tab.sin.data(), B, T, heads, hd);
   EXPECT_LT(kt::rel_error(back, x), 1e-14);
+}
+
+// The stacked projection's rows [q heads | k heads | v heads]: the split gives RoPE(q), RoPE(k)
+// and v exactly as the separate passes do, at every token's position; the backward stacks
+// R(−angle)·dqr, R(−angle)·dkr and dv back, and is the forward's adjoint (⟨r, split(x)⟩ =
+// ⟨stack(r), x⟩).
+TEST(KernelRope, StackedQkvSplitsAndStacksLikeTheSeparatePasses) {
+  const int B = 2, T = 5, H = 4, KV = 2, hd = 6;
+  const int width = (H + 2 * KV) * hd;
+  Tables tab(T, hd, 10000.0);
+  const std::size_t rows = std::size_t(B) * T;
+  const auto qkv = kt::random_vector(rows * width, 11);
+  std::vector<double> q(rows * H * hd), k(rows * KV * hd), v(k.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double* row = &qkv[r * width];
+    std::copy(row, row + H * hd, &q[r * H * hd]);
+    std::copy(row + H * hd, row + (H + KV) * hd, &k[r * KV * hd]);
+    std::copy(row + (H + KV) * hd, row + width, &v[r * KV * hd]);
+  }
+  std::vector<double> qr(q.size()), kr(k.size()), v_out(v.size());
+  gcm::cpu::qkv_rope_forward(qr.data(), kr.data(), v_out.data(), qkv.data(), tab.cos.data(), tab.sin.data(), B, T, H,
+                             KV, hd);
+  std::vector<double> qr_ref(q.size()), kr_ref(k.size());
+  rope_forward(qr_ref.data(), q.data(), tab.cos.data(), tab.sin.data(), B, T, H, hd);
+  rope_forward(kr_ref.data(), k.data(), tab.cos.data(), tab.sin.data(), B, T, KV, hd);
+  EXPECT_EQ(qr, qr_ref);
+  EXPECT_EQ(kr, kr_ref);
+  EXPECT_EQ(v_out, v);
+
+  const auto dqr = kt::random_vector(q.size(), 12), dkr = kt::random_vector(k.size(), 13);
+  const auto dv = kt::random_vector(v.size(), 14);
+  std::vector<double> dqkv(qkv.size());
+  gcm::cpu::qkv_rope_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), tab.cos.data(), tab.sin.data(), B, T,
+                              H, KV, hd);
+  std::vector<double> dq(q.size()), dk(k.size());
+  rope_backward(dq.data(), dqr.data(), tab.cos.data(), tab.sin.data(), B, T, H, hd);
+  rope_backward(dk.data(), dkr.data(), tab.cos.data(), tab.sin.data(), B, T, KV, hd);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double* row = &dqkv[r * width];
+    EXPECT_TRUE(std::equal(row, row + H * hd, &dq[r * H * hd])) << "row " << r << ": dq";
+    EXPECT_TRUE(std::equal(row + H * hd, row + (H + KV) * hd, &dk[r * KV * hd])) << "row " << r << ": dk";
+    EXPECT_TRUE(std::equal(row + (H + KV) * hd, row + width, &dv[r * KV * hd])) << "row " << r << ": dv";
+  }
+  const double forward_dot = kt::dot(dqr, qr) + kt::dot(dkr, kr) + kt::dot(dv, v_out);
+  EXPECT_NEAR(kt::dot(dqkv, qkv), forward_dot, 1e-12 * std::fabs(forward_dot) + 1e-12);
 }
 
 }  // namespace
