@@ -396,7 +396,9 @@ void add_train(Builder& b) {
                                 Value::integer(1000)),
                    0),
           "5000");
-  example(at_least(with_default(b.add("train.log_every", KeyType::integer, "Steps between log lines."),
+  example(at_least(with_default(b.add("train.log_every", KeyType::integer,
+                                      "Steps between log lines (on a GPU also between the host's "
+                                      "reads of a step's loss and gradient norm)."),
                                 Value::integer(10)),
                    1),
           "1");
