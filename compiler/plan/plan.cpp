@@ -222,13 +222,13 @@ std::int64_t head_chunk_rows(const Spec& spec) {
 namespace {
 
 // Whether the model runs Q, K and V as one GEMM over [W_q; W_k; W_v] (model_impl.hpp,
-// detail::qkv_stacked): no QK-norm, and W_q and W_k fill whole alignment blocks, so that the
-// three tensors (stored one after the other) leave no gap between them.
+// detail::qkv_stacked): W_q and W_k fill whole alignment blocks, so that the three tensors
+// (stored one after the other) leave no gap between them.
 bool qkv_stacked(const Spec& spec) {
   const ModelSpec& m = spec.model;
   const std::int64_t q = std::int64_t(m.n_heads) * m.head_dim * m.d_model;
   const std::int64_t kv = std::int64_t(m.n_kv_heads) * m.head_dim * m.d_model;
-  return !m.qk_norm && q % kTensorAlignElements == 0 && kv % kTensorAlignElements == 0;
+  return q % kTensorAlignElements == 0 && kv % kTensorAlignElements == 0;
 }
 
 // Bytes of the buffers BasicModel allocates besides parameters and gradients
@@ -249,8 +249,10 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const bool sandwich = m.norm_placement == NormPlacement::sandwich;
   const bool qkv = qkv_stacked(spec);
   // Per layer: x a h2 b proj m; q qr o; k v kr; [qn kn]; [z og]; [pn mn]; dense: u w s. With the
-  // Q/K/V projections stacked no layer keeps q and k: they pass through one [N, Q + 2·KV] buffer.
-  double layer = 6 * D + 3 * Q + 3 * KV - (qkv ? Q + KV : 0.0);
+  // Q/K/V projections stacked no layer keeps q and k: they pass through one shared [N, Q + 2·KV]
+  // buffer, or under QK-norm each layer keeps its own stacked output in their place.
+  double layer = 6 * D + 3 * Q + 3 * KV;
+  if (qkv) layer += m.qk_norm ? KV : -(Q + KV);
   if (m.qk_norm) layer += Q + KV;
   if (G > 0) layer += G + Q;
   if (sandwich) layer += 2 * D;
@@ -274,7 +276,7 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
   elems += 2 * D;  // final hidden, final norm
-  if (qkv) elems += Q + 2 * KV;  // the stacked projection
+  if (qkv && !m.qk_norm) elems += Q + 2 * KV;  // the shared stacked projection
   // Backward scratch: dh dx dd; dq dqr do; dk dkr dv (stacked: dqkv in place of dq and dk); dz;
   // [dff_a dff_b dff_s].
   elems += 3 * D + 3 * Q + 3 * KV + (qkv ? KV : 0.0) + std::max(G, 1.0) + (dense_layers > 0 ? 3 * F : 0.0);

@@ -96,6 +96,21 @@ class Backend {
   void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv) {
     cpu::qkv_rope_backward(dqkv, dqr, dkr, dv, cos_.data(), sin_.data(), batch_, seq_len_, kHeads, kKvHeads, kHeadDim);
   }
+  // The QK-norm path of the stacked projection: v out of its rows (and dv back in), and the norm
+  // over q's (queries) or k's heads read (and their dx written) inside the rows.
+  void qkv_v_forward(T* v, const T* qkv) {
+    cpu::qkv_v_forward(v, qkv, std::int64_t(batch_) * seq_len_, kHeads, kKvHeads, kHeadDim);
+  }
+  void qkv_v_backward(T* dqkv, const T* dv) {
+    cpu::qkv_v_backward(dqkv, dv, std::int64_t(batch_) * seq_len_, kHeads, kKvHeads, kHeadDim);
+  }
+  void stacked_heads_rmsnorm_forward(T* y, T* rstd, const T* x, const T* g, std::int64_t N, bool queries) {
+    cpu::rmsnorm_heads_forward(y, rstd, x, g, N, queries ? kHeads : kKvHeads, kHeadDim, kNormEps, kStackedRow);
+  }
+  void stacked_heads_rmsnorm_backward(T* dx, T* dg, const T* dy, const T* x, const T* g, const T* rstd, std::int64_t N,
+                                      bool queries) {
+    cpu::rmsnorm_heads_backward(dx, dg, dy, x, g, rstd, N, queries ? kHeads : kKvHeads, kHeadDim, false, kStackedRow);
+  }
   void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionDims& d, double scale) {
     cpu::attention_forward(out, lse, q, k, v, d, scale);
   }
@@ -201,6 +216,8 @@ class Backend {
   }
 
  private:
+  // Elements of a row of the stacked Q/K/V projection.
+  static constexpr std::int64_t kStackedRow = std::int64_t(kHeads + 2 * kKvHeads) * kHeadDim;
   template <GatedAttention kMode>
   static constexpr GateMode gate_mode() {
     return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;

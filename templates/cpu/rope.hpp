@@ -104,4 +104,26 @@ void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv, const T
   }
 }
 
+// Only v out of the stacked rows (the QK-norm path: q and k go through the norm first), and dv
+// back into them.
+template <typename T>
+void qkv_v_forward(T* v, const T* qkv, std::int64_t rows, int heads, int kv_heads, int head_dim) {
+  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim;
+  const std::int64_t width = std::int64_t(heads) * head_dim + 2 * kv_width;
+#pragma omp parallel for
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy(qkv + r * width + width - kv_width, qkv + (r + 1) * width, v + r * kv_width);
+  }
+}
+
+template <typename T>
+void qkv_v_backward(T* dqkv, const T* dv, std::int64_t rows, int heads, int kv_heads, int head_dim) {
+  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim;
+  const std::int64_t width = std::int64_t(heads) * head_dim + 2 * kv_width;
+#pragma omp parallel for
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy(dv + r * kv_width, dv + (r + 1) * kv_width, dqkv + r * width + width - kv_width);
+  }
+}
+
 }  // namespace gcm::cpu

@@ -198,6 +198,28 @@ class Backend {
     cuda::qkv_rope_backward<RopeShape::kHeadDim, RopeShape::kHeads, RopeShape::kKvHeads>(
         dqkv, dqr, dkr, dv, cos_.data(), sin_.data(), batch_, seq_len_);
   }
+  // The QK-norm path of the stacked projection: v out of its rows (and dv back in), and the norm
+  // over q's (queries) or k's heads read (and their dx written) inside the rows (cuda/rmsnorm.cuh
+  // QkNormInStack).
+  void qkv_v_forward(T* v, const T* qkv) {
+    cuda::qkv_v_forward<RopeShape::kHeadDim, RopeShape::kHeads, RopeShape::kKvHeads>(v, qkv, batch_, seq_len_);
+  }
+  void qkv_v_backward(T* dqkv, const T* dv) {
+    cuda::qkv_v_backward<RopeShape::kHeadDim, RopeShape::kHeads, RopeShape::kKvHeads>(dqkv, dv, batch_, seq_len_);
+  }
+  void stacked_heads_rmsnorm_forward(T* y, float* rstd, const T* x, const T* g, std::int64_t N, bool queries) {
+    with_stacked_heads(queries, [&](auto norm) {
+      using S = decltype(norm);
+      cuda::rmsnorm_forward<S>(y, rstd, x, g, N * S::kGroupRows);
+    });
+  }
+  void stacked_heads_rmsnorm_backward(T* dx, float* dg, const T* dy, const T* x, const T* g, const float* rstd,
+                                      std::int64_t N, bool queries) {
+    with_stacked_heads(queries, [&](auto norm) {
+      using S = decltype(norm);
+      cuda::rmsnorm_backward<S>(dx, dg, dg_scratch_.data(), dy, x, g, rstd, N * S::kGroupRows, false);
+    });
+  }
   // The attention kernels are specialized for the spec's heads, head_dim and scale
   // (AttentionShape); the model's dims must be those. bf16 with a head_dim that is a multiple of
   // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the
@@ -396,6 +418,14 @@ class Backend {
     if (!matches) {
       throw gc::rt::RuntimeError(std::string(kernel) + ": the kernels are specialized for " + specialized +
                                  ", but were called with " + called);
+    }
+  }
+  template <typename F>
+  static void with_stacked_heads(bool queries, F&& f) {
+    if (queries) {
+      f(cuda::QkNormInStack<true>{});
+    } else {
+      f(cuda::QkNormInStack<false>{});
     }
   }
   static void check_dense_width(int width) {

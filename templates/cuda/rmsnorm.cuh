@@ -14,7 +14,8 @@
 // The CPU sums x² in double; here the sum is fp32, and ε is added to mean(x²) unclamped, so
 // ε = 1e-12 still matters when mean(x²) is tiny (both are compared at fp32's relative precision).
 // QK-norm is the same kernels over head vectors: rows = N · heads, S = QkNorm (dim = head_dim),
-// one gain g[head_dim] shared by all heads.
+// one gain g[head_dim] shared by all heads. With the Q/K/V projections stacked, S =
+// QkNormInStack reads x (and writes dx) at each token's heads inside the stacked rows (XRows).
 //
 // Layout of the work: forward and dx give one warp to a row (8 rows per 256-thread block,
 // warp-stride over rows); the warp's butterfly sum gives every lane the same bits, so the
@@ -26,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "common.cuh"
 #include "gc/knob.hpp"
@@ -44,6 +46,32 @@ struct ResidualNorm {
 struct QkNorm {
   static constexpr int kDim = gc::knob<int>("model.head_dim", 16);
   static constexpr float kEps = gc::knob<float>("model.norm_eps", 1e-5f);
+};
+
+// QK-norm over q's (kQueries) or k's heads inside the stacked Q/K/V projection (model_impl.hpp,
+// kQkvStacked): x and dx are a token's heads within rows of (heads + 2·kv_heads)·head_dim
+// elements; y, dy and rstd stay dense [N · heads(, head_dim)].
+struct QkvStack {
+  static constexpr int kHeads = gc::knob<int>("model.n_heads", 4);
+  static constexpr int kKvHeads = gc::knob<int>("model.n_kv_heads", 2);
+};
+template <bool kQueries>
+struct QkNormInStack : QkNorm {
+  static constexpr std::int64_t kGroupRows = kQueries ? QkvStack::kHeads : QkvStack::kKvHeads;
+  static constexpr std::int64_t kGroupStride = std::int64_t(QkvStack::kHeads + 2 * QkvStack::kKvHeads) * QkNorm::kDim;
+};
+
+// Where row `row` of x (and dx) starts: S::kDim apart, or, for a shape with kGroupRows and
+// kGroupStride (QkNormInStack, a test's own), in groups of kGroupRows rows kGroupStride apart.
+template <class S, class = void>
+struct XRows {
+  __device__ static std::int64_t offset(std::int64_t row) { return row * S::kDim; }
+};
+template <class S>
+struct XRows<S, std::void_t<decltype(S::kGroupRows)>> {
+  __device__ static std::int64_t offset(std::int64_t row) {
+    return (row / S::kGroupRows) * S::kGroupStride + (row % S::kGroupRows) * S::kDim;
+  }
 };
 
 inline constexpr int kRmsNormThreads = 256;  // 8 warps = 8 rows in flight per block
@@ -121,9 +149,9 @@ __global__ void rmsnorm_forward_kernel(T* y, float* rstd, const T* x, const T* g
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / kWarp;
   // Warp-uniform loop: all 32 lanes take the same rows, so warp_sum sees the whole warp.
   for (std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; row < rows; row += warps) {
-    const std::int64_t base = row * S::kDim;
-    const float r = rmsnorm_rstd<S>(warp_sum(lane_sum_sq<S>(x + base, lane)));
-    lane_scale_row<S>(y + base, x + base, g, r, lane);
+    const std::int64_t base = row * S::kDim, x_base = XRows<S>::offset(row);
+    const float r = rmsnorm_rstd<S>(warp_sum(lane_sum_sq<S>(x + x_base, lane)));
+    lane_scale_row<S>(y + base, x + x_base, g, r, lane);
     if (lane == 0) rstd[row] = r;
   }
 }
@@ -190,7 +218,7 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
   const int lane = threadIdx.x % kWarp;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / kWarp;
   for (std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp; row < rows; row += warps) {
-    const std::int64_t base = row * S::kDim;
+    const std::int64_t base = row * S::kDim, x_base = XRows<S>::offset(row);  // dx is laid out as x
     const float r = rstd[row];
     float dot = 0.0f;  // Σ_j g_j dy_j x_j
 #pragma unroll
@@ -200,7 +228,7 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
       float gv[Row::kVec], dyv[Row::kVec], xv[Row::kVec];
       load_pack(gv, g + j);
       load_pack(dyv, dy + base + j);
-      load_pack(xv, x + base + j);
+      load_pack(xv, x + x_base + j);
 #pragma unroll
       for (int e = 0; e < Row::kVec; ++e) dot += gv[e] * dyv[e] * xv[e];
     }
@@ -213,9 +241,9 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
       float gv[Row::kVec], dyv[Row::kVec], xv[Row::kVec], out[Row::kVec];
       load_pack(gv, g + j);
       load_pack(dyv, dy + base + j);
-      load_pack(xv, x + base + j);
+      load_pack(xv, x + x_base + j);
       if constexpr (kAccumulate) {
-        load_pack(out, dx + base + j);
+        load_pack(out, dx + x_base + j);
       } else {
 #pragma unroll
         for (int e = 0; e < Row::kVec; ++e) out[e] = 0.0f;
@@ -225,7 +253,7 @@ __global__ void rmsnorm_backward_dx_kernel(T* dx, const T* dy, const T* x, const
         const float v = r * gv[e] * dyv[e] - c * xv[e];
         out[e] = kAccumulate ? out[e] + v : v;
       }
-      store_pack(dx + base + j, out);
+      store_pack(dx + x_base + j, out);
     }
   }
 }
@@ -244,8 +272,7 @@ __global__ void rmsnorm_dg_partial_kernel(float* partial, const T* dy, const T* 
   float acc = 0.0f;
   if (col < S::kDim) {
     for (std::int64_t r = r0 + threadIdx.y; r < r1; r += kRmsNormDgRowLanes) {
-      const std::int64_t i = r * S::kDim + col;
-      acc += to_float(dy[i]) * to_float(x[i]) * rstd[r];
+      acc += to_float(dy[r * S::kDim + col]) * to_float(x[XRows<S>::offset(r) + col]) * rstd[r];
     }
   }
   sums[threadIdx.y][threadIdx.x] = acc;

@@ -183,4 +183,44 @@ void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv, const f
                                            sin_t, B, seq_len);
 }
 
+// Only v: copied out of the stacked rows (kDirection = +1) or dv into them (−1), for the
+// QK-norm path, whose q and k go through the norm first. Pack p holds elements p·kVec ..
+// of v [N, kKvHeads·hd].
+template <int kDirection, int kHeadDim, int kHeads, int kKvHeads, typename T>
+__global__ void qkv_v_kernel(T* stacked, T* v, std::int64_t packs) {
+  constexpr int kVec = kRopeVec<kHeadDim, T>;
+  constexpr std::int64_t kVWidth = std::int64_t(kKvHeads) * kHeadDim;
+  constexpr std::int64_t kWidth = std::int64_t(kHeads + 2 * kKvHeads) * kHeadDim;
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t p = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    const std::int64_t e = p * kVec, n = e / kVWidth;
+    T* packed = stacked + n * kWidth + (kWidth - kVWidth) + (e - n * kVWidth);
+    float x[kVec];
+    load_pack<kVec>(x, kDirection > 0 ? packed : v + e);
+    store_pack<kVec>(kDirection > 0 ? v + e : packed, x);
+  }
+}
+
+template <int kDirection, int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_v(T* stacked, T* v, int B, int seq_len) {
+  constexpr int kVec = kRopeVec<kHeadDim, T>;
+  const std::int64_t packs = std::int64_t(B) * seq_len * kKvHeads * kHeadDim / kVec;
+  if (packs <= 0) return;
+  check_pack_aligned<kVec, T>("qkv v", stacked, v);
+  launch(qkv_v_kernel<kDirection, kHeadDim, kHeads, kKvHeads, T>, blocks_for(packs, kRopeThreads), kRopeThreads, 0,
+         stacked, v, packs);
+}
+
+// v = the v heads of the stacked [B, seq_len, kHeads + 2·kKvHeads, hd].
+template <int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_v_forward(T* v, const T* qkv, int B, int seq_len) {
+  qkv_v<+1, kHeadDim, kHeads, kKvHeads>(const_cast<T*>(qkv), v, B, seq_len);  // reads qkv only
+}
+
+// The v heads of dqkv = dv.
+template <int kHeadDim, int kHeads, int kKvHeads, typename T>
+void qkv_v_backward(T* dqkv, const T* dv, int B, int seq_len) {
+  qkv_v<-1, kHeadDim, kHeads, kKvHeads>(dqkv, const_cast<T*>(dv), B, seq_len);  // reads dv only
+}
+
 }  // namespace gcm::cuda

@@ -143,8 +143,9 @@ class BasicModel {
 
   // Per-layer activations the metrics read (q·k after RoPE and the lse).
   struct Layer {
-    // q and k are empty when the projections are stacked (detail::kQkvStacked: qkv_ holds them).
-    Buffer<Act> x, a, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, uw, s, m, mn;
+    // Stacked projections (detail::kQkvStacked): q and k are empty, and qkv holds the layer's
+    // stacked output under QK-norm (without it, the shared qkv_ passes it on).
+    Buffer<Act> x, a, qkv, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, uw, s, m, mn;
     Buffer<Stat> rstd_a, rstd_q, rstd_k, lse, rstd_p, rstd_b, rstd_m;
   };
   const Layer& layer(int l) const { return layers_[l]; }

@@ -30,14 +30,14 @@ constexpr bool gate_up_stacked() {
 inline constexpr bool kGateUpStacked = gate_up_stacked();
 
 // Whether every layer stores k_proj right after q_proj and v_proj right after k_proj (no
-// alignment gap) and has no QK-norm: [W_q; W_k; W_v] is then one [(H + 2·KV)·hd, d_model] matrix
-// and the three projections are one GEMM forward and one each for dx and dW backward.
+// alignment gap): [W_q; W_k; W_v] is then one [(H + 2·KV)·hd, d_model] matrix and the three
+// projections are one GEMM forward and one each for dx and dW backward. Without QK-norm,
 // qkv_rope_forward splits the stacked output (one scratch buffer for all layers) into RoPE(q),
 // RoPE(k) and v (the RoPE pass the separate projections need anyway, plus a copy of v) and
-// qkv_rope_backward stacks the gradients. With QK-norm the norm reads q and k head by head:
-// three GEMMs.
+// qkv_rope_backward stacks the gradients. With QK-norm each layer keeps its stacked output (the
+// norm's backward reads q and k): the norm reads q's and k's heads inside it and writes their
+// gradients back into the stacked gradient, and only v is copied out and back.
 constexpr bool qkv_stacked() {
-  if (kQkNorm) return false;
   for (int l = 0; l < kNumLayers; ++l) {
     const LayerParams& P = kLayerParams[l];
     if (P.k != P.q + 1 || P.v != P.k + 1) return false;
@@ -82,7 +82,10 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
     Layer& L = layers_[std::size_t(l)];
     for (auto* buf : {&L.x, &L.a, &L.h2, &L.b, &L.proj, &L.m}) allocate(*buf, N * D);
     for (auto* buf : {&L.rstd_a, &L.rstd_b}) allocate(*buf, N);
-    if constexpr (detail::kQkvStacked) {  // q and k only pass through qkv_
+    if constexpr (detail::kQkvStacked) {  // q and k live in the stacked output only
+      if constexpr (kQkNorm) {
+        allocate(L.qkv, N * detail::kQkvDim);
+      }
       for (auto* buf : {&L.qr, &L.o}) allocate(*buf, N * kQDim);
       for (auto* buf : {&L.v, &L.kr}) allocate(*buf, N * kKvDim);
     } else {
@@ -121,7 +124,9 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
   allocate(p_target_, N);
   for (auto* buf : {&dh_, &dx_, &dd_}) allocate(*buf, N * D);
   if constexpr (detail::kQkvStacked) {
-    allocate(qkv_, N * detail::kQkvDim);
+    if constexpr (!kQkNorm) {
+      allocate(qkv_, N * detail::kQkvDim);
+    }
     allocate(dqkv_, N * detail::kQkvDim);
     for (auto* buf : {&dqr_, &do_}) allocate(*buf, N * kQDim);
     for (auto* buf : {&dkr_, &dv_}) allocate(*buf, N * kKvDim);
@@ -181,8 +186,17 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   const LayerParams& P = kLayerParams[l];
   const int N = N_, D = kDModel;
   ops_.rmsnorm_forward(L.a.data(), L.rstd_a.data(), h_in, param(P.input_norm), N, D);
-  if constexpr (detail::kQkvStacked) {
-    // param(P.q) is [W_q; W_k; W_v]: one GEMM, then RoPE(q), RoPE(k) and v out of its rows.
+  if constexpr (detail::kQkvStacked && kQkNorm) {
+    // param(P.q) is [W_q; W_k; W_v]: one GEMM; the norm reads q's and k's heads in its rows.
+    Act* qkv = L.qkv.data();
+    ops_.linear_forward(qkv, L.a.data(), param(P.q), N, D, detail::kQkvDim);
+    ops_.stacked_heads_rmsnorm_forward(L.qn.data(), L.rstd_q.data(), qkv, param(P.q_norm), N, true);
+    ops_.stacked_heads_rmsnorm_forward(L.kn.data(), L.rstd_k.data(), qkv + kQDim, param(P.k_norm), N, false);
+    ops_.rope_forward(L.qr.data(), L.qn.data(), kHeads);
+    ops_.rope_forward(L.kr.data(), L.kn.data(), kKvHeads);
+    ops_.qkv_v_forward(L.v.data(), qkv);
+  } else if constexpr (detail::kQkvStacked) {
+    // One GEMM, then RoPE(q), RoPE(k) and v out of its rows.
     ops_.linear_forward(qkv_.data(), L.a.data(), param(P.q), N, D, detail::kQkvDim);
     ops_.qkv_rope_forward(L.qr.data(), L.kr.data(), L.v.data(), qkv_.data());
   } else {
@@ -350,7 +364,18 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
                           L.kr.data(), L.v.data(), dims_, double(kAttnScale));
   if constexpr (detail::kQkvStacked) {
     // The gradients stacked like the weights: grad(P.q) spans W_q, W_k and W_v.
-    ops_.qkv_rope_backward(dqkv_.data(), dqr_.data(), dkr_.data(), dv_.data());
+    if constexpr (kQkNorm) {
+      ops_.rope_backward(dqr_.data(), dqr_.data(), kHeads);  // in place: dL/dqn
+      ops_.rope_backward(dkr_.data(), dkr_.data(), kKvHeads);
+      const Act* qkv = L.qkv.data();
+      ops_.stacked_heads_rmsnorm_backward(dqkv_.data(), grad(P.q_norm), dqr_.data(), qkv, param(P.q_norm),
+                                          L.rstd_q.data(), N, true);
+      ops_.stacked_heads_rmsnorm_backward(dqkv_.data() + kQDim, grad(P.k_norm), dkr_.data(), qkv + kQDim,
+                                          param(P.k_norm), L.rstd_k.data(), N, false);
+      ops_.qkv_v_backward(dqkv_.data(), dv_.data());
+    } else {
+      ops_.qkv_rope_backward(dqkv_.data(), dqr_.data(), dkr_.data(), dv_.data());
+    }
     ops_.linear_backward(dx_.data(), grad(P.q), dqkv_.data(), L.a.data(), param(P.q), N, D, detail::kQkvDim);
   } else {
     ops_.rope_backward(dq_.data(), dqr_.data(), kHeads);

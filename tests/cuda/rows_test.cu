@@ -293,6 +293,59 @@ void check_rmsnorm_heads() {
                what + " backward dg");
 }
 
+// QK-norm over heads inside stacked rows (cuda/rmsnorm.cuh XRows): kHeads heads of kDim at
+// column kOffset of rows kWidth wide; y and dy dense; dx written into the stacked rows only.
+template <int kDimV, int kHeads, int kWidth, int kOffset>
+struct StackedHeads {
+  static constexpr int kDim = kDimV;
+  static constexpr float kEps = 1e-6f;
+  static constexpr std::int64_t kGroupRows = kHeads;
+  static constexpr std::int64_t kGroupStride = kWidth;
+};
+
+template <typename T, class S, int kOffset>
+void check_rmsnorm_stacked_heads() {
+  const int N = 29, heads = int(S::kGroupRows), hd = S::kDim, width = int(S::kGroupStride);
+  const std::size_t n_dense = std::size_t(N) * heads * hd, n_stacked = std::size_t(N) * width;
+  const auto stacked = rounded<T>(kt::random_vector(n_stacked, 31));
+  const auto g = rounded<T>(kt::random_vector(hd, 32));
+  const auto dy = rounded<T>(kt::random_vector(n_dense, 33));
+  std::vector<double> y_ref(n_dense), rstd_ref(std::size_t(N) * heads);
+  gcm::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), stacked.data() + kOffset, g.data(), N, heads,
+                                          hd, double(S::kEps), width);
+  auto x_d = upload_as<T>(stacked);
+  auto g_d = upload_as<T>(g);
+  auto dy_d = upload_as<T>(dy);
+  DeviceBuffer<T> y(n_dense);
+  DeviceBuffer<float> rstd(rstd_ref.size());
+  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data() + kOffset, g_d.data(), std::int64_t(N) * heads);
+  const auto rstd_got = download_double(rstd);
+  const std::string what = "rmsnorm stacked heads " + type_name<T>() + " dim " + std::to_string(hd);
+  expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward y");
+  expect_close(rstd_got, rstd_ref, ct::tolerance<float>(), what + " forward rstd");
+
+  const auto prior = rounded<T>(kt::random_vector(n_stacked, 34));  // outside the heads: unchanged
+  std::vector<double> dx_ref = prior, dg_ref(std::size_t(hd), 0.0);
+  gcm::cpu::rmsnorm_heads_backward<double>(dx_ref.data() + kOffset, dg_ref.data(), dy.data(), stacked.data() + kOffset,
+                                           g.data(), rstd_got.data(), N, heads, hd, false, width);
+  auto dx = upload_as<T>(prior);
+  DeviceBuffer<float> dg{std::size_t(hd)};
+  GC_CUDA_CHECK(cudaMemset(dg.data(), 0, std::size_t(hd) * sizeof(float)));
+  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
+  gcm::cuda::rmsnorm_backward<S>(dx.data() + kOffset, dg.data(), scratch.data(), dy_d.data(), x_d.data() + kOffset,
+                                 g_d.data(), rstd.data(), std::int64_t(N) * heads, false);
+  expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward dx (whole stacked rows)");
+  expect_close(download_double(dg), dg_ref, ct::tolerance<float>(), what + " backward dg");
+}
+
+TEST(CudaRows, RmsNormOverHeadsInsideStackedRowsMatchesCpu) {
+  GC_REQUIRE_GPU();
+  // q: 3 heads of 64 at column 0 of rows of 3 + 2·2 heads; k: 2 heads at column 192.
+  check_rmsnorm_stacked_heads<float, StackedHeads<64, 3, 448, 0>, 0>();
+  check_rmsnorm_stacked_heads<bf16, StackedHeads<64, 2, 448, 192>, 192>();
+  check_rmsnorm_stacked_heads<bf16, StackedHeads<32, 4, 256, 128>, 128>();
+}
+
 TEST(CudaRows, RmsNormForwardMatchesCpu) {
   GC_REQUIRE_GPU();
   check_rmsnorm_forward<float, Norm200>(1.0);
@@ -413,6 +466,17 @@ void check_qkv_rope() {
   expect_close(download_double(kr), kr_ref, ct::tolerance<T>(), what + " k");
   EXPECT_EQ(download_double(v), v_ref) << what << ": v is copied";
   expect_close(download_double(dqkv), dqkv_ref, ct::tolerance<T>(), what + " backward");
+
+  // The QK-norm path's v alone: out of the rows, and dv into rows that keep everything else.
+  std::vector<double> v_only_ref(nkv), dqkv_v_ref = qkv;
+  gcm::cpu::qkv_v_forward<double>(v_only_ref.data(), qkv.data(), std::int64_t(rows), kHeads, kKvHeads, kHeadDim);
+  gcm::cpu::qkv_v_backward<double>(dqkv_v_ref.data(), dv.data(), std::int64_t(rows), kHeads, kKvHeads, kHeadDim);
+  EXPECT_EQ(v_only_ref, v_ref) << what << ": the v of the QK-norm path";
+  DeviceBuffer<T> v_only(nkv);
+  gcm::cuda::qkv_v_forward<kHeadDim, kHeads, kKvHeads>(v_only.data(), qkv_d.data(), B, seq_len);
+  EXPECT_EQ(download_double(v_only), v_ref) << what << ": qkv_v_forward";
+  gcm::cuda::qkv_v_backward<kHeadDim, kHeads, kKvHeads>(qkv_d.data(), dv_d.data(), B, seq_len);
+  EXPECT_EQ(download_double(qkv_d), dqkv_v_ref) << what << ": qkv_v_backward";
 }
 
 TEST(CudaRows, StackedQkvRopeMatchesCpu) {

@@ -501,7 +501,10 @@ TEST_F(Tree, DiffOfEpsAndHeadDimAblationsShowsTheChangedKernelConstants) {
   EXPECT_FALSE(lists(eps_files, "src/cuda/attention.cuh")) << eps.output;
   EXPECT_TRUE(has_line(eps.output, "+  static constexpr float kEps = 1e-12f;")) << eps.output;
   EXPECT_TRUE(has_line(eps.output, "-  static constexpr float kEps = 1e-5f;")) << eps.output;
-  EXPECT_NE(eps.output.find("+// Specialized for: model.d_model = 32, model.head_dim = 64, model.norm_eps = 1e-12."),
+  // The banner names the new ε (the heads are there for QK-norm over the stacked projection).
+  EXPECT_NE(eps.output.find(" // Specialized for: model.d_model = 32, model.head_dim = 64, model.n_heads = 4,\n"
+                            "-//   model.n_kv_heads = 4, model.norm_eps = 1e-5.\n"
+                            "+//   model.n_kv_heads = 4, model.norm_eps = 1e-12."),
             std::string::npos)
       << eps.output;
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kernels/kernel_test_util.hpp"
 
 namespace {
@@ -146,6 +148,37 @@ TEST(KernelRmsNorm, QkNormOverHeadVectorsMatchesFiniteDifferences) {
   kt::report("qk-norm backward dg vs FD", err_g);
   EXPECT_LT(err_x, kt::kGradTol);
   EXPECT_LT(err_g, kt::kGradTol);
+}
+
+// QK-norm reading the heads inside rows of the stacked Q/K/V projection: the same numbers as
+// the dense form on the gathered heads; dx lands in the stacked rows and nothing else changes.
+TEST(KernelRmsNorm, QkNormInsideStackedRowsMatchesTheDenseForm) {
+  const int N = 5, heads = 3, hd = 8, width = 7 * hd, offset = 2 * hd;  // heads at [16, 40) of 56
+  const double eps = 1e-6;
+  const auto stacked = kt::random_vector(std::size_t(N) * width, 21);
+  const auto g = kt::random_vector(hd, 22), dy = kt::random_vector(std::size_t(N) * heads * hd, 23);
+  std::vector<double> dense(std::size_t(N) * heads * hd);
+  for (int n = 0; n < N; ++n) {
+    std::copy_n(&stacked[std::size_t(n) * width + offset], heads * hd, &dense[std::size_t(n) * heads * hd]);
+  }
+  std::vector<double> y(dense.size()), y_ref(dense.size()), rstd(std::size_t(N) * heads), rstd_ref(rstd.size());
+  gcm::cpu::rmsnorm_heads_forward(y.data(), rstd.data(), stacked.data() + offset, g.data(), N, heads, hd, eps, width);
+  gcm::cpu::rmsnorm_heads_forward(y_ref.data(), rstd_ref.data(), dense.data(), g.data(), N, heads, hd, eps);
+  EXPECT_EQ(y, y_ref);
+  EXPECT_EQ(rstd, rstd_ref);
+  std::vector<double> dstacked(stacked.size(), 7.0), dg(hd, 0.0), dx_ref(dense.size()), dg_ref(hd, 0.0);
+  gcm::cpu::rmsnorm_heads_backward(dstacked.data() + offset, dg.data(), dy.data(), stacked.data() + offset, g.data(),
+                                   rstd.data(), N, heads, hd, false, width);
+  gcm::cpu::rmsnorm_heads_backward(dx_ref.data(), dg_ref.data(), dy.data(), dense.data(), g.data(), rstd.data(), N,
+                                   heads, hd);
+  EXPECT_EQ(dg, dg_ref);
+  for (int n = 0; n < N; ++n) {
+    for (int j = 0; j < width; ++j) {
+      const double got = dstacked[std::size_t(n) * width + j];
+      const bool inside = j >= offset && j < offset + heads * hd;
+      EXPECT_EQ(got, inside ? dx_ref[std::size_t(n) * heads * hd + (j - offset)] : 7.0) << "row " << n << " col " << j;
+    }
+  }
 }
 
 TEST(KernelRmsNorm, GainGradientIsIndependentOfThreadCount) {
