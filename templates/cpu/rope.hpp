@@ -75,55 +75,66 @@ void rope_backward(T* dx, const T* dy, const T* cos_table, const T* sin_table, i
 // token's row of the stacked output as heads + 2·kv_heads head vectors: q's heads, then k's,
 // then v's. qkv_rope_forward splits it into RoPE(q) [B, T, heads, hd], RoPE(k) and v
 // [B, T, kv_heads, hd]; qkv_rope_backward stacks the gradients back: R(−angle)·dqr, R(−angle)·dkr
-// and dv. (The split costs nothing beyond separate RoPE passes but the copy of v.)
+// and dv. (The split costs nothing beyond separate RoPE passes but the copy of v.) The QK-norm
+// path normalizes q and k inside the rows (cpu/rmsnorm.hpp) and moves only v: qkv_v_forward and
+// qkv_v_backward.
+
+// Elements of one token: q's heads, k's (and v's) heads, a stacked row, and where v starts in it.
+struct QkvWidths {
+  QkvWidths(int heads, int kv_heads, int head_dim)
+      : q(std::int64_t(heads) * head_dim), kv(std::int64_t(kv_heads) * head_dim), row(q + 2 * kv), v(q + kv) {}
+  std::int64_t q, kv, row, v;
+};
+
+// dst row r [0, width) = src row r [0, width), each array with its own row stride.
+template <typename T>
+void copy_rows(T* dst, std::int64_t dst_stride, const T* src, std::int64_t src_stride, std::int64_t width,
+               std::int64_t rows) {
+#pragma omp parallel for
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * src_stride, src + r * src_stride + width, dst + r * dst_stride);
+  }
+}
+
 template <typename T>
 void qkv_rope_forward(T* qr, T* kr, T* v, const T* qkv, const T* cos_table, const T* sin_table, int B, int seq_len,
                       int heads, int kv_heads, int head_dim) {
-  const std::int64_t rows = std::int64_t(B) * seq_len, q_width = std::int64_t(heads) * head_dim;
-  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim, width = q_width + 2 * kv_width;
+  const std::int64_t rows = std::int64_t(B) * seq_len;
+  const QkvWidths w(heads, kv_heads, head_dim);
 #pragma omp parallel for
   for (std::int64_t bt = 0; bt < rows; ++bt) {
-    const T* row = qkv + bt * width;
-    rope_rotate(qr + bt * q_width, row, cos_table, sin_table, 1, 1, heads, head_dim, +1, bt % seq_len);
-    rope_rotate(kr + bt * kv_width, row + q_width, cos_table, sin_table, 1, 1, kv_heads, head_dim, +1, bt % seq_len);
-    std::copy(row + q_width + kv_width, row + width, v + bt * kv_width);
+    const T* row = qkv + bt * w.row;
+    rope_rotate(qr + bt * w.q, row, cos_table, sin_table, 1, 1, heads, head_dim, +1, bt % seq_len);
+    rope_rotate(kr + bt * w.kv, row + w.q, cos_table, sin_table, 1, 1, kv_heads, head_dim, +1, bt % seq_len);
   }
+  copy_rows(v, w.kv, qkv + w.v, w.row, w.kv, rows);
 }
 
 template <typename T>
 void qkv_rope_backward(T* dqkv, const T* dqr, const T* dkr, const T* dv, const T* cos_table, const T* sin_table,
                        int B, int seq_len, int heads, int kv_heads, int head_dim) {
-  const std::int64_t rows = std::int64_t(B) * seq_len, q_width = std::int64_t(heads) * head_dim;
-  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim, width = q_width + 2 * kv_width;
+  const std::int64_t rows = std::int64_t(B) * seq_len;
+  const QkvWidths w(heads, kv_heads, head_dim);
 #pragma omp parallel for
   for (std::int64_t bt = 0; bt < rows; ++bt) {
-    T* row = dqkv + bt * width;
-    rope_rotate(row, dqr + bt * q_width, cos_table, sin_table, 1, 1, heads, head_dim, -1, bt % seq_len);
-    rope_rotate(row + q_width, dkr + bt * kv_width, cos_table, sin_table, 1, 1, kv_heads, head_dim, -1, bt % seq_len);
-    std::copy(dv + bt * kv_width, dv + (bt + 1) * kv_width, row + q_width + kv_width);
+    T* row = dqkv + bt * w.row;
+    rope_rotate(row, dqr + bt * w.q, cos_table, sin_table, 1, 1, heads, head_dim, -1, bt % seq_len);
+    rope_rotate(row + w.q, dkr + bt * w.kv, cos_table, sin_table, 1, 1, kv_heads, head_dim, -1, bt % seq_len);
   }
+  copy_rows(dqkv + w.v, w.row, dv, w.kv, w.kv, rows);
 }
 
-// Only v out of the stacked rows (the QK-norm path: q and k go through the norm first), and dv
-// back into them.
+// v = the v heads of each stacked row, and those heads of dqkv = dv.
 template <typename T>
 void qkv_v_forward(T* v, const T* qkv, std::int64_t rows, int heads, int kv_heads, int head_dim) {
-  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim;
-  const std::int64_t width = std::int64_t(heads) * head_dim + 2 * kv_width;
-#pragma omp parallel for
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::copy(qkv + r * width + width - kv_width, qkv + (r + 1) * width, v + r * kv_width);
-  }
+  const QkvWidths w(heads, kv_heads, head_dim);
+  copy_rows(v, w.kv, qkv + w.v, w.row, w.kv, rows);
 }
 
 template <typename T>
 void qkv_v_backward(T* dqkv, const T* dv, std::int64_t rows, int heads, int kv_heads, int head_dim) {
-  const std::int64_t kv_width = std::int64_t(kv_heads) * head_dim;
-  const std::int64_t width = std::int64_t(heads) * head_dim + 2 * kv_width;
-#pragma omp parallel for
-  for (std::int64_t r = 0; r < rows; ++r) {
-    std::copy(dv + r * kv_width, dv + (r + 1) * kv_width, dqkv + r * width + width - kv_width);
-  }
+  const QkvWidths w(heads, kv_heads, head_dim);
+  copy_rows(dqkv + w.v, w.row, dv, w.kv, w.kv, rows);
 }
 
 }  // namespace gcm::cpu

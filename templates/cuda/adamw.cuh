@@ -233,9 +233,7 @@ __global__ void __launch_bounds__(kCastThreads) cast_copy_kernel(T* __restrict__
   }
 }
 
-}  // namespace detail
-
-namespace detail {
+// ---- AdamW's launch -------------------------------------------------------------
 
 inline AdamWScalars adamw_scalars(double lr, double beta1, double beta2, double eps, std::int64_t step,
                                   double grad_scale) {

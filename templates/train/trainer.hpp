@@ -108,7 +108,6 @@ class Trainer {
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
   const StepReadout* readout_ = nullptr;  // the engine's values of the last step read
-  double last_grad_norm_ = 0.0;
   double last_aux_loss_ = 0.0;  // MoE balancing loss of the last step (mean over micro-batches)
   std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step

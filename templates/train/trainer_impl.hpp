@@ -364,7 +364,6 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   if (read) {
     readout_ = &engine_->read_step();
     if (readout_->verdict.stopped_at != 0) return false;
-    last_grad_norm_ = readout_->verdict.grad_norm;
   }
   if (grad_norm_record_due(s)) {
     // Per class, before clipping.
@@ -534,8 +533,8 @@ inline int Trainer::run() {
       return 1;
     }
     if (!read) continue;
+    const double loss = readout_->verdict.loss, grad_norm = readout_->verdict.grad_norm;
     // The steps since the last read ran back to back: each is timed as their mean.
-    const double loss = readout_->verdict.loss;
     const double dt = std::chrono::duration<double>(Clock::now() - unread_since).count() / double(step + 1 - unread_from);
     step_seconds_.insert(step_seconds_.end(), std::size_t(step + 1 - unread_from), dt);
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
@@ -544,7 +543,7 @@ inline int Trainer::run() {
     const bool last = step + 1 == opt_.steps;
     if ((step + 1) % opt_.log_every == 0 || step == 0 || last) {
       Json record = {{"step", step + 1},          {"loss", loss},
-                     {"lr", lr},                  {"grad_norm", last_grad_norm_},
+                     {"lr", lr},                  {"grad_norm", grad_norm},
                      {"tokens_per_s", tokens_per_step / dt}, {"elapsed_s", elapsed},
                      {"metrics_s", metrics_seconds_}};
       if constexpr (kMoe) {
@@ -561,7 +560,7 @@ inline int Trainer::run() {
     }
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
       for (const Json& r : step_records_) log.write(r);
-      report(step, loss, lr, last_grad_norm_, tokens_per_step / dt, elapsed);
+      report(step, loss, lr, grad_norm, tokens_per_step / dt, elapsed);
       measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
       if (save_due) {
         save(step + 1);
