@@ -24,7 +24,7 @@ std::string program_name(const std::string& path) {
 std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources,
                        const std::vector<std::string>& cuda_sources) {
   std::ostringstream o;
-  o << "cmake_minimum_required(VERSION 3.25)\n"
+  o << "cmake_minimum_required(VERSION 3.20)  # the GPU machines' CMake may be older than Debian's\n"
     << "project(gcompile_" << plan.spec.experiment.name << " LANGUAGES CXX)\n\n"
     << "set(CMAKE_CXX_STANDARD 17)\nset(CMAKE_CXX_STANDARD_REQUIRED ON)\n"
     << "if(NOT CMAKE_BUILD_TYPE)\n  set(CMAKE_BUILD_TYPE Release)\nendif()\n\n"

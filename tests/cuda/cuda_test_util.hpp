@@ -30,7 +30,7 @@ inline constexpr bool kEmulated = false;
 #define GC_REQUIRE_GPU()                                          \
   do {                                                            \
     if (gc::rt::cuda::device_count() == 0) {                      \
-      GTEST_SKIP() << "no CUDA device (checked by scripts/gpu_check)"; \
+      GTEST_SKIP() << "no CUDA device (scripts/gpu_kit runs these on a GPU)"; \
     }                                                             \
   } while (0)
 

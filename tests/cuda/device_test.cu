@@ -36,22 +36,39 @@ TEST(CudaDevice, AcceptsComputeCapability80AndNewerWithTheirKernels) {
     }
   } else {
     GC_REQUIRE_GPU();
-    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "") << "scripts/gpu_check runs on sm_80 or newer";
+    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "") << "the GPU kit runs on sm_80 or newer";
   }
 }
 
+// The refusal's words, from the device's name, compute capability and the kernel-image probe's
+// error: the same function on a GPU, under the emulator and on a machine without either.
 TEST(CudaDevice, RefusesOlderGpusAndMissingKernelsNamingTheFix) {
-  if (!ct::kEmulated) GTEST_SKIP() << "the emulator sets the device's compute capability";
-  const std::string turing = reason_for("7.5", true);
-  EXPECT_NE(turing.find("compute capability 7.5): the CUDA backend needs compute capability 8.0 or newer"),
+  const std::string turing = gcm::cuda::device_refusal("Tesla T4", 7, 5, nullptr);
+  EXPECT_NE(turing.find("Tesla T4 (compute capability 7.5): the CUDA backend needs compute capability 8.0 or newer"),
             std::string::npos) << turing;
-  const std::string ada = reason_for("8.9", false);
-  EXPECT_NE(ada.find("this build has no kernels for it"), std::string::npos) << ada;
+  const std::string ada = gcm::cuda::device_refusal("L4", 8, 9, "no kernel image is available");
+  EXPECT_NE(ada.find("this build has no kernels for it (no kernel image is available)"), std::string::npos) << ada;
   EXPECT_NE(ada.find("-DGC_CUDA_ARCHITECTURES=89 "), std::string::npos) << ada;
-  const std::string hopper = reason_for("9.0", false);
+  const std::string hopper = gcm::cuda::device_refusal("H100", 9, 0, "no kernel image is available");
   EXPECT_NE(hopper.find("-DGC_CUDA_ARCHITECTURES=90a "), std::string::npos) << hopper;
-  // The probe's error does not stick: the next check passes.
-  EXPECT_EQ(reason_for("9.0", true), "");
+  EXPECT_EQ(gcm::cuda::device_refusal("H100", 9, 0, nullptr), "");
+  EXPECT_EQ(gcm::cuda::device_refusal("A100", 8, 0, nullptr), "");
+}
+
+// The probe itself: under the emulator the environment sets the device's compute capability and
+// whether this build has kernels for it; on a GPU the device in the machine is accepted, twice
+// (the probe leaves no sticky error behind).
+TEST(CudaDevice, TheProbeNamesTheDeviceAndLeavesNoErrorBehind) {
+  if constexpr (ct::kEmulated) {
+    EXPECT_NE(reason_for("7.5", true).find("compute capability 7.5): the CUDA backend needs"), std::string::npos);
+    EXPECT_NE(reason_for("9.0", false).find("-DGC_CUDA_ARCHITECTURES=90a "), std::string::npos);
+    EXPECT_EQ(reason_for("9.0", true), "");  // the failed probe before does not stick
+  } else {
+    GC_REQUIRE_GPU();
+    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "");
+    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "");
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
 }
 
 }  // namespace

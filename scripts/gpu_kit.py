@@ -1,0 +1,408 @@
+#!/usr/bin/env python3
+"""Helpers of scripts/gpu_kit: the kit's trees, its manifest, the checks' verdicts and the summary.
+
+Standard library only: the same file runs here (prepare) and on the GPU machine (run), whose
+python3 has none of this project's packages. Each subcommand prints what the shell script needs
+and exits 0 (PASS), 1 (FAIL) or 2 (bad input).
+"""
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+
+# The kit's trees: name, spec, what the run does with it (the build targets follow from it), and
+# whose token files it trains on ("" = its own). One table, read by both halves of the kit.
+TREES = [
+    ("tiny", "specs/tiny.toml", "train", ""),
+    ("tiny_bf16", "tests/cuda/specs/tiny_bf16.toml", "train", "tiny"),
+    ("moe_tiny", "specs/moe_tiny.toml", "train", ""),
+    ("parity_plain", "tests/cuda/specs/parity_plain.toml", "parity", ""),
+    ("parity_headwise", "tests/cuda/specs/parity_headwise.toml", "parity", ""),
+    ("parity_elementwise", "tests/cuda/specs/parity_elementwise.toml", "parity", ""),
+    ("parity_moe", "tests/cuda/specs/parity_moe.toml", "parity", ""),
+    ("parity_hd128", "tests/cuda/specs/parity_hd128.toml", "parity", ""),
+]
+# bench/gpu_vs_torch's specs on a GPU (0.1B and 1.5B, no gate); under emulation the tiny tree's.
+BENCH_SPECS = ["specs/paper/seed000/dense_0.1b_g1_eps1e-12.toml", "specs/paper/seed000/dense_1.5b_g1_eps1e-12.toml"]
+
+# Steps of the runs, on a GPU and under the emulator (small shapes there: see EMULATED_TRAIN).
+STEPS = {"gpu": {"tiny": 200, "moe_tiny": 30, "memcheck": 3}, "emulated": {"tiny": 4, "moe_tiny": 3, "memcheck": 2}}
+EMULATED_TRAIN = {"seq_len": 32, "micro_batch": 2, "global_batch": 2, "eval_every": 0, "eval_batches": 1,
+                  "log_every": 1}
+TOLERANCES = {"parity": 1e-5, "cpu_cuda": 1e-3, "bf16": 0.02}
+KIT_LIMIT_BYTES = 48 << 20
+COMMAND_LIMIT = 2000
+
+
+def fail(message, code=1):
+    print(message)
+    sys.exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare
+# ---------------------------------------------------------------------------------------------
+def trees(_kit=None):
+    """One line per tree: NAME SPEC ROLE DATA_FROM ('-' for its own)."""
+    for name, spec, role, data_from in TREES:
+        print(name, spec, role, data_from or "-")
+
+
+def bench_specs(kit):
+    """The specs of the kit's bench trees (bench/gpu_vs_torch names a tree after its spec), one a line."""
+    for spec in json.load(open(os.path.join(kit, "kit.json")))["bench_specs"]:
+        print(spec)
+
+
+def overlay(spec, out_path, name):
+    """Writes an emulation-sized spec that extends SPEC: the model unchanged, short sequences and
+    batches, so the CUDA emulator runs a step in about a second."""
+    rel = os.path.relpath(os.path.abspath(spec), os.path.dirname(os.path.abspath(out_path)))
+    lines = ["# Written by scripts/gpu_kit prepare --emulate: the model of the base spec, small batches.",
+             "[experiment]", f'extends = "{rel}"', f'name = "{name}"', "", "[train]"]
+    lines += [f"{k} = {v}" for k, v in EMULATED_TRAIN.items()]
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def baked_data(tree):
+    """The token files a generated tree trains on: the plan.train_data / plan.val_data knobs,
+    literals in src/experiment.cpp (src/config.hpp in trees of before 2026-11)."""
+    for source in ("experiment.cpp", "config.hpp"):
+        try:
+            text = open(os.path.join(tree, "src", source)).read()
+        except OSError:
+            continue
+        found = {}
+        for key in ("kTrainData", "kValData"):
+            m = re.search(key + r'\s*=\s*((?:"(?:[^"\\]|\\.)*"\s*)+);', text)
+            if m:
+                found[key] = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1)))
+        if found:
+            return found
+    return {}
+
+
+def copy_data(tree):
+    """Copies the tree's token files into TREE/data/ (train.bin, val.bin); fails naming what is
+    missing, so that no tree travels without its tokens."""
+    paths = baked_data(tree)
+    if not paths.get("kTrainData"):
+        fail(f"{tree}/src/experiment.cpp names no training data (kTrainData)")
+    os.makedirs(os.path.join(tree, "data"), exist_ok=True)
+    for key, name in (("kTrainData", "train.bin"), ("kValData", "val.bin")):
+        path = paths.get(key, "")
+        if not path:
+            continue
+        if not os.path.isfile(path):
+            fail(f"{tree}: the token file {path} ({key}) does not exist")
+        shutil.copyfile(path, os.path.join(tree, "data", name))
+    print(" ".join(sorted(os.listdir(os.path.join(tree, "data")))))
+
+
+def read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def losses(path):
+    """step -> loss of a run's metrics.jsonl (training records only)."""
+    return {int(r["step"]): r["loss"] for r in read_jsonl(path)
+            if "event" not in r and "step" in r and "lr" in r and isinstance(r.get("loss"), (int, float))}
+
+
+def reference(metrics, out_path, steps):
+    """Keeps a CPU run's losses (the reference the GPU's curves are compared with)."""
+    curve = losses(metrics)
+    steps = int(steps)
+    if steps not in curve:
+        fail(f"{metrics}: the CPU run did not reach step {steps} (last {max(curve, default=0)})")
+    with open(out_path, "w") as f:
+        json.dump({"steps": steps, "loss": {str(k): v for k, v in sorted(curve.items())}}, f, indent=0)
+    print(f"{len(curve)} losses, step {steps}: {curve[steps]:.6f}")
+
+
+def manifest(kit, mode, commit):
+    """kit.json: what the kit holds and how its run must go."""
+    doc = {"mode": mode, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "git_commit": commit,
+           "trees": [{"name": n, "spec": s, "role": r, "data_from": d or n} for n, s, r, d in TREES],
+           "bench_specs": BENCH_SPECS if mode == "gpu" else [os.path.join(kit, "specs", "tiny.toml")],
+           "steps": STEPS[mode], "tolerances": TOLERANCES}
+    with open(os.path.join(kit, "kit.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def kit_value(kit, key):
+    """Prints one value of kit.json (steps.NAME, tolerances.NAME or mode)."""
+    try:
+        doc = json.load(open(os.path.join(kit, "kit.json")))
+    except (OSError, json.JSONDecodeError) as e:
+        fail(f"{kit}/kit.json: {e}; run scripts/gpu_kit prepare", 2)
+    v = doc
+    for part in key.split("."):
+        if not isinstance(v, dict) or part not in v:
+            fail(f"{kit}/kit.json has no {key}; run scripts/gpu_kit prepare again", 2)
+        v = v[part]
+    print(v)
+
+
+def bench_tree_name(spec):
+    """bench/gpu_vs_torch's name for a spec's bench tree (its bench_name_of)."""
+    label = os.path.basename(spec)[:-5].lower()
+    return "bench_" + re.sub(r"[^a-z0-9_.\n-]", "_", label)
+
+
+def check_kit(kit):
+    """Fails naming the first file a run needs that the kit lacks, or a kit over its size."""
+    doc = json.load(open(os.path.join(kit, "kit.json")))
+    need = [os.path.join(kit, "run"), os.path.join(kit, "bin", "gcompile_cuda_tests")]
+    for t in doc["trees"]:
+        tree = os.path.join(kit, "trees", t["name"])
+        need += [os.path.join(tree, "CMakeLists.txt"), os.path.join(tree, "spec.resolved.toml")]
+        data = os.path.join(kit, "trees", t["data_from"], "data")
+        need += [os.path.join(data, "train.bin")]
+        if t["role"] == "train" and t["data_from"] == t["name"]:
+            need.append(os.path.join(kit, "reference", t["name"] + "_cpu.json"))
+    for spec in doc["bench_specs"]:
+        tree = os.path.join(kit, "trees", bench_tree_name(spec))
+        need += [os.path.join(tree, "CMakeLists.txt"), os.path.join(tree, "data", "train.bin")]
+    if doc["mode"] == "gpu":
+        need.append(os.path.join(kit, "bin", "attention_bench"))
+    missing = [p for p in need if not os.path.exists(p)]
+    if missing:
+        fail(f"the kit lacks {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    for root, _, files in os.walk(kit):
+        if os.path.basename(root) == "build" or "/build/" in root + "/":
+            fail(f"{root}: a build directory in the kit (it would travel); delete it")
+    size = sum(os.lstat(os.path.join(r, f)).st_size for r, _, fs in os.walk(kit) for f in fs)
+    if size > KIT_LIMIT_BYTES:
+        fail(f"the kit is {size / 2**20:.1f} MiB, over its {KIT_LIMIT_BYTES >> 20} MiB")
+    print(f"{size / 2**20:.1f} MiB")
+
+
+def command(kit, budget_s, timeout_s):
+    """command.txt: the one call to make on the GPU machine, and what travels with it."""
+    rel = os.path.relpath(kit)
+    cmd = f"bash {rel}/run --budget-s {budget_s} --out \"$OUT\""
+    if len(cmd) > COMMAND_LIMIT:
+        fail(f"the command is {len(cmd)} characters, over {COMMAND_LIMIT}")
+    text = (
+        "# The one call on a GPU machine (the device tool's run, from the repository root):\n"
+        f"command: {cmd}\n"
+        f"carry: [\"{rel}\"]\n"
+        f"timeout_s: {timeout_s}\n"
+        f"# {len(cmd)} of {COMMAND_LIMIT} characters. The run stays within --budget-s ({budget_s} s) and writes\n"
+        "# $OUT/summary.md (the table), $OUT/summary.json and $OUT/results.tgz (every log and metrics.jsonl).\n"
+        "# Rerun only the failed rows: add --only ROW[,ROW...] (row names as in summary.md's first column).\n")
+    with open(os.path.join(kit, "command.txt"), "w") as f:
+        f.write(text)
+    print(cmd)
+
+
+# ---------------------------------------------------------------------------------------------
+# run: the verdicts
+# ---------------------------------------------------------------------------------------------
+def json_objects(path):
+    """Every JSON object in a file of mixed output."""
+    try:
+        text = open(path, errors="replace").read()
+    except OSError:
+        return []
+    dec, out, i = json.JSONDecoder(), [], text.find("{")
+    while i >= 0:
+        try:
+            obj, end = dec.raw_decode(text, i)
+            if isinstance(obj, dict):
+                out.append(obj)
+            i = text.find("{", end)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+    return out
+
+
+def gtest(path, emulated="0"):
+    """The kernel tests' JSON: every test passed and (on a GPU) none skipped."""
+    try:
+        doc = json.load(open(path))
+    except (OSError, json.JSONDecodeError) as e:
+        fail(f"no gtest JSON ({e.__class__.__name__})")
+    passed, failed, skipped = 0, [], []
+    for suite in doc.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            name = f"{suite.get('name')}.{t.get('name')}"
+            if t.get("failures"):
+                failed.append(name)
+            elif t.get("result") == "SKIPPED" or t.get("status") == "NOTRUN":
+                skipped.append(name)
+            else:
+                passed += 1
+    detail = f"{passed} passed, {len(failed)} failed, {len(skipped)} skipped"
+    if failed:
+        detail += "; failed: " + ", ".join(failed[:5]) + (" ..." if len(failed) > 5 else "")
+    elif skipped:
+        detail += " (a skip on a GPU fails); skipped: " + ", ".join(skipped[:3]) + (" ..." if len(skipped) > 3 else "")
+    fail(detail) if (failed or not passed or (skipped and emulated != "1")) else print(detail)
+
+
+def parity(path, tol):
+    tol = float(tol)
+    r = next((x for x in reversed(json_objects(path)) if "max_rel_logits" in x), None)
+    if r is None:
+        fail("parity printed no JSON result")
+    lg, row, gr = r.get("max_rel_logits"), r.get("worst_row_logits"), r.get("max_rel_grad")
+    if not all(isinstance(v, (int, float)) for v in (lg, row, gr)):
+        fail(f"bad result {r}")
+    detail = (f"logits {lg:.2e} (worst row {row:.2e}), grads {gr:.2e} (worst {r.get('worst_tensor', '?')}), "
+              f"loss cpu {r.get('loss_cpu')} cuda {r.get('loss_cuda')}, tol {tol:g}")
+    ok = all(math.isfinite(v) and v < tol for v in (lg, row, gr))
+    fail(detail) if not ok else print(detail)
+
+
+def load_reference(path):
+    doc = json.load(open(path))
+    return {int(k): v for k, v in doc["loss"].items()}
+
+
+def curve(ref_path, run_metrics, steps, tol):
+    """A GPU run's losses against the carried CPU reference, at every step both logged."""
+    a, b = load_reference(ref_path), losses(run_metrics)
+    steps, tol = int(steps), float(tol)
+    if steps not in b:
+        fail(f"the run did not reach step {steps} (last logged {max(b, default=0)})")
+    common = sorted(set(a) & set(b))
+    if not all(math.isfinite(b[s]) for s in common):
+        fail("non-finite loss")
+    worst = max(common, key=lambda s: abs(a[s] - b[s]) / abs(a[s]))
+    rel = abs(a[worst] - b[worst]) / abs(a[worst])
+    detail = (f"max rel loss diff {rel:.2e} at step {worst} over {len(common)} steps "
+              f"(cpu {a[steps]:.5f}, cuda {b[steps]:.5f} at {steps}), tol {tol:g}")
+    fail(detail) if rel >= tol else print(detail)
+
+
+def final_loss(ref_path, run_metrics, steps, tol):
+    """bf16 against the fp32 CPU reference: the loss at the last step within tol (relative)."""
+    a, b = load_reference(ref_path), losses(run_metrics)
+    steps, tol = int(steps), float(tol)
+    if steps not in b or steps not in a:
+        fail(f"the run did not reach step {steps}")
+    rel = abs(b[steps] - a[steps]) / abs(a[steps])
+    detail = f"step {steps}: fp32 cpu {a[steps]:.4f}, bf16 cuda {b[steps]:.4f}, rel {rel:.2%}, tol {tol:.0%}"
+    fail(detail) if not (math.isfinite(rel) and rel < tol) else print(detail)
+
+
+def repeat(path1, path2, steps):
+    a, b = losses(path1), losses(path2)
+    steps = int(steps)
+    if steps not in a or steps not in b:
+        fail(f"a run did not reach step {steps}")
+    diff = [s for s in sorted(set(a) | set(b)) if a.get(s) != b.get(s)]
+    if diff:
+        fail(f"{len(diff)} of {len(a)} logged losses differ, first at step {diff[0]}: "
+             f"{a.get(diff[0])!r} vs {b.get(diff[0])!r}")
+    print(f"{len(a)} logged losses bit-identical")
+
+
+def bench_rows(rows_json):
+    """gpu_vs_torch's rows.json: tokens/s and MFU per implementation, the ratio, memory vs plan."""
+    try:
+        doc = json.load(open(rows_json))
+    except (OSError, json.JSONDecodeError) as e:
+        fail(f"no rows.json ({e.__class__.__name__})")
+    parts, complete = [], bool(doc.get("rows"))
+    for r in doc.get("rows", []):
+        tps = r.get("tokens_per_s")
+        complete = complete and bool(tps)
+        s = f"{r['spec']} {r['impl']}: " + (f"{tps:,.0f} tok/s" if tps else "no time")
+        if r.get("mfu_989"):
+            s += f", MFU {100 * r['mfu_989']:.1f}%"
+        if r.get("peak_bytes") and r.get("plan_bytes"):
+            s += f", peak {r['peak_bytes'] / 2**30:.2f} / plan {r['plan_bytes'] / 2**30:.2f} GiB"
+        if r.get("ratio"):
+            s += f", ours/torch {r['ratio']:.2f}"
+        parts.append(s)
+    detail = "; ".join(parts + [f"note: {n}" for n in doc.get("notes", [])]) or "no rows"
+    fail(detail) if not complete else print(detail)
+
+
+def attention_rows(ours, torch_jsonl):
+    rows = read_jsonl(ours) + read_jsonl(torch_jsonl)
+    if not rows:
+        fail("no results")
+    t = {r["shape"]: r for r in rows if r.get("impl") == "torch_sdpa_flash"}
+    parts = []
+    for r in rows:
+        if r.get("impl") == "torch_sdpa_flash":
+            continue
+        ref = t.get(r["shape"])
+        ratio = f", {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:.2f}x SDPA" if ref else ""
+        parts.append(f"{r['shape']}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}")
+    fail("; ".join(parts) or "no gcompile rows") if not parts or not t else print("; ".join(parts))
+
+
+# ---------------------------------------------------------------------------------------------
+# The summary: $OUT/summary.md and summary.json, rewritten after every row.
+# ---------------------------------------------------------------------------------------------
+def summary(rows_tsv, out_dir, facts_json):
+    rows = []
+    try:
+        for line in open(rows_tsv):
+            name, result, secs, detail = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
+            rows.append({"row": name, "result": result, "seconds": secs, "detail": detail})
+    except OSError:
+        pass
+    try:
+        facts = json.load(open(facts_json))
+    except (OSError, json.JSONDecodeError):
+        facts = {}
+    counts = {k: sum(r["result"] == k for r in rows) for k in ("PASS", "FAIL", "SKIP")}
+    lines = ["# GPU kit", ""]
+    lines += [f"- {k}: {v}" for k, v in facts.items()]
+    lines += [f"- rows: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP", "",
+              "| row | result | s | detail |", "|---|---|---:|---|"]
+    lines += [f"| {r['row']} | {r['result']} | {r['seconds']} | {r['detail'].replace('|', '/')} |" for r in rows]
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump({"facts": facts, "rows": rows, "counts": counts}, f, indent=1)
+
+
+def facts(path, *pairs):
+    doc = {}
+    try:
+        doc = json.load(open(path))
+    except (OSError, json.JSONDecodeError):
+        pass
+    for p in pairs:
+        k, _, v = p.partition("=")
+        doc[k] = v
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+COMMANDS = {
+    "trees": trees, "bench-specs": bench_specs, "overlay": overlay, "copy-data": copy_data,
+    "reference": reference, "manifest": manifest, "kit-value": kit_value, "check-kit": check_kit,
+    "command": command, "gtest": gtest, "parity": parity, "curve": curve, "final-loss": final_loss,
+    "repeat": repeat, "bench-rows": bench_rows, "attention-rows": attention_rows, "summary": summary,
+    "facts": facts,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        fail(f"usage: gpu_kit.py {{{','.join(COMMANDS)}}} ARGS...", 2)
+    COMMANDS[sys.argv[1]](*sys.argv[2:])
