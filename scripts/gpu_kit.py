@@ -186,9 +186,12 @@ def check_kit(kit):
     missing = [p for p in need if not os.path.exists(p)]
     if missing:
         fail(f"the kit lacks {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    for root, _, files in os.walk(kit):
-        if os.path.basename(root) == "build" or "/build/" in root + "/":
-            fail(f"{root}: a build directory in the kit (it would travel); delete it")
+    for root, dirs, files in os.walk(os.path.join(kit, "trees")):
+        if "build" in dirs:
+            fail(f"{root}/build: a build directory in the kit (it would travel); delete it")
+        for program in ("train", "parity"):
+            if program in files and os.path.isfile(os.path.join(root, "CMakeLists.txt")):
+                fail(f"{root}/{program}: a binary of this machine in the kit; delete it")
     size = sum(os.lstat(os.path.join(r, f)).st_size for r, _, fs in os.walk(kit) for f in fs)
     if size > KIT_LIMIT_BYTES:
         fail(f"the kit is {size / 2**20:.1f} MiB, over its {KIT_LIMIT_BYTES >> 20} MiB")

@@ -36,6 +36,10 @@ step() {  # DESCRIPTION CMD... : runs CMD with its output in the log; dies namin
   "$@" >> "$log" 2>&1 || { tail -n 15 "$log" >&2; die "$what failed (log: $log)"; }
 }
 
+if [ "$mode" = gpu ] && ! command -v nvcc > /dev/null; then
+  die "prepare needs nvcc (the CUDA toolkit) for the kernel tests and the attention bench; --emulate needs none"
+fi
+
 # gcompile, and the test binary of this mode.
 GCOMPILE=${GCOMPILE_BIN:-$build/compiler/gcompile}
 tests_target=gcompile_cuda_tests

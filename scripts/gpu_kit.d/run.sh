@@ -41,7 +41,13 @@ ROWS=$work/rows.tsv
 FACTS=$work/facts.json
 : > "$ROWS"
 bg_pids=()
-cleanup() { local p; for p in "${bg_pids[@]}"; do kill "$p" 2> /dev/null; done; rm -rf "$work"; }
+need=()  # "TREE:TARGET": the binaries this run builds (into the trees: a tree's CMake puts them there)
+cleanup() {  # the kit leaves as it came: no build directory, no binary of this machine in it
+  local p n
+  for p in "${bg_pids[@]}"; do kill "$p" 2> /dev/null; done
+  for n in "${need[@]}"; do rm -f "$trees/${n%%:*}/${n##*:}"; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 # ---------------------------------------------------------------------------------------------
@@ -127,7 +133,6 @@ done
 # ---------------------------------------------------------------------------------------------
 # build: the trees each row needs, in the background (kernels run meanwhile)
 # ---------------------------------------------------------------------------------------------
-need=()  # "TREE:TARGET"
 add_need() { local n; for n in "${need[@]}"; do [ "$n" != "$1" ] || return 0; done; need+=("$1"); }
 for t in "${PARITY_TREES[@]}"; do wanted "$t" && add_need "$t:parity"; done
 { wanted train_fp32 || wanted repeat || wanted memcheck; } && add_need tiny:train
@@ -144,13 +149,12 @@ build_tree() {  # TREE TARGET DEADLINE -> TREE/TARGET, with nvcc for this GPU (o
     emulated_build "$tree" "$target" "$left"
     return
   fi
-  rm -rf "$tree/build"  # a build directory from elsewhere cannot be reused
   if command -v ninja > /dev/null; then gen=(-G Ninja); fi
-  timeout "$left" cmake -S "$tree" -B "$tree/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGC_CCACHE=OFF \
+  timeout "$left" cmake -S "$tree" -B "$work/build/$1" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DGC_CCACHE=OFF \
     -DGC_MPI=OFF "-DGC_CUDA_ARCHITECTURES=$arch" || return
   left=$(($3 - SECONDS))
   [ "$left" -gt 0 ] || return 124
-  timeout "$left" cmake --build "$tree/build" --target "$target" -j "$tree_jobs"
+  timeout "$left" cmake --build "$work/build/$1" --target "$target" -j "$tree_jobs"
 }
 emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g++ against tests/cuda_emulator
   local tree=$1 target=$2 objects=$work/objects/$(basename "$1")_$2 emu=$ROOT/tests/cuda_emulator sources
@@ -189,6 +193,7 @@ build_all() {
 }
 if [ ${#need[@]} -gt 0 ] && [ "$build_cap" -le 0 ]; then
   row build SKIP "out of time (--budget-s $budget_s)"
+  for n in "${need[@]}"; do rm -f "$trees/${n%%:*}/${n##*:}"; done  # no binary of an earlier run stands in
   need=()
 elif [ ${#need[@]} -gt 0 ]; then
   note "building ${#need[@]} tree target(s) (cap ${build_cap} s): ${need[*]}"
@@ -298,6 +303,10 @@ if wanted bench; then
     timed "$limit" "$logs/bench.out" env GC_TREE_CUDA_ARCH="$arch" bench/gpu_vs_torch "${bench_args[@]}" \
       --specs "${base_specs[*]}" --budget-s $((limit - 30 > 30 ? limit - 30 : 30))
     rc=$?
+    if [ ! -f "$logs/bench/rows.json" ] && [ -f "$logs/bench/order.txt" ]; then
+      # Killed at its cap: table the runs that finished.
+      bench/gpu_vs_torch --table-from "$logs/bench" >> "$logs/bench.out" 2>&1
+    fi
     if detail=$(py bench-rows "$logs/bench/rows.json") && [ "$rc" -eq 0 ]; then row bench PASS "$detail" "$took"
     else row bench FAIL "$detail ($(why "$rc" "$logs/bench.out"))" "$took"; fi
   fi

@@ -1,7 +1,7 @@
 // A generated tree with the CUDA backend: nvcc compiles and links the GPU
 // engine (bf16, every model feature) into ./train and builds ./parity. On a
 // machine without a GPU (CI) the programs must say so clearly, and `auto`
-// must fall back to the CPU; scripts/gpu_check runs them on a GPU.
+// must fall back to the CPU; scripts/gpu_kit runs them on a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -248,7 +248,7 @@ TEST_F(MoeTree, StopsBeforeAllocatingWhenThePlanExceedsTheMemory) {
 
 // The whole MoE model on the CUDA backend against the CPU backend: the tree's
 // own ./parity program compiled by the host compiler against the CUDA
-// emulator (tests/cuda_emulator; on a GPU, scripts/gpu_check runs the real
+// emulator (tests/cuda_emulator; on a GPU, scripts/gpu_kit runs the real
 // one). fp32 with a real top-k; bf16 with every expert selected, because bf16
 // activations move near-tied router scores and then both backends are right
 // to route a few tokens differently.
