@@ -12,18 +12,25 @@
 //   sink score (seed 000 eq. 5)  S_h = (1/T) Σ_i P_i0 = (1/T) Σ_i exp(s_i0 − lse_i)
 //   entropy                      H_i = −Σ_j P_ij log P_ij = lse_i − Σ_j P_ij s_ij
 //
-// Like FlashAttention, the backward pass recomputes P from lse one row at a time: pass 1 owns
-// the query rows (dq), pass 2 owns the key rows of each kv head (dk, dv), so no element is ever
-// written by two threads and no T×T matrix is stored. Dot products and sums run in double.
-// Allocation: each thread holds one row of T doubles (forward) or two head vectors (backward).
+// Blocked, as GEMMs over the causal half: one task per (sequence, head) in the forward and per
+// (sequence, kv head) in the backward, each on its own thread with single-threaded BLAS calls,
+// so no element is written by two threads and the result does not depend on the thread count.
+// Row blocks of kBlock queries multiply only the keys at or before their last row (the masked
+// half is never computed). The forward keeps P in a per-thread T×T tile; the backward recomputes
+// P once per head from the saved lse (S = scale·QKᵀ, P = exp(S − lse)), then dP = dO·Vᵀ,
+// dS = P∘(dP − D), dQ = scale·dS·K, dK += scale·dSᵀ·Q and dV += Pᵀ·dO over the group's query
+// heads in head order. GEMMs run in T; the softmax's max, its sum and D_i run in double.
+// Allocation: each thread holds two T×T tiles of T (once sized, never again).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "common.hpp"
+#include "linear.hpp"
 
 namespace gcm::cpu {
 
@@ -56,7 +63,7 @@ inline double default_attention_scale(int head_dim) { return 1.0 / std::sqrt(dou
 namespace detail {
 
 template <typename A, typename Bv>
-double dot(const A* a, const Bv* b, int n) {
+double dot(const A* a, const Bv* b, int n) {  // in double, in index order
   double s = 0.0;
   for (int i = 0; i < n; ++i) {
     s += double(a[i]) * double(b[i]);
@@ -66,124 +73,68 @@ double dot(const A* a, const Bv* b, int n) {
 
 }  // namespace detail
 
+namespace detail {
+
+inline constexpr int kAttentionBlock = 64;  // query rows per GEMM block
+
+// Rows [r0, r1) of S = scale · Q Kᵀ, columns [0, r1) (the causal half, by row block) into the
+// tile s (row stride T). q and k point at row 0 of one head (strides ldq, ldk).
+template <typename T>
+void causal_scores(T* s, const T* q, int ldq, const T* k, int ldk, int T_len, int hd, double scale) {
+  for (int r0 = 0; r0 < T_len; r0 += kAttentionBlock) {
+    const int r1 = std::min(T_len, r0 + kAttentionBlock);
+    blas::gemm_serial(false, true, r1 - r0, r1, hd, T(scale), q + std::int64_t(r0) * ldq, ldq, k, ldk, T(0),
+                      s + std::int64_t(r0) * T_len, T_len);
+  }
+}
+
+// The tile's row i becomes P_i = exp(S_i − lse_i) for j ≤ i and 0 after: with lse given
+// (the backward), or computed here from the row's max and sum in double (the forward: *lse_i).
+template <typename T>
+void softmax_row(T* p, int i, int T_len, double* lse_i, bool known_lse) {
+  double shift = known_lse ? *lse_i : -std::numeric_limits<double>::infinity();
+  if (!known_lse) {
+    for (int j = 0; j <= i; ++j) shift = double(p[j]) > shift ? double(p[j]) : shift;
+  }
+  double sum = 0.0;
+  for (int j = 0; j <= i; ++j) {
+    const double e = std::exp(double(p[j]) - shift);
+    p[j] = T(e);
+    sum += e;
+  }
+  for (int j = i + 1; j < T_len; ++j) p[j] = T(0);
+  if (!known_lse) {
+    const T inv = T(1.0 / sum);
+    for (int j = 0; j <= i; ++j) p[j] *= inv;
+    *lse_i = shift + std::log(sum);
+  }
+}
+
+}  // namespace detail
+
 template <typename T>
 void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const AttentionDims& d, double scale) {
-  const int hd = d.head_dim;
-  const std::int64_t rows = std::int64_t(d.batch) * d.heads * d.seq_len;
+  const int hd = d.head_dim, T_len = d.seq_len, ldq = d.heads * hd, ldk = d.kv_heads * hd;
+  const int tasks = d.batch * d.heads;
 #pragma omp parallel
   {
-    double* p = thread_scratch<0>(std::size_t(d.seq_len));
-    double* acc = thread_scratch<1>(std::size_t(hd));
-#pragma omp for schedule(dynamic, 8)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto [b, h, i, g] = d.query_row(r);
-      const T* qi = q + d.q_offset(b, i, h);
-      double max_s = -std::numeric_limits<double>::infinity();
-      for (int j = 0; j <= i; ++j) {
-        p[j] = scale * detail::dot(qi, k + d.kv_offset(b, j, g), hd);
-        max_s = p[j] > max_s ? p[j] : max_s;
+    T* p = thread_scratch_of<T, 0>(std::size_t(T_len) * T_len);
+#pragma omp for schedule(dynamic, 1)
+    for (int task = 0; task < tasks; ++task) {
+      const int b = task / d.heads, h = task % d.heads, g = h / d.group();
+      const T* qh = q + d.q_offset(b, 0, h);
+      const T* kg = k + d.kv_offset(b, 0, g);
+      detail::causal_scores(p, qh, ldq, kg, ldk, T_len, hd, scale);
+      for (int i = 0; i < T_len; ++i) {
+        double lse_i = 0.0;
+        detail::softmax_row(p + std::int64_t(i) * T_len, i, T_len, &lse_i, false);
+        lse[d.lse_index(b, h, i)] = T(lse_i);
       }
-      double sum = 0.0;
-      for (int j = 0; j <= i; ++j) {
-        p[j] = std::exp(p[j] - max_s);
-        sum += p[j];
-      }
-      for (int c = 0; c < hd; ++c) {
-        acc[c] = 0.0;
-      }
-      for (int j = 0; j <= i; ++j) {
-        const T* vj = v + d.kv_offset(b, j, g);
-        for (int c = 0; c < hd; ++c) {
-          acc[c] += p[j] * double(vj[c]);
-        }
-      }
-      T* oi = out + d.q_offset(b, i, h);
-      for (int c = 0; c < hd; ++c) {
-        oi[c] = T(acc[c] / sum);
-      }
-      lse[d.lse_index(b, h, i)] = T(max_s + std::log(sum));
-    }
-  }
-}
-
-// Pass 1: dq_i for every query row.
-template <typename T>
-void attention_backward_dq(T* dq, const T* dout, const T* out, const T* lse, const T* q, const T* k, const T* v,
-                           const AttentionDims& d, double scale) {
-  const int hd = d.head_dim;
-  const std::int64_t rows = std::int64_t(d.batch) * d.heads * d.seq_len;
-#pragma omp parallel
-  {
-    double* acc = thread_scratch<1>(std::size_t(hd));
-#pragma omp for schedule(dynamic, 8)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto [b, h, i, g] = d.query_row(r);
-      const T* qi = q + d.q_offset(b, i, h);
-      const T* doi = dout + d.q_offset(b, i, h);
-      const double lse_i = double(lse[d.lse_index(b, h, i)]);
-      const double D_i = detail::dot(doi, out + d.q_offset(b, i, h), hd);
-      for (int c = 0; c < hd; ++c) {
-        acc[c] = 0.0;
-      }
-      for (int j = 0; j <= i; ++j) {
-        const T* kj = k + d.kv_offset(b, j, g);
-        const double P = std::exp(scale * detail::dot(qi, kj, hd) - lse_i);
-        const double dS = P * (detail::dot(doi, v + d.kv_offset(b, j, g), hd) - D_i);
-        for (int c = 0; c < hd; ++c) {
-          acc[c] += dS * double(kj[c]);
-        }
-      }
-      T* dqi = dq + d.q_offset(b, i, h);
-      for (int c = 0; c < hd; ++c) {
-        dqi[c] = T(scale * acc[c]);
-      }
-    }
-  }
-}
-
-// Pass 2: dk_j, dv_j for every key row of every kv head (sums over the group's query heads).
-template <typename T>
-void attention_backward_dkv(T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k, const T* v,
-                            const AttentionDims& d, double scale) {
-  const int hd = d.head_dim;
-  const std::int64_t rows = std::int64_t(d.batch) * d.kv_heads * d.seq_len;
-#pragma omp parallel
-  {
-    double* acc_k = thread_scratch<1>(std::size_t(hd));
-    double* acc_v = thread_scratch<2>(std::size_t(hd));
-#pragma omp for schedule(dynamic, 8)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const int j = int(r % d.seq_len);
-      const int g = int((r / d.seq_len) % d.kv_heads);
-      const int b = int(r / (std::int64_t(d.seq_len) * d.kv_heads));
-      const T* kj = k + d.kv_offset(b, j, g);
-      const T* vj = v + d.kv_offset(b, j, g);
-      for (int c = 0; c < hd; ++c) {
-        acc_k[c] = 0.0;
-        acc_v[c] = 0.0;
-      }
-      for (int h = g * d.group(); h < (g + 1) * d.group(); ++h) {
-        for (int i = j; i < d.seq_len; ++i) {
-          const T* qi = q + d.q_offset(b, i, h);
-          const T* doi = dout + d.q_offset(b, i, h);
-          const T* oi = out + d.q_offset(b, i, h);
-          const double P = std::exp(scale * detail::dot(qi, kj, hd) - double(lse[d.lse_index(b, h, i)]));
-          double dP_minus_D = 0.0;  // dout_i · (v_j − out_i)
-          for (int c = 0; c < hd; ++c) {
-            dP_minus_D += double(doi[c]) * (double(vj[c]) - double(oi[c]));
-          }
-          const double dS = P * dP_minus_D;
-          for (int c = 0; c < hd; ++c) {
-            acc_v[c] += P * double(doi[c]);
-            acc_k[c] += dS * double(qi[c]);
-          }
-        }
-      }
-      T* dkj = dk + d.kv_offset(b, j, g);
-      T* dvj = dv + d.kv_offset(b, j, g);
-      for (int c = 0; c < hd; ++c) {
-        dkj[c] = T(scale * acc_k[c]);
-        dvj[c] = T(acc_v[c]);
+      // out[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
+      for (int r0 = 0; r0 < T_len; r0 += detail::kAttentionBlock) {
+        const int r1 = std::min(T_len, r0 + detail::kAttentionBlock);
+        blas::gemm_serial(false, false, r1 - r0, hd, r1, T(1), p + std::int64_t(r0) * T_len, T_len,
+                          v + d.kv_offset(b, 0, g), ldk, T(0), out + d.q_offset(b, r0, h), ldq);
       }
     }
   }
@@ -193,8 +144,58 @@ void attention_backward_dkv(T* dk, T* dv, const T* dout, const T* out, const T* 
 template <typename T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const T* lse, const T* q, const T* k,
                         const T* v, const AttentionDims& d, double scale) {
-  attention_backward_dq(dq, dout, out, lse, q, k, v, d, scale);
-  attention_backward_dkv(dk, dv, dout, out, lse, q, k, v, d, scale);
+  const int hd = d.head_dim, T_len = d.seq_len, ldq = d.heads * hd, ldk = d.kv_heads * hd;
+  const int tasks = d.batch * d.kv_heads;
+  constexpr int B = detail::kAttentionBlock;
+#pragma omp parallel
+  {
+    T* p = thread_scratch_of<T, 0>(std::size_t(T_len) * T_len);
+    T* ds = thread_scratch_of<T, 1>(std::size_t(T_len) * T_len);
+#pragma omp for schedule(dynamic, 1)
+    for (int task = 0; task < tasks; ++task) {
+      const int b = task / d.kv_heads, g = task % d.kv_heads;
+      const T* kg = k + d.kv_offset(b, 0, g);
+      const T* vg = v + d.kv_offset(b, 0, g);
+      T* dkg = dk + d.kv_offset(b, 0, g);
+      T* dvg = dv + d.kv_offset(b, 0, g);
+      for (int h = g * d.group(); h < (g + 1) * d.group(); ++h) {
+        const T* qh = q + d.q_offset(b, 0, h);
+        const T* doh = dout + d.q_offset(b, 0, h);
+        const T first = h == g * d.group() ? T(0) : T(1);  // beta: the group's first head overwrites dk, dv
+        detail::causal_scores(p, qh, ldq, kg, ldk, T_len, hd, scale);
+        // dP = dO · Vᵀ over the causal half, into ds
+        for (int r0 = 0; r0 < T_len; r0 += B) {
+          const int r1 = std::min(T_len, r0 + B);
+          blas::gemm_serial(false, true, r1 - r0, r1, hd, T(1), doh + std::int64_t(r0) * ldq, ldq, vg, ldk, T(0),
+                            ds + std::int64_t(r0) * T_len, T_len);
+        }
+        for (int i = 0; i < T_len; ++i) {
+          T* pi = p + std::int64_t(i) * T_len;
+          T* dsi = ds + std::int64_t(i) * T_len;
+          double lse_i = double(lse[d.lse_index(b, h, i)]);
+          detail::softmax_row(pi, i, T_len, &lse_i, true);
+          const double D_i = detail::dot(doh + std::int64_t(i) * ldq, out + d.q_offset(b, i, h), hd);
+          for (int j = 0; j <= i; ++j) dsi[j] = T(double(pi[j]) * (double(dsi[j]) - D_i));
+          for (int j = i + 1; j < T_len; ++j) dsi[j] = T(0);
+        }
+        // dQ[r0:r1] = scale · dS[r0:r1, 0:r1] · K[0:r1]
+        for (int r0 = 0; r0 < T_len; r0 += B) {
+          const int r1 = std::min(T_len, r0 + B);
+          blas::gemm_serial(false, false, r1 - r0, hd, r1, T(scale), ds + std::int64_t(r0) * T_len, T_len, kg, ldk,
+                            T(0), dq + d.q_offset(b, r0, h), ldq);
+        }
+        // dK[c0:c1] (+)= scale · dS[c0:T, c0:c1]ᵀ · Q[c0:T];  dV[c0:c1] (+)= P[c0:T, c0:c1]ᵀ · dO[c0:T]
+        for (int c0 = 0; c0 < T_len; c0 += B) {
+          const int c1 = std::min(T_len, c0 + B);
+          const std::int64_t tile = std::int64_t(c0) * T_len + c0;
+          blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(scale), ds + tile, T_len,
+                            qh + std::int64_t(c0) * ldq, ldq, first, dkg + std::int64_t(c0) * ldk, ldk);
+          blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(1), p + tile, T_len, doh + std::int64_t(c0) * ldq,
+                            ldq, first, dvg + std::int64_t(c0) * ldk, ldk);
+        }
+      }
+    }
+  }
 }
 
 // Seed 000 eq. 5: per-head sink score averaged over the batch's sequences. sink[H].

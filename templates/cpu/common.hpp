@@ -18,6 +18,14 @@ double* thread_scratch(std::size_t n) {
   return buffer.data();
 }
 
+// The same, for a buffer of another element type (e.g. a kernel's T×T tile in T).
+template <typename T, int Slot>
+T* thread_scratch_of(std::size_t n) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+
 // Blocks template argument deduction, so an optional pointer argument such as a bias may be
 // passed as a plain nullptr: `linear_forward(y, x, W, nullptr, ...)` deduces T from the others.
 template <typename T>

@@ -52,6 +52,13 @@ void portable_gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, con
 }
 
 #ifdef GC_NO_CBLAS
+// One call on the calling thread (inside a parallel region: a kernel's own task).
+template <typename T>
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+                 T beta, T* C, int ldc) {
+  portable_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
           T* C, int ldc) {
@@ -82,6 +89,15 @@ inline void cblas_gemm(bool ta, bool tb, int M, int N, int K, double alpha, cons
                        int ldb, double beta, double* C, int ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
+}
+
+// One single-threaded BLAS call on the calling thread (inside a parallel region: a kernel's own
+// task, whose result then depends on its shape only).
+template <typename T>
+void gemm_serial(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+                 T beta, T* C, int ldc) {
+  single_threaded_blas_once();
+  cblas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // C = alpha·op(A)·op(B) + beta·C with C split along its larger dimension into

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "runtime/safetensors.hpp"
@@ -97,6 +98,29 @@ class Export : public gc::test::TreeTest {
                          " " + tree().string() + " " + GCOMPILE_SOURCE_DIR + "/docs/eval/python_docs_continuation.jsonl");
     EXPECT_EQ(l.status, 0) << l.output;
     EXPECT_NE(l.output.find("40 items"), std::string::npos) << l.output;
+  }
+
+  // lm-evaluation-harness itself (.venv's lm_eval, offline) on docs/eval's task: it loads the
+  // export as an `hf` model and scores the 40 items; its accuracy must be the one the
+  // log-likelihoods of loglikelihood.py give.
+  void expect_lm_eval_agrees(const fs::path& export_dir) {
+    const Outcome l = sh(kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/export/loglikelihood.py " + export_dir.string() +
+                         " " + tree().string() + " " + GCOMPILE_SOURCE_DIR + "/docs/eval/python_docs_continuation.jsonl");
+    ASSERT_EQ(l.status, 0) << l.output;
+    std::smatch ours;
+    ASSERT_TRUE(std::regex_search(l.output, ours, std::regex(R"(acc (\d\.\d+), acc_norm (\d\.\d+))"))) << l.output;
+    const fs::path results = dir_ / "lm_eval";
+    const Outcome e = sh("cd " + std::string(GCOMPILE_SOURCE_DIR) + " && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 " +
+                         GCOMPILE_SOURCE_DIR + "/.venv/bin/lm_eval --model hf --model_args pretrained=" +
+                         export_dir.string() + ",trust_remote_code=True,add_bos_token=True --device cpu" +
+                         " --include_path docs/eval --tasks gcompile_python_docs --output_path " + results.string());
+    ASSERT_EQ(e.status, 0) << e.output;
+    const Outcome r = sh(kPython + " -c \"import glob, json, sys; f = sorted(glob.glob(sys.argv[1] + '/**/results_*.json', "
+                         "recursive=True))[-1]; t = json.load(open(f))['results']['gcompile_python_docs']; "
+                         "print('acc %.3f, acc_norm %.3f' % (t['acc,none'], t['acc_norm,none']))\" " + results.string());
+    ASSERT_EQ(r.status, 0) << r.output << e.output;
+    EXPECT_NE(r.output.find("acc " + ours[1].str() + ", acc_norm " + ours[2].str()), std::string::npos)
+        << "lm_eval: " << r.output << "loglikelihood.py: " << l.output;
   }
 
   // Importing the export (probe --init-from, the same loader as train
@@ -240,6 +264,7 @@ TEST_F(Export, TinySpecExportsWithCustomCode) {
   ASSERT_EQ(t.status, 0) << t.output;
   expect_matches("GcompileForCausalLM");
   expect_loglikelihoods_match(dir_ / "hf0");
+  expect_lm_eval_agrees(dir_ / "hf0");
 }
 
 TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {

@@ -294,7 +294,7 @@ def moe_mlp(cfg, W, p, b, routes, l):
     return y.reshape(B, T, D), aux
 
 
-def forward(cfg, W, tokens, targets, routes=None, extras=None):
+def forward(cfg, W, tokens, targets, routes=None, extras=None, sdpa=False):
     """W: name -> tensor (leaf, requires_grad). Returns (logits [B*T, V], loss).
 
     MoE models: routes (layer -> expert indices) is filled by the first run and reused
@@ -324,11 +324,15 @@ def forward(cfg, W, tokens, targets, routes=None, extras=None):
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
         group = H // KV  # query heads per kv head: head h reads kv head h // group
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-        scores = (q @ k.transpose(-1, -2)) * cfg.attn_scale
-        scores = scores.masked_fill(~causal, float("-inf"))
-        o = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
+        if sdpa:  # PyTorch 2's fused attention, as users write it (bench/cpu_vs_torch); not the oracle
+            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.attn_scale,
+                                                                 enable_gqa=group > 1)
+        else:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+            scores = (q @ k.transpose(-1, -2)) * cfg.attn_scale
+            scores = scores.masked_fill(~causal, float("-inf"))
+            o = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
         o = o.transpose(1, 2)  # [B, T, H, hd]
         if cfg.gate != "none":
             z = a @ W[p + "self_attn.gate_proj.weight"].T
