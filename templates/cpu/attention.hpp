@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "exp.hpp"
 #include "linear.hpp"
 
 namespace gcm::cpu {
@@ -96,11 +97,10 @@ void softmax_row(T* p, int i, int T_len, double* lse_i, bool known_lse) {
   if (!known_lse) {
     for (int j = 0; j <= i; ++j) shift = double(p[j]) > shift ? double(p[j]) : shift;
   }
+  for (int j = 0; j <= i; ++j) p[j] = T(exp_fixed(double(p[j]) - shift));  // vectorized
   double sum = 0.0;
-  for (int j = 0; j <= i; ++j) {
-    const double e = std::exp(double(p[j]) - shift);
-    p[j] = T(e);
-    sum += e;
+  if (!known_lse) {
+    for (int j = 0; j <= i; ++j) sum += double(p[j]);  // in order
   }
   for (int j = i + 1; j < T_len; ++j) p[j] = T(0);
   if (!known_lse) {

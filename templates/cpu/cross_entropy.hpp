@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "common.hpp"
+#include "exp.hpp"
 #include "runtime/token_shard.hpp"
 
 namespace gcm::cpu {
@@ -31,10 +32,16 @@ double scaled_log_sum_exp(const T* row, int V, double alpha) {
     const double z = alpha * double(row[v]);
     max_z = z > max_z ? z : max_z;
   }
+  // Exponentials a chunk at a time (the chunk's loop vectorizes), summed in order of v.
+  constexpr int kChunk = 16;
+  double e[kChunk];
   double sum = 0.0;
-  for (int v = 0; v < V; ++v) {
-    sum += std::exp(alpha * double(row[v]) - max_z);
+  int v = 0;
+  for (; v + kChunk <= V; v += kChunk) {
+    for (int c = 0; c < kChunk; ++c) e[c] = exp_fixed(alpha * double(row[v + c]) - max_z);
+    for (int c = 0; c < kChunk; ++c) sum += e[c];
   }
+  for (; v < V; ++v) sum += exp_fixed(alpha * double(row[v]) - max_z);
   return max_z + std::log(sum);
 }
 
@@ -52,7 +59,7 @@ void cross_entropy_rows(T* losses, non_deduced_t<T>* p_target, const T* logits, 
         scored ? detail::scaled_log_sum_exp(row, V, logit_scale) - logit_scale * double(row[targets[n]]) : 0.0;
     losses[n] = T(loss);
     if (p_target != nullptr) {
-      p_target[n] = T(scored ? std::exp(-loss) : 0.0);
+      p_target[n] = T(scored ? exp_fixed(-loss) : 0.0);
     }
   }
 }
@@ -96,7 +103,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
     }
     const double lse = detail::scaled_log_sum_exp(row, V, logit_scale);
     for (int v = 0; v < V; ++v) {
-      const double p = std::exp(logit_scale * double(row[v]) - lse);
+      const double p = exp_fixed(logit_scale * double(row[v]) - lse);
       drow[v] = T(coef * (p - (v == target ? 1.0 : 0.0)));
     }
   }

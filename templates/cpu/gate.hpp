@@ -14,11 +14,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exp.hpp"
+
 namespace gcm::cpu {
 
 enum class GateMode { headwise, elementwise };
 
-inline double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+inline double sigmoid(double z) { return 1.0 / (1.0 + exp_fixed(-z)); }
 
 template <GateMode kMode, typename T>
 void gate_forward(T* out, const T* attn, const T* z, std::int64_t N, int heads, int head_dim) {

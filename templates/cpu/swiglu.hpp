@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "exp.hpp"
+
 namespace gcm::cpu {
 
 namespace swiglu_detail {
@@ -20,7 +22,7 @@ namespace swiglu_detail {
 template <typename T>
 inline T value(T a, T b) {
   const double ai = double(a);
-  const double sig = 1.0 / (1.0 + std::exp(-ai));
+  const double sig = 1.0 / (1.0 + exp_fixed(-ai));
   return T(ai * sig * double(b));
 }
 
@@ -30,7 +32,7 @@ inline void grads(T& da, T& db, T dh, T a, T b) {
   const double ai = double(a);
   const double bi = double(b);
   const double grad = double(dh);
-  const double sig = 1.0 / (1.0 + std::exp(-ai));
+  const double sig = 1.0 / (1.0 + exp_fixed(-ai));
   const T da_value = T(grad * bi * sig * (1.0 + ai * (1.0 - sig)));
   db = T(grad * ai * sig);
   da = da_value;

@@ -331,6 +331,9 @@ def main():
     env["GCOMPILE_CACHE_DIR"] = env.get("GCOMPILE_CACHE_DIR", "")
     env.pop("GCOMPILE_CACHE_DIR") if not env["GCOMPILE_CACHE_DIR"] else None
     env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "2")
+    # Offline: transformers and lm-eval read the local export and docs/eval's local task only
+    # (CI reaches PyPI and Debian, not the Hugging Face Hub).
+    env["HF_HUB_OFFLINE"] = env["HF_DATASETS_OFFLINE"] = "1"
     session = Session(scratch, env)
     results = []
     try:

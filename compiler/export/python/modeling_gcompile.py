@@ -222,7 +222,7 @@ class GcompileModel(GcompilePreTrainedModel):
 
 
 class GcompileForCausalLM(GcompilePreTrainedModel, GenerationMixin):
-    _tied_weights_keys = ["lm_head.weight"]
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}  # transformers 5: target -> source
 
     def __init__(self, config):
         super().__init__(config)
