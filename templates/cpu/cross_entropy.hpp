@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "common.hpp"
 #include "exp.hpp"
@@ -24,23 +25,31 @@ namespace gcm::cpu {
 
 namespace detail {
 
-// log Σ_v exp(α · row[v]), accumulated in double.
+// log Σ_v exp(α · row[v]) in double. The max and the sum run in kLanes interleaved lanes (lane c
+// takes v ≡ c mod kLanes; the lanes' loops vectorize), combined in lane order at the end: a fixed
+// order, so the result depends on the row alone.
+inline constexpr int kLanes = 16;
+
 template <typename T>
 double scaled_log_sum_exp(const T* row, int V, double alpha) {
-  double max_z = alpha * double(row[0]);
-  for (int v = 1; v < V; ++v) {
-    const double z = alpha * double(row[v]);
-    max_z = z > max_z ? z : max_z;
-  }
-  // Exponentials a chunk at a time (the chunk's loop vectorizes), summed in order of v.
-  constexpr int kChunk = 16;
-  double e[kChunk];
-  double sum = 0.0;
+  double lane[kLanes];
+  for (int c = 0; c < kLanes; ++c) lane[c] = -std::numeric_limits<double>::infinity();
   int v = 0;
-  for (; v + kChunk <= V; v += kChunk) {
-    for (int c = 0; c < kChunk; ++c) e[c] = exp_fixed(alpha * double(row[v + c]) - max_z);
-    for (int c = 0; c < kChunk; ++c) sum += e[c];
+  for (; v + kLanes <= V; v += kLanes) {
+    for (int c = 0; c < kLanes; ++c) {
+      const double z = alpha * double(row[v + c]);
+      lane[c] = z > lane[c] ? z : lane[c];
+    }
   }
+  double max_z = -std::numeric_limits<double>::infinity();
+  for (int c = 0; c < kLanes; ++c) max_z = lane[c] > max_z ? lane[c] : max_z;
+  for (int u = v; u < V; ++u) max_z = alpha * double(row[u]) > max_z ? alpha * double(row[u]) : max_z;
+  for (int c = 0; c < kLanes; ++c) lane[c] = 0.0;
+  for (v = 0; v + kLanes <= V; v += kLanes) {
+    for (int c = 0; c < kLanes; ++c) lane[c] += exp_fixed(alpha * double(row[v + c]) - max_z);
+  }
+  double sum = 0.0;
+  for (int c = 0; c < kLanes; ++c) sum += lane[c];
   for (; v < V; ++v) sum += exp_fixed(alpha * double(row[v]) - max_z);
   return max_z + std::log(sum);
 }
