@@ -199,16 +199,24 @@ class Backend {
     cpu::embedding_backward(dE, tokens, dout, N, d, T(scale));
   }
   // Per-row losses and p(target) of `rows` rows (a chunk of the staged batch).
+  // The chunk's log-sum-exps are kept for its backward, which training runs right after on the
+  // same logits (BasicModel::head_forward): the backward then skips recomputing them.
   void cross_entropy_forward(T* losses, T* p_target, const T* logits, const std::int32_t* targets, std::int64_t rows,
                              int V, double alpha) {
-    cpu::cross_entropy_rows(losses, p_target, logits, targets, rows, V, alpha);
+    if (chunk_lse_.size() < std::size_t(rows)) chunk_lse_.resize(std::size_t(rows));
+    cpu::cross_entropy_rows(losses, p_target, logits, targets, rows, V, alpha, chunk_lse_.data());
+    lse_of_ = {logits, targets, rows, alpha};
   }
   // The staged batch's mean loss: Σ losses (serial, in double) over its scored rows.
   double mean_loss(const T* losses, std::int64_t N) const { return cpu::mean_scored_loss(losses, N, scored_); }
   // dlogits of `rows` rows of the staged batch (divided by its scored rows, not the chunk's).
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t rows, int V,
                               double alpha, double loss_scale) {
-    cpu::cross_entropy_backward(dlogits, logits, targets, rows, V, alpha, loss_scale, scored_);
+    const bool same = lse_of_.logits == logits && lse_of_.targets == targets && lse_of_.rows == rows &&
+                      lse_of_.alpha == alpha;
+    cpu::cross_entropy_backward(dlogits, logits, targets, rows, V, alpha, loss_scale, scored_,
+                                same ? chunk_lse_.data() : nullptr);
+    lse_of_ = {};
   }
   // acc[0] += Σ α·x, acc[1] += Σ (α·x)² (serial, in double: the same sums for any thread count).
   static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
@@ -225,6 +233,14 @@ class Backend {
 
   int batch_ = 0, seq_len_ = 0;
   std::int64_t scored_ = 0;  // scored rows of the staged batch
+  struct LseKey {            // the logits chunk_lse_ belongs to (cross_entropy_forward's last call)
+    const T* logits = nullptr;
+    const std::int32_t* targets = nullptr;
+    std::int64_t rows = -1;
+    double alpha = 0.0;
+  };
+  std::vector<double> chunk_lse_;
+  LseKey lse_of_;
   std::vector<T> cos_, sin_;
 };
 

@@ -56,17 +56,19 @@ double scaled_log_sum_exp(const T* row, int V, double alpha) {
 
 }  // namespace detail
 
-// losses[N] receives ℓ_n; p_target[N] (may be nullptr) receives exp(−ℓ_n).
+// losses[N] receives ℓ_n; p_target[N] (may be nullptr) receives exp(−ℓ_n); lse[N] (may be
+// nullptr) the rows' log-sum-exp, for a backward over the same logits.
 template <typename T>
 void cross_entropy_rows(T* losses, non_deduced_t<T>* p_target, const T* logits, const std::int32_t* targets,
-                        std::int64_t N, int V, double logit_scale = 1.0) {
+                        std::int64_t N, int V, double logit_scale = 1.0, double* lse = nullptr) {
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     const T* row = logits + n * V;
     const bool scored = targets[n] >= 0;
-    const double loss =
-        scored ? detail::scaled_log_sum_exp(row, V, logit_scale) - logit_scale * double(row[targets[n]]) : 0.0;
+    const double row_lse = scored ? detail::scaled_log_sum_exp(row, V, logit_scale) : 0.0;
+    const double loss = scored ? row_lse - logit_scale * double(row[targets[n]]) : 0.0;
     losses[n] = T(loss);
+    if (lse != nullptr) lse[n] = row_lse;
     if (p_target != nullptr) {
       p_target[n] = T(scored ? exp_fixed(-loss) : 0.0);
     }
@@ -93,10 +95,12 @@ double cross_entropy_forward(T* losses, non_deduced_t<T>* p_target, const T* log
 
 // dlogits is overwritten and may alias logits (each row is reduced before it is written).
 // dloss is the upstream gradient of L (e.g. 1 / grad_accum_steps). `scored` is S, the scored rows
-// of the whole batch when these N rows are a chunk of it (negative: count these rows).
+// of the whole batch when these N rows are a chunk of it (negative: count these rows). lse (may
+// be nullptr: recomputed) is what cross_entropy_rows gave for these logits.
 template <typename T>
 void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
-                            double logit_scale = 1.0, double dloss = 1.0, std::int64_t scored = -1) {
+                            double logit_scale = 1.0, double dloss = 1.0, std::int64_t scored = -1,
+                            const double* lse = nullptr) {
   if (scored < 0) scored = gc::rt::count_scored(targets, N);
   const double coef = scored > 0 ? dloss * logit_scale / double(scored) : 0.0;
 #pragma omp parallel for
@@ -110,9 +114,9 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
       }
       continue;
     }
-    const double lse = detail::scaled_log_sum_exp(row, V, logit_scale);
+    const double row_lse = lse != nullptr ? lse[n] : detail::scaled_log_sum_exp(row, V, logit_scale);
     for (int v = 0; v < V; ++v) {
-      const double p = exp_fixed(logit_scale * double(row[v]) - lse);
+      const double p = exp_fixed(logit_scale * double(row[v]) - row_lse);
       drow[v] = T(coef * (p - (v == target ? 1.0 : 0.0)));
     }
   }
