@@ -60,7 +60,7 @@ py manifest "$kit" "$mode" "$(git rev-parse --short HEAD 2> /dev/null || echo un
 spec_for() {  # NAME SPEC -> the spec to generate from
   if [ "$mode" = gpu ]; then echo "$2"; else py overlay "$2" "$kit/specs/$1.toml" "$1" && echo "$kit/specs/$1.toml"; fi
 }
-while read -r name spec role data_from; do
+while read -r name spec _role data_from; do
   [ -f "$spec" ] || die "the kit's spec $spec is missing"
   gen_spec=$(spec_for "$name" "$spec") || die "could not write the overlay of $spec"
   note "generating $kit/trees/$name from $gen_spec"

@@ -157,7 +157,8 @@ build_tree() {  # TREE TARGET DEADLINE -> TREE/TARGET, with nvcc for this GPU (o
   timeout "$left" cmake --build "$work/build/$1" --target "$target" -j "$tree_jobs"
 }
 emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g++ against tests/cuda_emulator
-  local tree=$1 target=$2 objects=$work/objects/$(basename "$1")_$2 emu=$ROOT/tests/cuda_emulator sources
+  local tree=$1 target=$2 objects emu=$ROOT/tests/cuda_emulator sources
+  objects=$work/objects/$(basename "$1")_$2
   mkdir -p "$objects"
   if [ "$target" = parity ]; then
     sources=("$tree/src/cuda/parity_main.cu" "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp" "$tree/runtime/comm.cpp")
@@ -173,12 +174,12 @@ emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g
 }
 tree_jobs=$(( JOBS / (${#need[@]} > 0 ? ${#need[@]} : 1) + 1 ))  # nvcc of one file dominates a tree
 [ "$emulate" = 0 ] || tree_jobs=$JOBS  # the emulated builds run one after another
-build_cap=$(cap $([ "$emulate" = 1 ] && echo 400 || echo 240))
+build_cap=$(cap "$([ "$emulate" = 1 ] && echo 400 || echo 240)")
 build_start=$SECONDS
 build_deadline=$((SECONDS + build_cap))
 mkdir -p "$logs/build"
 build_all() {
-  local n pids=() ok=0
+  local n pids=()
   for n in "${need[@]}"; do
     local t=${n%%:*} g=${n##*:}
     rm -f "$trees/$t/$g"
@@ -236,7 +237,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 for t in "${PARITY_TREES[@]}"; do
   wanted "$t" || continue
-  limit=$(cap $([ "$emulate" = 1 ] && echo 120 || echo 45))
+  limit=$(cap "$([ "$emulate" = 1 ] && echo 120 || echo 45)")
   if ! built "$t" parity; then row "$t" SKIP "$t/parity not built"; continue; fi
   [ "$limit" -gt 0 ] || { row "$t" SKIP "out of time"; continue; }
   timed "$limit" "$logs/$t.log" "$trees/$t/parity" --tolerance "$TOL_PARITY"
