@@ -45,7 +45,7 @@ def fail(message, code=1):
 # ---------------------------------------------------------------------------------------------
 # prepare
 # ---------------------------------------------------------------------------------------------
-def trees(_kit=None):
+def trees():
     """One line per tree: NAME SPEC ROLE DATA_FROM ('-' for its own)."""
     for name, spec, role, data_from in TREES:
         print(name, spec, role, data_from or "-")

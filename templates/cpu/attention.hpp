@@ -72,10 +72,6 @@ double dot(const A* a, const Bv* b, int n) {  // in double, in index order
   return s;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 inline constexpr int kAttentionBlock = 64;  // query rows per GEMM block
 
 // Rows [r0, r1) of S = scale · Q Kᵀ, columns [0, r1) (the causal half, by row block) into the
@@ -89,25 +85,25 @@ void causal_scores(T* s, const T* q, int ldq, const T* k, int ldk, int T_len, in
   }
 }
 
-// The tile's row i becomes P_i = exp(S_i − lse_i) for j ≤ i and 0 after: with lse given
-// (the backward), or computed here from the row's max and sum in double (the forward: *lse_i).
+// Row i of the tile becomes exp(S_ij − shift) for j ≤ i (the loop vectorizes) and 0 after.
 template <typename T>
-void softmax_row(T* p, int i, int T_len, double* lse_i, bool known_lse) {
-  double shift = known_lse ? *lse_i : -std::numeric_limits<double>::infinity();
-  if (!known_lse) {
-    for (int j = 0; j <= i; ++j) shift = double(p[j]) > shift ? double(p[j]) : shift;
-  }
-  for (int j = 0; j <= i; ++j) p[j] = T(exp_fixed(double(p[j]) - shift));  // vectorized
-  double sum = 0.0;
-  if (!known_lse) {
-    for (int j = 0; j <= i; ++j) sum += double(p[j]);  // in order
-  }
+void exp_row(T* p, int i, int T_len, double shift) {
+  for (int j = 0; j <= i; ++j) p[j] = T(exp_fixed(double(p[j]) - shift));
   for (int j = i + 1; j < T_len; ++j) p[j] = T(0);
-  if (!known_lse) {
-    const T inv = T(1.0 / sum);
-    for (int j = 0; j <= i; ++j) p[j] *= inv;
-    *lse_i = shift + std::log(sum);
-  }
+}
+
+// Row i of the tile becomes the softmax P_i (max-subtracted; the sum in double, in order);
+// returns the row's log-sum-exp.
+template <typename T>
+double softmax_row(T* p, int i, int T_len) {
+  double max_s = -std::numeric_limits<double>::infinity();
+  for (int j = 0; j <= i; ++j) max_s = double(p[j]) > max_s ? double(p[j]) : max_s;
+  exp_row(p, i, T_len, max_s);
+  double sum = 0.0;
+  for (int j = 0; j <= i; ++j) sum += double(p[j]);
+  const T inv = T(1.0 / sum);
+  for (int j = 0; j <= i; ++j) p[j] *= inv;
+  return max_s + std::log(sum);
 }
 
 }  // namespace detail
@@ -126,9 +122,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
       const T* kg = k + d.kv_offset(b, 0, g);
       detail::causal_scores(p, qh, ldq, kg, ldk, T_len, hd, scale);
       for (int i = 0; i < T_len; ++i) {
-        double lse_i = 0.0;
-        detail::softmax_row(p + std::int64_t(i) * T_len, i, T_len, &lse_i, false);
-        lse[d.lse_index(b, h, i)] = T(lse_i);
+        lse[d.lse_index(b, h, i)] = T(detail::softmax_row(p + std::int64_t(i) * T_len, i, T_len));
       }
       // out[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
       for (int r0 = 0; r0 < T_len; r0 += detail::kAttentionBlock) {
@@ -172,8 +166,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         for (int i = 0; i < T_len; ++i) {
           T* pi = p + std::int64_t(i) * T_len;
           T* dsi = ds + std::int64_t(i) * T_len;
-          double lse_i = double(lse[d.lse_index(b, h, i)]);
-          detail::softmax_row(pi, i, T_len, &lse_i, true);
+          detail::exp_row(pi, i, T_len, double(lse[d.lse_index(b, h, i)]));  // P_i from the saved lse
           const double D_i = detail::dot(doh + std::int64_t(i) * ldq, out + d.q_offset(b, i, h), hd);
           for (int j = 0; j <= i; ++j) dsi[j] = T(double(pi[j]) * (double(dsi[j]) - D_i));
           for (int j = i + 1; j < T_len; ++j) dsi[j] = T(0);

@@ -11,19 +11,18 @@ namespace gcm::cpu {
 // step has sized it (OpenMP's worker threads persist between calls). Slot
 // tells apart buffers a thread needs at the same time. Call it from the
 // thread that uses the buffer (inside the parallel region).
-template <int Slot>
-double* thread_scratch(std::size_t n) {
-  thread_local std::vector<double> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
-// The same, for a buffer of another element type (e.g. a kernel's T×T tile in T).
+// thread_scratch_of<T, Slot> holds elements of T (e.g. a kernel's T×T tile); thread_scratch<Slot>
+// doubles.
 template <typename T, int Slot>
 T* thread_scratch_of(std::size_t n) {
   thread_local std::vector<T> buffer;
   if (buffer.size() < n) buffer.resize(n);
   return buffer.data();
+}
+
+template <int Slot>
+double* thread_scratch(std::size_t n) {
+  return thread_scratch_of<double, Slot>(n);
 }
 
 // Blocks template argument deduction, so an optional pointer argument such as a bias may be

@@ -92,23 +92,22 @@ class Export : public gc::test::TreeTest {
   }
 
   // lm-evaluation-harness's log-likelihood path over docs/eval's task on the
-  // export, checked against the reference model on the tree.
-  void expect_loglikelihoods_match(const fs::path& export_dir) {
+  // export, checked against the reference model on the tree. Returns loglikelihood.py's report.
+  std::string expect_loglikelihoods_match(const fs::path& export_dir) {
     const Outcome l = sh(kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/export/loglikelihood.py " + export_dir.string() +
                          " " + tree().string() + " " + GCOMPILE_SOURCE_DIR + "/docs/eval/python_docs_continuation.jsonl");
     EXPECT_EQ(l.status, 0) << l.output;
     EXPECT_NE(l.output.find("40 items"), std::string::npos) << l.output;
+    return l.output;
   }
 
   // lm-evaluation-harness itself (.venv's lm_eval, offline) on docs/eval's task: it loads the
   // export as an `hf` model and scores the 40 items; its accuracy must be the one the
-  // log-likelihoods of loglikelihood.py give.
-  void expect_lm_eval_agrees(const fs::path& export_dir) {
-    const Outcome l = sh(kPython + " " + GCOMPILE_SOURCE_DIR + "/tests/export/loglikelihood.py " + export_dir.string() +
-                         " " + tree().string() + " " + GCOMPILE_SOURCE_DIR + "/docs/eval/python_docs_continuation.jsonl");
-    ASSERT_EQ(l.status, 0) << l.output;
+  // log-likelihoods of loglikelihood.py give (`loglikelihoods`: its report on the same export).
+  void expect_lm_eval_agrees(const fs::path& export_dir, const std::string& loglikelihoods) {
     std::smatch ours;
-    ASSERT_TRUE(std::regex_search(l.output, ours, std::regex(R"(acc (\d\.\d+), acc_norm (\d\.\d+))"))) << l.output;
+    ASSERT_TRUE(std::regex_search(loglikelihoods, ours, std::regex(R"(acc (\d\.\d+), acc_norm (\d\.\d+))")))
+        << loglikelihoods;
     const fs::path results = dir_ / "lm_eval";
     const Outcome e = sh("cd " + std::string(GCOMPILE_SOURCE_DIR) + " && HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 " +
                          GCOMPILE_SOURCE_DIR + "/.venv/bin/lm_eval --model hf --model_args pretrained=" +
@@ -120,7 +119,7 @@ class Export : public gc::test::TreeTest {
                          "print('acc %.3f, acc_norm %.3f' % (t['acc,none'], t['acc_norm,none']))\" " + results.string());
     ASSERT_EQ(r.status, 0) << r.output << e.output;
     EXPECT_NE(r.output.find("acc " + ours[1].str() + ", acc_norm " + ours[2].str()), std::string::npos)
-        << "lm_eval: " << r.output << "loglikelihood.py: " << l.output;
+        << "lm_eval: " << r.output << "loglikelihood.py: " << loglikelihoods;
   }
 
   // Importing the export (probe --init-from, the same loader as train
@@ -263,8 +262,7 @@ TEST_F(Export, TinySpecExportsWithCustomCode) {
   const Outcome t = sh((tree() / "train").string() + " --steps 4 --no-metrics --out " + run().string());
   ASSERT_EQ(t.status, 0) << t.output;
   expect_matches("GcompileForCausalLM");
-  expect_loglikelihoods_match(dir_ / "hf0");
-  expect_lm_eval_agrees(dir_ / "hf0");
+  expect_lm_eval_agrees(dir_ / "hf0", expect_loglikelihoods_match(dir_ / "hf0"));
 }
 
 TEST_F(Export, BadInputsAreClearErrorsThatTouchNothing) {
