@@ -353,7 +353,8 @@ def attention_rows(ours, torch_jsonl):
             continue
         ref = t.get(r["shape"])
         ratio = f", {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:.2f}x SDPA" if ref else ""
-        parts.append(f"{r['shape']}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}")
+        impl = r.get("impl", "?").removeprefix("gcompile_")
+        parts.append(f"{r['shape']} {impl}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}")
     fail("; ".join(parts) or "no gcompile rows") if not parts or not t else print("; ".join(parts))
 
 

@@ -292,6 +292,21 @@ TEST_F(Tree, SameSpecGivesByteIdenticalTrees) {
   EXPECT_EQ(diff.status, 0) << diff.output;
 }
 
+// The tree carries nlohmann/json whole: every header json.hpp includes resolves
+// inside runtime/third_party, never to the build machine's /usr/include, whose
+// version may differ (the GPU image's 3.11.3 beside a 3.11.2 json.hpp failed
+// to compile).
+TEST_F(Tree, JsonHeadersResolveInsideTheTree) {
+  write_corpus(dir_ / "corpus.txt");
+  ASSERT_EQ(generate(kSmallTraining, false).status, 0);
+  const std::string t = tree().string();
+  const Outcome deps = sh("g++ -std=gnu++17 -M -I " + t + " -I " + t + "/src -I " + t + "/runtime/third_party " + t +
+                          "/runtime/checkpoint.cpp");
+  ASSERT_EQ(deps.status, 0) << deps.output;
+  EXPECT_NE(deps.output.find(t + "/runtime/third_party/nlohmann/detail/"), std::string::npos) << deps.output;
+  EXPECT_EQ(deps.output.find("/usr/include/nlohmann"), std::string::npos) << deps.output;
+}
+
 // Regenerating a tree never loses what the user put in it, refuses to
 // overwrite hand edits or a directory gcompile did not write, and swaps the
 // tree atomically (its manifest exists at every moment).
