@@ -2,65 +2,66 @@
 """PyTorch baseline for gcompile's GPU benchmark (bench/gpu_vs_torch).
 
 The same Llama-style decoder as a gcompile spec describes, written the way a
-user would write it in PyTorch, trained on random tokens and timed:
+user would write it in PyTorch, trained on random tokens and timed.
 
-  - architecture from a tree's spec.resolved.toml (or a spec file: its
-    `extends` chain is merged here, derived defaults filled in): RMSNorm with
-    the spec's eps (mean of squares in fp32), RoPE with rotate_half pairing
-    (dimension i with i + head_dim/2), grouped-query attention, optional
-    QK-norm (one gain per head dimension), optional sigmoid output gate
-    (headwise: one scalar per head from x.W_g, W_g [H, d]; elementwise:
-    [H*d_h, d]) multiplied into each head's attention output before W_O,
-    SwiGLU MLP, tied or untied LM head, pre or sandwich norm, optional
-    embedding norm, and the spec's embedding / attention / logit scales;
-  - init normal(0, 0.02) for every matrix, ones for norm gains (init does
-    not change the speed);
-  - torch.compile(model) (the loss is inside the compiled forward),
-    F.scaled_dot_product_attention(is_causal=True) restricted to the flash
-    backend, bf16 autocast with fp32 parameters (train.precision = "bf16"),
-    AdamW(fused=True) with the spec's betas, eps, weight decay (norm gains
-    and optim.no_decay classes exempt) and per-class lr multipliers, global
-    grad-norm clipping (optim.grad_clip, foreach), gradient accumulation
-    global_batch / micro_batch, zero_grad(set_to_none=True);
-  - timing with CUDA events around every optimizer step; the first --warmup
-    steps (compilation, autotuning, AdamW state allocation) are left out and
-    the median of the rest is reported. Peak memory is
-    torch.cuda.max_memory_allocated() over the timed steps (the counter is
-    reset after the warm-up), and also over the whole run.
+Everything that describes the spec comes from gcompile itself; this script
+re-implements none of the spec's semantics:
 
-FLOPs per token are counted exactly as gcompile's plan does
-(compiler/plan/plan.cpp, count_flops; docs/architecture.md, "Counting
-conventions"), the PaLM convention:
+  - `gcompile resolve SPEC` (the spec with its extends chain, preset and
+    defaults merged in; a tree's spec.resolved.toml is the same text) gives
+    the model's sizes and switches, the batch sizes, precision and AdamW's
+    lr, betas, eps and grad_clip;
+  - `gcompile explain SPEC --json` (the plan) gives every parameter tensor
+    (name, shape, init distribution and std, lr multiplier, weight decay), the
+    embedding / attention / logit scales, the parameter count and the FLOPs
+    per token (docs/architecture.md, "Counting conventions").
 
-    FLOP/token = 6 * N_matmul + 12 * L * H * d_h * T
+Without gcompile on the machine (a GPU kit's trees), pass the plan saved
+earlier with --plan-json and the tree's spec.resolved.toml as --spec-toml.
 
-N_matmul = every weight matrix except norm gains and the embedding lookup,
-plus the LM head matmul (V*d) also when the embedding is tied; L = n_layers,
-H = n_heads, d_h = head_dim, T = train.seq_len; attention is counted without
-a causal-mask discount. MFU = tokens/s * FLOP/token / peak, against the H100
-SXM datasheet's dense bf16 989 TFLOP/s and against a measured bf16 GEMM
-ceiling (median of timed 8192^3 torch.matmul on random data).
+The model: RMSNorm with the spec's eps (mean of squares in fp32), RoPE with
+rotate_half pairing (dimension i with i + head_dim/2), grouped-query attention,
+optional QK-norm, optional sigmoid output gate (headwise: one scalar per head,
+elementwise: one per channel) multiplied into each head's attention output
+before W_O, SwiGLU MLP, tied or untied LM head, pre or sandwich norm, optional
+embedding norm; parameter names and shapes are checked against the plan and
+every tensor is initialized as the plan says. Training: torch.compile(model)
+(the loss is inside the compiled forward), F.scaled_dot_product_attention
+(is_causal=True) restricted to the flash backend, bf16 autocast with fp32
+parameters (train.precision = "bf16"), AdamW(fused=True) with the plan's
+per-tensor lr multipliers and weight decay, global grad-norm clipping
+(foreach), gradient accumulation global_batch / micro_batch,
+zero_grad(set_to_none=True).
+
+Timing: CUDA events around every optimizer step; the first --warmup steps
+(compilation, autotuning, AdamW state allocation) are left out and the median
+of the rest is reported. Peak memory is torch.cuda.max_memory_allocated() over
+the timed steps (the counter is reset after the warm-up), and also over the
+whole run. MFU = tokens/s * FLOP/token / peak, against the H100 SXM
+datasheet's dense bf16 989 TFLOP/s and against a measured bf16 GEMM ceiling
+(median of timed 8192^3 torch.matmul on random data).
 
 Output: one JSON line on stdout; progress and warnings on stderr.
 
   python3 bench/torch_baseline.py --spec-toml generated/NAME/spec.resolved.toml --steps 40 --warmup 10
+  python3 bench/torch_baseline.py --spec-toml generated/NAME/spec.resolved.toml --plan-json PLAN.json ...
   python3 bench/torch_baseline.py --ceiling-only
 
-The pure-Python parts (spec reading, FLOP and parameter counts) import
-without torch, so bench/gpu_vs_torch reuses them for its own rows.
+The spec reading (read_config) imports without torch, so bench/gpu_vs_torch
+reuses it for its own rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 try:
     import tomllib  # Python >= 3.11
@@ -72,109 +73,74 @@ except ModuleNotFoundError:  # pragma: no cover - older Pythons
 
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM datasheet, dense bf16 (no sparsity)
 GEMM_N = 8192
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class SpecError(Exception):
-    """A spec that this baseline cannot read or does not support."""
+    """A spec that gcompile rejects or that this baseline does not support."""
 
 
 # --------------------------------------------------------------------------
-# Spec reading (pure Python)
+# The spec, as gcompile resolves and plans it (pure Python)
 # --------------------------------------------------------------------------
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+def find_gcompile(path: str | None = None) -> str:
+    """path, else $GCOMPILE, else build/compiler/gcompile in the repository."""
+    path = path or os.environ.get("GCOMPILE") or os.path.join(REPO_ROOT, "build", "compiler", "gcompile")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise SpecError(f"gcompile not found at {path} (build it, pass --gcompile PATH or set $GCOMPILE; "
+                        "or pass a saved plan with --plan-json)")
+    return path
 
 
-def load_spec_file(path: str, _seen: tuple = ()) -> dict:
-    """Reads a TOML spec. A spec.resolved.toml is complete; a hand-written
-    spec's `experiment.extends` chain is merged key by key (the child wins),
-    as gcompile does. Presets are not merged (a warning says so)."""
+def run_gcompile(gcompile: str, *args: str) -> str:
+    """gcompile's stdout; its stderr (warnings) only when it fails."""
+    cmd = [gcompile, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SpecError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}):\n{proc.stderr.rstrip()}")
+    return proc.stdout
+
+
+def read_toml(path: str) -> dict:
     if tomllib is None:
         raise SpecError("reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
-    real = os.path.realpath(path)
-    if real in _seen:
-        raise SpecError("extends cycle: " + " -> ".join(_seen + (real,)))
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            return tomllib.load(f)
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: not valid TOML: {e}") from None
-    base_name = doc.get("experiment", {}).get("extends")
-    if base_name:
-        base_path = base_name if os.path.isabs(base_name) else os.path.join(os.path.dirname(path), base_name)
-        base = load_spec_file(base_path, _seen + (real,))
-        doc = _deep_merge(base, doc)
-        doc["experiment"].pop("extends", None)
-    return doc
 
 
-_FUNCS = {"sqrt": math.sqrt, "min": min, "max": max}
-
-
-def eval_formula(value, variables: dict) -> float:
-    """Evaluates a gcompile formula (a number, or a string in the std-expression
-    language: + - * / ^, parentheses, sqrt/min/max, named variables)."""
-    if isinstance(value, bool):
-        raise SpecError(f"expected a number or formula, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if not isinstance(value, str):
-        raise SpecError(f"expected a number or formula, got {value!r}")
+def read_json(path: str) -> dict:
     try:
-        tree = ast.parse(value.replace("^", "**"), mode="eval")
-    except SyntaxError as e:
-        raise SpecError(f"cannot parse formula {value!r}: {e.msg}") from None
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: not valid JSON: {e}") from None
 
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return float(node.value)
-        if isinstance(node, ast.Name):
-            if node.id not in variables:
-                raise SpecError(f"formula {value!r}: unknown variable '{node.id}'")
-            return float(variables[node.id])
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
-            v = ev(node.operand)
-            return v if isinstance(node.op, ast.UAdd) else -v
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow)):
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Add):
-                return a + b
-            if isinstance(node.op, ast.Sub):
-                return a - b
-            if isinstance(node.op, ast.Mult):
-                return a * b
-            if isinstance(node.op, ast.Div):
-                if b == 0:
-                    raise SpecError(f"formula {value!r}: division by zero")
-                return a / b
-            return a**b
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
-            args = [ev(a) for a in node.args]
-            if node.func.id == "sqrt":
-                if len(args) != 1 or args[0] < 0:
-                    raise SpecError(f"formula {value!r}: bad sqrt")
-                return math.sqrt(args[0])
-            if len(args) < 2:
-                raise SpecError(f"formula {value!r}: {node.func.id} needs two or more arguments")
-            return float(_FUNCS[node.func.id](args))
-        raise SpecError(f"formula {value!r}: unsupported syntax")
 
-    result = ev(tree)
-    if not math.isfinite(result):
-        raise SpecError(f"formula {value!r} is not finite")
-    return result
+def resolve_and_plan(spec: str, gcompile: str | None = None, plan_json: str | None = None) -> tuple:
+    """(resolved spec, plan): `gcompile resolve` and `gcompile explain --json`
+    of spec, or, with plan_json, spec read as a resolved spec and the saved plan."""
+    if plan_json:
+        return read_toml(spec), read_json(plan_json)
+    if not os.path.isfile(spec):
+        raise SpecError(f"{spec}: no such file")
+    gcompile = find_gcompile(gcompile)
+    if tomllib is None:
+        raise SpecError("reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
+    resolved = tomllib.loads(run_gcompile(gcompile, "resolve", spec))
+    try:
+        plan = json.loads(run_gcompile(gcompile, "explain", spec, "--json"))
+    except json.JSONDecodeError as e:
+        raise SpecError(f"`{gcompile} explain {spec} --json` printed no JSON: {e}") from None
+    return resolved, plan
 
 
 @dataclass
@@ -204,12 +170,11 @@ class Config:
     lr: float
     betas: tuple
     adam_eps: float
-    weight_decay: float
-    no_decay: list
     grad_clip: float
-    lr_mult: dict = field(default_factory=dict)  # class -> number or formula
-    base_width: float = 0.0
-    gamma: float = 0.5
+    params: list  # the plan's tensors: name, class, shape, init, lr_mult, weight_decay, ...
+    param_count: int
+    matmul_params: int
+    flops_per_token: float
 
     @property
     def grad_accum(self) -> int:
@@ -231,164 +196,67 @@ class Config:
     def gate_dim(self) -> int:
         return {"none": 0, "headwise": self.n_heads, "elementwise": self.q_dim}[self.gated_attention]
 
-    def variables(self) -> dict:
-        return {
-            "d_model": self.d_model,
-            "n_layers": self.n_layers,
-            "d_ff": self.d_ff,
-            "head_dim": self.head_dim,
-            "n_heads": self.n_heads,
-            "n_kv_heads": self.n_kv_heads,
-            "vocab": self.vocab_size,
-            "width_mult": self.d_model / (self.base_width or self.d_model),
-            "gamma": self.gamma,
-        }
 
+def _section(doc: dict, section: str):
+    """need(key): doc[section][key], or a SpecError naming section.key."""
+    table = doc.get(section, {})
 
-def config_from_spec(doc: dict, micro_batch_override: int | None = None) -> Config:
-    exp, model, train = doc.get("experiment", {}), doc.get("model", {}), doc.get("train", {})
-    optim, init = doc.get("optim", {}), doc.get("init", {})
-
-    def need(table: dict, section: str, key: str):
+    def need(key: str):
         if key not in table:
-            raise SpecError(f"the spec has no {section}.{key}")
+            raise SpecError(f"the resolved spec has no {section}.{key} (pass gcompile's resolve output)")
         return table[key]
 
-    if model.get("arch", "dense") != "dense":
-        raise SpecError(f"model.arch = {model.get('arch')!r}: the baseline covers dense models only")
-    if model.get("activation", "swiglu") != "swiglu":
-        raise SpecError(f"model.activation = {model.get('activation')!r}: only swiglu is supported")
-    if init.get("preset"):
-        print(f"torch_baseline: warning: init.preset = {init['preset']!r} is not merged here; forward scales "
-              "come from the spec's own keys (use the tree's spec.resolved.toml to get them)", file=sys.stderr)
-    d_model = int(need(model, "model", "d_model"))
-    n_heads = int(need(model, "model", "n_heads"))
-    head_dim = int(model.get("head_dim", 0)) or (d_model // n_heads)
-    if "head_dim" not in model and d_model % n_heads:
-        raise SpecError("model.d_model is not divisible by model.n_heads and model.head_dim is unset")
-    global_batch = int(need(train, "train", "global_batch"))
-    micro_batch = int(train.get("micro_batch", global_batch))
+    return need
+
+
+def _batches(train, micro_batch_override: int | None) -> tuple:
+    """(micro_batch, global_batch); an override keeps the micro-batches per step."""
+    micro_batch, global_batch = int(train("micro_batch")), int(train("global_batch"))
     if micro_batch_override:
-        # Keep the number of micro-batches per step; change their size.
-        accum = max(1, global_batch // micro_batch)
+        global_batch = micro_batch_override * max(1, global_batch // micro_batch)
         micro_batch = micro_batch_override
-        global_batch = micro_batch * accum
-    if global_batch % micro_batch:
-        raise SpecError(f"train.global_batch ({global_batch}) is not a multiple of train.micro_batch ({micro_batch})")
-    betas = optim.get("betas", [0.9, 0.95])
-    cfg = Config(
-        name=str(exp.get("name", "unnamed")),
-        vocab_size=int(need(model, "model", "vocab_size")),
-        d_model=d_model,
-        n_layers=int(need(model, "model", "n_layers")),
-        n_heads=n_heads,
-        n_kv_heads=int(model.get("n_kv_heads", n_heads)),
-        head_dim=head_dim,
-        d_ff=int(need(model, "model", "d_ff")),
-        norm_eps=float(model.get("norm_eps", 1e-5)),
-        norm_placement=str(model.get("norm_placement", "pre")),
-        embedding_norm=bool(model.get("embedding_norm", False)),
-        qk_norm=bool(model.get("qk_norm", False)),
-        tie_embeddings=bool(model.get("tie_embeddings", False)),
-        gated_attention=str(model.get("gated_attention", "none")),
-        rope_theta=float(model.get("rope_theta", 10000.0)),
-        embedding_scale=1.0,
-        attn_scale=1.0,
-        logit_scale=1.0,
-        seq_len=int(need(train, "train", "seq_len")),
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        precision=str(train.get("precision", "bf16")),
-        lr=float(need(optim, "optim", "lr")),
-        betas=(float(betas[0]), float(betas[1])),
-        adam_eps=float(optim.get("eps", 1e-8)),
-        weight_decay=float(optim.get("weight_decay", 0.1)),
-        no_decay=list(optim.get("no_decay", ["norm"])),
-        grad_clip=float(optim.get("grad_clip", 1.0)),
-        lr_mult=dict(optim.get("lr_mult", {})),
-        base_width=float(init.get("base_width", 0.0) or 0.0),
-        gamma=float(init.get("gamma", 0.5)),
+    return micro_batch, global_batch
+
+
+def config_from(resolved: dict, plan: dict, micro_batch_override: int | None = None) -> Config:
+    exp, model, train, optim = (_section(resolved, s) for s in ("experiment", "model", "train", "optim"))
+    if model("arch") != "dense":
+        raise SpecError(f"model.arch = {model('arch')!r}: the baseline covers dense models only")
+    if model("activation") != "swiglu":
+        raise SpecError(f"model.activation = {model('activation')!r}: only swiglu is supported")
+    if train("precision") not in ("bf16", "fp32"):
+        raise SpecError(f"train.precision = {train('precision')!r} is not bf16 or fp32")
+    micro_batch, global_batch = _batches(train, micro_batch_override)
+    scales, flops = plan["scales"], plan["flops"]
+    betas = optim("betas")
+    return Config(
+        name=str(exp("name")), vocab_size=int(model("vocab_size")), d_model=int(model("d_model")),
+        n_layers=int(model("n_layers")), n_heads=int(model("n_heads")), n_kv_heads=int(model("n_kv_heads")),
+        head_dim=int(model("head_dim")), d_ff=int(model("d_ff")), norm_eps=float(model("norm_eps")),
+        norm_placement=str(model("norm_placement")), embedding_norm=bool(model("embedding_norm")),
+        qk_norm=bool(model("qk_norm")), tie_embeddings=bool(model("tie_embeddings")),
+        gated_attention=str(model("gated_attention")), rope_theta=float(model("rope_theta")),
+        embedding_scale=float(scales["embedding"]), attn_scale=float(scales["attention"]),
+        logit_scale=float(scales["logits"]),
+        seq_len=int(train("seq_len")), micro_batch=micro_batch, global_batch=global_batch,
+        precision=str(train("precision")), lr=float(optim("lr")), betas=(float(betas[0]), float(betas[1])),
+        adam_eps=float(optim("eps")), grad_clip=float(optim("grad_clip")),
+        params=list(plan["params"]), param_count=int(plan["counts"]["total"]),
+        matmul_params=int(flops["matmul_params"]), flops_per_token=float(flops["per_token"]),
     )
-    if cfg.n_heads % cfg.n_kv_heads:
-        raise SpecError(f"model.n_heads ({cfg.n_heads}) is not divisible by model.n_kv_heads ({cfg.n_kv_heads})")
-    if cfg.head_dim % 2:
-        raise SpecError(f"model.head_dim ({cfg.head_dim}) must be even for RoPE")
-    if cfg.gated_attention not in ("none", "headwise", "elementwise"):
-        raise SpecError(f"model.gated_attention = {cfg.gated_attention!r} is not none, headwise or elementwise")
-    if cfg.norm_placement not in ("pre", "sandwich"):
-        raise SpecError(f"model.norm_placement = {cfg.norm_placement!r} is not pre or sandwich")
-    if cfg.precision not in ("bf16", "fp32"):
-        raise SpecError(f"train.precision = {cfg.precision!r} is not bf16 or fp32")
-    variables = cfg.variables()
-    cfg.embedding_scale = eval_formula(model.get("embedding_scale", 1.0), variables)
-    cfg.attn_scale = eval_formula(model.get("attn_scale", "1/sqrt(head_dim)"), variables)
-    cfg.logit_scale = eval_formula(model.get("logit_scale", 1.0), variables)
-    return cfg
 
 
-def read_config(path: str, micro_batch_override: int | None = None) -> Config:
-    """path: a spec.resolved.toml, a generated tree directory, or a spec file."""
+def read_config(path: str, micro_batch_override: int | None = None, gcompile: str | None = None,
+                plan_json: str | None = None) -> Config:
+    """path: a spec file, a spec.resolved.toml or a generated tree directory;
+    plan_json: a saved `gcompile explain --json` (then path must be resolved)."""
     if os.path.isdir(path):
         path = os.path.join(path, "spec.resolved.toml")
-    return config_from_spec(load_spec_file(path), micro_batch_override)
-
-
-def param_shapes(cfg: Config) -> list:
-    """(name, class, shape) of every tensor, in the layout of docs/spec.md
-    ("Parameter classes and tensors"); matrices are [out, in]."""
-    d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.d_ff
-    out = [("model.embed_tokens.weight", "embedding", (cfg.vocab_size, d))]
-    if cfg.embedding_norm:
-        out.append(("model.embed_norm.weight", "norm", (d,)))
-    for i in range(cfg.n_layers):
-        p = f"model.layers.{i}."
-        out += [
-            (p + "input_layernorm.weight", "norm", (d,)),
-            (p + "self_attn.q_proj.weight", "attn_q", (q, d)),
-            (p + "self_attn.k_proj.weight", "attn_k", (kv, d)),
-            (p + "self_attn.v_proj.weight", "attn_v", (kv, d)),
-        ]
-        if cfg.qk_norm:
-            out += [(p + "self_attn.q_norm.weight", "norm", (cfg.head_dim,)),
-                    (p + "self_attn.k_norm.weight", "norm", (cfg.head_dim,))]
-        if cfg.gate_dim:
-            out.append((p + "self_attn.gate_proj.weight", "attn_gate", (cfg.gate_dim, d)))
-        out.append((p + "self_attn.o_proj.weight", "attn_o", (d, q)))
-        if cfg.norm_placement == "sandwich":
-            out += [(p + "self_attn.out_norm.weight", "norm", (d,)), (p + "mlp.out_norm.weight", "norm", (d,))]
-        out += [
-            (p + "post_attention_layernorm.weight", "norm", (d,)),
-            (p + "mlp.gate_proj.weight", "mlp_gate", (f, d)),
-            (p + "mlp.up_proj.weight", "mlp_up", (f, d)),
-            (p + "mlp.down_proj.weight", "mlp_down", (d, f)),
-        ]
-    out.append(("model.norm.weight", "norm", (d,)))
-    if not cfg.tie_embeddings:
-        out.append(("lm_head.weight", "lm_head", (cfg.vocab_size, d)))
-    return out
-
-
-def _numel(shape) -> int:
-    return math.prod(shape)
-
-
-def param_count(cfg: Config) -> int:
-    return sum(_numel(s) for _, _, s in param_shapes(cfg))
-
-
-def matmul_params(cfg: Config) -> int:
-    """N_matmul of gcompile's plan: every tensor except norm gains and the
-    embedding lookup, plus V*d for the LM head when the embedding is tied."""
-    n = sum(_numel(s) for _, cls, s in param_shapes(cfg) if cls not in ("norm", "embedding"))
-    if cfg.tie_embeddings:
-        n += cfg.vocab_size * cfg.d_model
-    return n
-
-
-def flops_per_token(cfg: Config) -> float:
-    """Training FLOPs per token (forward + backward), as gcompile's plan:
-    6 * N_matmul + 12 * n_layers * n_heads * head_dim * seq_len."""
-    return 6.0 * matmul_params(cfg) + 12.0 * cfg.n_layers * cfg.n_heads * cfg.head_dim * cfg.seq_len
+    resolved, plan = resolve_and_plan(path, gcompile, plan_json)
+    try:
+        return config_from(resolved, plan, micro_batch_override)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise SpecError(f"unexpected gcompile output ({type(e).__name__}: {e})") from None
 
 
 def median(values):

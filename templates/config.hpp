@@ -74,7 +74,7 @@ inline constexpr bool kDistributedNccl = gc::knob<bool>("plan.distributed_nccl",
 // distributed.zero_stage: 1 shards the optimizer state over the ranks (train/zero.hpp).
 inline constexpr int kZeroStage = gc::knob<int>("distributed.zero_stage", 0);
 // distributed.bucket_mb: on GPUs, gradients are reduced in buckets of at least this many MiB of
-// fp32 while the backward pass goes on (cuda/engine.cu).
+// fp32 while the backward pass goes on (engine/cuda_engine.cu).
 inline constexpr double kBucketMb = gc::knob<double>("distributed.bucket_mb", 25.0);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor

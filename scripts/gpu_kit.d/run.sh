@@ -161,9 +161,9 @@ emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g
   objects=$work/objects/$(basename "$1")_$2
   mkdir -p "$objects"
   if [ "$target" = parity ]; then
-    sources=("$tree/src/cuda/parity_main.cu" "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp" "$tree/runtime/comm.cpp")
+    sources=("$tree/src/parity_main.cu" "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp" "$tree/runtime/comm.cpp")
   else
-    sources=("$tree/src/cuda/engine.cu" "$tree"/runtime/*.cpp "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp"
+    sources=("$tree/src/engine/cuda_engine.cu" "$tree"/runtime/*.cpp "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp"
              "$tree/src/train_main.cpp")
   fi
   export GC_EMU_FLAGS="-std=c++17 -O1 -fopenmp -w -DGC_CUDA_EMULATOR -DGC_HAVE_CUDA -DGC_NO_CBLAS -I$emu -I$tree/src -I$tree -I$tree/runtime/third_party"

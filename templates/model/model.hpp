@@ -156,7 +156,7 @@ class BasicModel {
 
   // Calls f(buffer) on every buffer the forward pass fills (what the metrics
   // read), in a fixed order, so a GPU model's activations can be copied into a
-  // host model buffer by buffer (cuda/engine.cu). Empty buffers are visited too.
+  // host model buffer by buffer (engine/cuda_engine.cu). Empty buffers are visited too.
   template <typename F>
   void visit_forward_buffers(F&& f) {
     for (auto* buf : {&e_, &e_norm_, &h_final_, &f_, &logits_}) f(*buf);

@@ -1,7 +1,7 @@
 // The training loop: gradient accumulation over micro-batches, global
 // grad-norm clipping, AdamW with decoupled weight decay and per-tensor lr
 // multipliers (plan.hpp), evaluation, JSON Lines metrics and atomic
-// checkpoints. The step itself runs on an Engine (train/engine.hpp: the CPU,
+// checkpoints. The step itself runs on an Engine (engine/engine.hpp: the CPU,
 // or the GPU when the tree has the CUDA backend); the run's state lives on the
 // host for checkpoints and metrics. Deterministic: a resumed run continues
 // bit-identically.
@@ -20,7 +20,7 @@
 #include "analysis/anchor_eval.hpp"
 #include "config.hpp"
 #include "cpu/adamw.hpp"
-#include "train/engine.hpp"
+#include "engine/cpu_engine.hpp"
 #include "train/host_allocations.hpp"
 #include "train/moe_state.hpp"
 #include "train/zero.hpp"

@@ -1,7 +1,7 @@
 // ZeRO stage 1 (distributed.zero_stage = 1): the optimizer state is sharded
 // over the ranks. ZeroShards is the cut both engines use; ZeroOneOptimizer is
 // the CPU engine's (the CUDA engine does the same on the device with NCCL:
-// cuda/engine.cu). On the CPU the AdamW moments are sharded. The flat
+// engine/cuda_engine.cu). On the CPU the AdamW moments are sharded. The flat
 // parameter array (kOffsets layout, gaps included) is cut into consecutive
 // shards, one per rank. A step:
 //

@@ -1,11 +1,11 @@
-// The CUDA training engine (cuda/engine.cu, compiled into this test) against the CPU engine
-// (train/engine.hpp) with the default templates/config.hpp and plan.hpp: the same
+// The CUDA training engine (engine/cuda_engine.cu, compiled into this test) against the CPU engine
+// (engine/engine.hpp) with the default templates/config.hpp and plan.hpp: the same
 // initialization, then steps of forward/backward, per-tensor Σ g², clip and AdamW from the same
 // state (the CPU's state is uploaded to the GPU before each step, which also checks upload and
 // download), comparing losses, gradient norms, moments and parameter updates; a step that is
 // not finite stops both engines' updates; under the emulator, a step is queued without a host
 // wait.
-#include "cuda/engine.cu"
+#include "engine/cuda_engine.cu"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@
 #include "cpu/adamw.hpp"
 #include "cpu/philox.hpp"
 #include "cuda_test_util.hpp"
-#include "train/engine.hpp"
+#include "engine/cpu_engine.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The whole model (model/model_impl.hpp) on the CUDA backend against the CPU backend, with the
 // default templates/config.hpp and plan.hpp: logits, loss and every parameter gradient after one
-// forward and backward (cuda/parity.cuh, the comparison ./parity makes).
+// forward and backward (engine/parity.cuh, the comparison ./parity makes).
 //
 // fp32 is held to 1e-5 (measured: about 1e-6), on the logits' norm and on their worst row. bf16 stores every activation and activation gradient in
 // bf16 (~2e-3 relative rounding each), and over the default model's two layers these roundings
@@ -9,7 +9,7 @@
 // kernel error (a CPU model that rounds to bf16 where the CUDA backend stores bf16 agrees with
 // the CUDA one to rounding flips, and bitwise at B=2, T=32, in emulation), so
 // the whole-model bf16 comparison allows 3e-2; the kernels meet 1e-2 one at a time.
-#include "cuda/parity.cuh"
+#include "engine/parity.cuh"
 
 #include <gtest/gtest.h>
 

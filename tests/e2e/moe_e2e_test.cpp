@@ -258,7 +258,7 @@ class MoeParity : public gc::test::TreeTest {
     const std::string emu = std::string(GCOMPILE_SOURCE_DIR) + "/tests/cuda_emulator";
     const std::string t = tree().string();
     const std::string build = "cd " + t + " && g++ -std=c++17 -O2 -fopenmp -DGC_CUDA_EMULATOR -Wno-unknown-pragmas -I" +
-                              emu + " -I. -Isrc -Iruntime/third_party -x c++ src/cuda/parity_main.cu -x none " +
+                              emu + " -I. -Isrc -Iruntime/third_party -x c++ src/parity_main.cu -x none " +
                               "src/plan_init.cpp src/experiment.cpp " + emu + "/src/cublaslt.cpp " + emu +
                               "/src/runtime.cpp " + emu + "/src/streams.cpp " + emu + "/src/scheduler.cpp -lopenblas -o parity_emulated";
     const Outcome compiled = sh(build);

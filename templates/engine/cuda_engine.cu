@@ -1,4 +1,4 @@
-// The CUDA training engine (train/engine.hpp): the model of
+// The CUDA training engine (engine/engine.hpp): the model of
 // model/model_impl.hpp on the CUDA backend, plus fp32 master weights, AdamW
 // moments and the fused multi-tensor AdamW on the device.
 //
@@ -49,7 +49,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/error.hpp"
-#include "train/engine.hpp"
+#include "engine/engine.hpp"
 #include "train/zero.hpp"
 
 namespace gcm {
@@ -62,7 +62,7 @@ using ComputeType = std::conditional_t<kPrecision == Precision::bf16, cuda::bf16
 using CudaModel = BasicModel<cuda::Backend<ComputeType>>;
 inline constexpr bool kSeparateMaster = !std::is_same_v<ComputeType, float>;
 
-class CudaEngine final : public Engine {
+class CudaEngine final : public ModelEngine<CudaModel> {
  public:
   // The optimizer state is allocated by the first initialize or upload, after join has decided
   // how much of it this rank holds (so the allocation peak is the rank's own).
@@ -156,9 +156,6 @@ class CudaEngine final : public Engine {
     model_.backend().defer_loss(loss_scale);
     model_.forward_backward(inputs, targets, loss_scale);
   }
-  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
-    return model_.forward(inputs, targets) - model_.aux_loss();
-  }
   // All on the device, nothing read back: Σ g² per tensor over this rank's shard (everything
   // without ZeRO; summed over the ranks under ZeRO-1), the loss summed over the ranks, the
   // verdict (norm, clip, stop) by one device thread, AdamW reading it, and under ZeRO-1 the
@@ -192,8 +189,6 @@ class CudaEngine final : public Engine {
     squares_.download(readout_.squares.data(), readout_.squares.size());
     return readout_;
   }
-  std::int64_t model_buffer_bytes() const override { return model_.buffer_bytes(); }
-  double last_aux_loss() const override { return model_.aux_loss(); }
   void join(const gc::rt::Comm& comm, int zero_stage) override {
 #ifdef GC_HAVE_NCCL
     comm_ = &comm;
@@ -247,37 +242,9 @@ class CudaEngine final : public Engine {
     return std::int64_t((m_.size() + v_.size()) * sizeof(float));
   }
   int last_step_reductions() const override { return reductions_; }
-  void moe_allreduce_loads(const gc::rt::Comm& comm) override {
-    sum_moe_loads(model_, [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
-  }
-  void moe_begin_step() override {
-    if constexpr (kMoe) {
-      begin_moe_step(model_);
-    }
-  }
-  void moe_end_step() override {
-    if constexpr (kMoe) {
-      end_moe_step(model_);
-    }
-  }
-  std::vector<MoeLayerStats> moe_take_stats() override {
-    if constexpr (kMoe) {
-      return take_moe_stats(model_, [this](int l) {
-        const auto& scores = model_.moe_layer(l).scores;  // fp32
-        std::vector<float> host(scores.size());
-        GC_CUDA_CHECK(cudaDeviceSynchronize());
-        scores.download(host.data(), host.size());
-        return router_entropy(host.data(), std::int64_t(host.size()) / kExperts);
-      });
-    }
-    return {};
-  }
-  std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model_); }
-  void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model_, biases); }
 
   // Copies every forward buffer of the last batch into the host model
   // (converted to fp32), so the metrics measure the GPU's own activations.
-  void track_logit_moments(bool on) override { model_.track_logit_moments(on); }
   const Model<float>& activations(Model<float>& host) override {
     std::vector<float*> targets;
     host.visit_forward_buffers([&](auto& buf) { targets.push_back(buf.data()); });
@@ -305,6 +272,19 @@ class CudaEngine final : public Engine {
   }
   std::int64_t device_allocated_peak() const override { return gc::rt::cuda::allocation_stats().peak_bytes; }
   std::int64_t device_allocations() const override { return gc::rt::cuda::allocation_stats().allocations; }
+
+ protected:
+  CudaModel& model() override { return model_; }
+  const CudaModel& model() const override { return model_; }
+  // The router's fp32 scores copied down after the queued work.
+  const float* router_scores_on_host(int layer, std::int64_t& n) override {
+    const auto& scores = model_.moe_layer(layer).scores;
+    scores_host_.resize(scores.size());
+    GC_CUDA_CHECK(cudaDeviceSynchronize());
+    scores.download(scores_host_.data(), scores_host_.size());
+    n = std::int64_t(scores_host_.size());
+    return scores_host_.data();
+  }
 
  private:
   // The fp32 weights AdamW updates, from this rank's shard's first element (all of them without
@@ -437,6 +417,7 @@ class CudaEngine final : public Engine {
 
   CudaModel model_;
   std::vector<ComputeType> staging_;  // bf16 activations (or weights) on their way between host and device
+  std::vector<float> scores_host_;     // an MoE layer's router scores on their way to the host
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;

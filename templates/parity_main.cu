@@ -5,7 +5,7 @@
 //   {"precision": "fp32", "loss_cpu": x, "loss_cuda": x, "loss_cuda_chunked": x, "max_rel_logits": x,
 //    "worst_row_logits": x, "max_rel_grad": x, "worst_tensor": "...", "tolerance": x, "pass": true}
 //
-// Relative errors are ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (cuda/parity.cuh, which
+// Relative errors are ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (engine/parity.cuh, which
 // tests/cuda/model_parity_test.cu runs too), and for the logits also the worst
 // row; gradients are checked for the CUDA model with every row's logits and for one whose LM
 // head runs in three chunks (forward_backward, as training runs it). The tolerance is 1e-5 for fp32; 3e-2 for bf16, whose rounding compounds
@@ -20,7 +20,7 @@
 
 #include "config.hpp"
 #include "cuda/backend.cuh"
-#include "cuda/parity.cuh"
+#include "engine/parity.cuh"
 #include "runtime/cuda/check.hpp"
 
 namespace {

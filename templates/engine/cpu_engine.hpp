@@ -1,0 +1,118 @@
+// The CPU engine (engine/engine.hpp): the trainer's host model and moments
+// are the state, so the transfers copy nothing; under ZeRO-1 the moments
+// live in the rank's shard (train/zero.hpp) and m and v exist only while a
+// checkpoint is loaded or saved.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "cpu/adamw.hpp"
+#include "engine/engine.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+#include "runtime/comm.hpp"
+#include "train/step_verdict.hpp"
+#include "train/zero.hpp"
+
+namespace gcm {
+
+class CpuEngine final : public ModelEngine<Model<float>> {
+ public:
+  CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v) : model_(model), m_(m), v_(v) {
+    readout_.squares.resize(std::size_t(kNumParams));
+  }
+
+  // The step.
+  void zero_grads() override {
+    model_.zero_grads();
+    step_loss_ = 0.0;
+  }
+  void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
+    const double objective = model_.forward_backward(inputs, targets, loss_scale);
+    step_loss_ += loss_scale * (objective - model_.aux_loss());
+  }
+  void finish_step(double lr, std::int64_t t) override {
+    double loss = step_loss_;
+    if (comm_ != nullptr) comm_->allreduce_sum(&loss, 1);
+    if (zero_) {
+      readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
+    } else {
+      for (int i = 0; i < kNumParams; ++i) {
+        readout_.squares[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+      }
+    }
+    StepVerdict& verdict = readout_.verdict;
+    judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
+    if (verdict.stopped_at != 0) return;
+    if (zero_) {
+      zero_->step(model_.params.data(), lr, verdict.clip, t);
+      return;
+    }
+    for (int i = 0; i < kNumParams; ++i) {
+      const ParamInfo& p = kParams[i];
+      const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
+      cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i),
+                      p.numel, hp, verdict.clip);
+    }
+  }
+  const StepReadout& read_step() override { return readout_; }
+
+  // State transfer: the host model and moments are the state.
+  void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
+  void upload(const float*, const float* m, const float* v) override {
+    if (zero_) zero_->keep_shard(m, v);
+  }
+  void download(float*, float*, float*) override {}
+  void gather_moments(float* m, float* v) override { zero_->gather_moments(m, v); }
+  void download_tensor(int i, float* out) override {
+    std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
+  }
+
+  // Distribution: one MPI collective per step.
+  void join(const gc::rt::Comm& comm, int zero_stage) override {
+    comm_ = &comm;
+    if (zero_stage == 1) zero_ = std::make_unique<ZeroOneOptimizer>(comm);
+  }
+  // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; else Σ of everything.
+  void reduce_grads() override {
+    if (zero_) {
+      zero_->reduce_gradients(model_.grads.data());
+    } else {
+      comm_->allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
+    }
+  }
+  bool sharded() const override { return zero_ != nullptr; }
+  int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
+
+  // Telemetry.
+  std::string describe() const override { return "CPU backend"; }
+  const Model<float>& activations(Model<float>&) override { return model_; }
+  std::int64_t optimizer_bytes() const override {
+    return zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4);
+  }
+
+ protected:
+  Model<float>& model() override { return model_; }
+  const Model<float>& model() const override { return model_; }
+  const float* router_scores_on_host(int layer, std::int64_t& n) override {
+    const auto& scores = model_.moe_layer(layer).scores;
+    n = std::int64_t(scores.size());
+    return scores.data();
+  }
+
+ private:
+  Model<float>& model_;
+  std::vector<float>& m_;
+  std::vector<float>& v_;
+  StepReadout readout_;
+  double step_loss_ = 0.0;                  // Σ loss_scale · cross-entropy since zero_grads
+  const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
+  std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
+};
+
+}  // namespace gcm

@@ -1,0 +1,197 @@
+// Where a training step runs. The trainer keeps the run's state on the host
+// (fp32 parameters, AdamW moments: what checkpoints and metrics read); an
+// engine owns the step itself: forward and backward over a micro-batch,
+// per-tensor gradient sums of squares, the AdamW update.
+//
+//   CpuEngine   engine/cpu_engine.hpp: works on the host state in place
+//               (nothing to copy).
+//   CudaEngine  engine/cuda_engine.cu: fp32 master weights, moments and
+//               gradients on the GPU (bf16 working weights under precision
+//               "bf16"), initialized there; the host state is refreshed by
+//               download() before a checkpoint, metrics or the sample, and
+//               pushed by upload() after a resume.
+//
+// The interface comes in the four parts a reader looks for (EngineStep,
+// EngineState, EngineDistribution, EngineTelemetry); ModelEngine implements
+// what both engines do the same way on their BasicModel (the loss without
+// the balancing term, the MoE hooks).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+#include "runtime/comm.hpp"
+#include "train/step_verdict.hpp"
+
+namespace gcm {
+
+// What read_step returns: the last finished step's verdict (loss, gradient norm, clip, stop) and
+// each tensor's Σ g² over the global batch before clipping (kParams order).
+struct StepReadout {
+  StepVerdict verdict;
+  std::vector<double> squares;
+};
+
+// The step: what the training loop calls for every step, in this order: zero_grads,
+// moe_begin_step, forward_backward per micro-batch, (reduce_grads), finish_step, moe_end_step.
+class EngineStep {
+ public:
+  virtual ~EngineStep() = default;
+  // Starts a step: zero gradients and step loss.
+  virtual void zero_grads() = 0;
+  // One micro-batch: adds dL/dθ · loss_scale to the gradients, L the mean
+  // cross-entropy + the MoE balancing loss, and loss_scale · (mean cross-entropy) to the step's
+  // loss (on a GPU without waiting for the forward pass: the sum stays on the device).
+  virtual void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
+  // The balancing-loss part of the last forward_backward (0 for a dense model).
+  virtual double last_aux_loss() const = 0;
+  // Mean cross-entropy, no gradients (evaluation; no balancing loss).
+  virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
+  // Ends step t (t ≥ 1) after its micro-batches (and reduce_grads): the step's loss summed over
+  // the ranks, each tensor's Σ g² (fixed summation order: repeatable), the verdict of
+  // train/step_verdict.hpp (global norm, clip multiplier for max norm kGradClip, stop), and
+  // AdamW with η = lr · lr_mult on every tensor, unless the run has stopped. The CUDA engine
+  // queues all of it on the GPU and returns without waiting.
+  virtual void finish_step(double lr, std::int64_t t) = 0;
+  // The last finish_step's values (on a GPU this waits for the step). The engine's own buffer,
+  // valid until the next finish_step (no allocation per step).
+  virtual const StepReadout& read_step() = 0;
+  // Mixture of experts (nothing for a dense model; model/moe_block.hpp): zero the step's expert
+  // loads; apply the aux_free bias update after the step.
+  virtual void moe_begin_step() = 0;
+  virtual void moe_end_step() = 0;
+};
+
+// State transfer between the engine and the trainer's host state (checkpoints, metrics, sample).
+class EngineState {
+ public:
+  virtual ~EngineState() = default;
+  // Initial parameters from the plan's init rules (Philox stream i for tensor
+  // i: the same weights on every backend); moments start at zero.
+  virtual void initialize(std::uint64_t seed) = 0;
+  // Host state → engine (after init or resume).
+  virtual void upload(const float* params, const float* m, const float* v) = 0;
+  // Engine → host state. m and v may be null (parameters only).
+  virtual void download(float* params, float* m, float* v) = 0;
+  // One tensor's parameters to the host (update-ratio tracking).
+  virtual void download_tensor(int i, float* out) = 0;
+  // Under ZeRO-1: the moments reach rank 0 (m and v whole arrays there, nullptr elsewhere).
+  virtual void gather_moments(float*, float*) {}
+  // The aux_free selection biases a checkpoint keeps (one vector per MoE layer).
+  virtual std::vector<std::vector<float>> moe_biases() const = 0;
+  virtual void set_moe_biases(const std::vector<std::vector<float>>&) = 0;
+};
+
+// Data parallelism (train/zero.hpp, docs/distributed.md). Every rank calls
+// these in the same order. join: once, right after construction (before
+// initialize or upload) when the job has several ranks; zero_stage 1 shards
+// the optimizer state. overlap_next_backward: before a rank's last
+// micro-batch of a step (the CUDA engine then reduces gradients in buckets
+// while that backward pass runs). reduce_grads: after the step's
+// micro-batches: the Σ over ranks of the gradients (ZeRO-1: of this rank's
+// shard), after which finish_step sees the global batch.
+// Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
+// moments reach rank 0 through gather_moments, and on a GPU download(params,
+// nullptr, nullptr) and download_tensor are collectives as well (download
+// fills rank 0's params only).
+class EngineDistribution {
+ public:
+  virtual ~EngineDistribution() = default;
+  virtual void join(const gc::rt::Comm& comm, int zero_stage) = 0;
+  virtual void overlap_next_backward() {}
+  virtual void reduce_grads() = 0;
+  virtual bool sharded() const { return false; }
+  // Gradient reductions a step issues (the CUDA engine's buckets; 0 in one process).
+  virtual int last_step_reductions() const { return 0; }
+  // Σ over ranks of the step's expert loads (aux_free's update and the routing
+  // records see the whole global batch).
+  virtual void moe_allreduce_loads(const gc::rt::Comm&) = 0;
+};
+
+// What the metrics, the logs and the summary record read.
+class EngineTelemetry {
+ public:
+  virtual ~EngineTelemetry() = default;
+  virtual std::string describe() const = 0;
+  // While on, forward_loss also sums the logits' moments (the logit_std metric of a model
+  // that does not keep its logits: BasicModel::track_logit_moments).
+  virtual void track_logit_moments(bool on) = 0;
+  // After forward_loss: the activations of that batch as a host model holds
+  // them, for the activation metrics. Returns the model to read (on the CPU,
+  // the engine's own; on a GPU, `host` after copying every forward buffer).
+  virtual const Model<float>& activations(Model<float>& host) = 0;
+  // The routing statistics since the previous take (MoE; empty for a dense model).
+  virtual std::vector<MoeLayerStats> moe_take_stats() = 0;
+  // Bytes of the model's buffers besides parameters and gradients.
+  virtual std::int64_t model_buffer_bytes() const = 0;
+  // Bytes of AdamW moments this rank holds (all of them, or its ZeRO-1 shard).
+  virtual std::int64_t optimizer_bytes() const = 0;
+  // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
+  // libraries), the peak of our own allocations, and how many we made.
+  virtual std::int64_t device_used_bytes() const { return 0; }
+  virtual std::int64_t device_allocated_peak() const { return 0; }
+  virtual std::int64_t device_allocations() const { return 0; }
+};
+
+class Engine : public EngineStep, public EngineState, public EngineDistribution, public EngineTelemetry {};
+
+// What both engines do alike on their model M (a BasicModel on the CPU or the CUDA backend).
+template <typename M>
+class ModelEngine : public Engine {
+ public:
+  double last_aux_loss() const override { return model().aux_loss(); }
+  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
+    return model().forward(inputs, targets) - model().aux_loss();
+  }
+  std::int64_t model_buffer_bytes() const override { return model().buffer_bytes(); }
+  void track_logit_moments(bool on) override { model().track_logit_moments(on); }
+  void moe_begin_step() override {
+    if constexpr (kMoe) {
+      begin_moe_step(model());
+    }
+  }
+  void moe_end_step() override {
+    if constexpr (kMoe) {
+      end_moe_step(model());
+    }
+  }
+  std::vector<MoeLayerStats> moe_take_stats() override {
+    if constexpr (kMoe) {
+      return take_moe_stats(model(), [this](int l) {
+        std::int64_t n = 0;
+        const float* scores = router_scores_on_host(l, n);
+        return router_entropy(scores, n / kExperts);
+      });
+    }
+    return {};
+  }
+  void moe_allreduce_loads(const gc::rt::Comm& comm) override {
+    sum_moe_loads(model(), [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
+  }
+  std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model()); }
+  void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model(), biases); }
+
+ protected:
+  virtual M& model() = 0;
+  virtual const M& model() const = 0;
+  // MoE layer l's router scores (fp32, n values) readable on the host, for the router entropy.
+  virtual const float* router_scores_on_host(int layer, std::int64_t& n) = 0;
+};
+
+// Defined in engine/cuda_engine.cu, so only in a tree built with the CUDA backend
+// (GC_HAVE_CUDA; callers guard on it). make_cuda_engine throws, naming the
+// reason, when no GPU is usable.
+std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len);
+// Whether the tree's CUDA backend was built with NCCL (multi-process training on GPUs).
+bool cuda_has_nccl();
+// Whether a GPU that can run this tree's kernels (compute capability 8.0 or
+// newer, with kernels built for it: GC_CUDA_ARCHITECTURES) is present.
+bool cuda_available();
+
+}  // namespace gcm
