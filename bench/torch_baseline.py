@@ -129,18 +129,21 @@ def resolve_and_plan(spec: str, gcompile: str | None = None, plan_json: str | No
     """(resolved spec, plan): `gcompile resolve` and `gcompile explain --json`
     of spec, or, with plan_json, spec read as a resolved spec and the saved plan."""
     if plan_json:
-        return read_toml(spec), read_json(plan_json)
+        resolved, plan = read_toml(spec), read_json(plan_json)
+        names = resolved.get("experiment", {}).get("name"), plan.get("experiment", {}).get("name")
+        if names[0] != names[1]:
+            raise SpecError(f"{plan_json} plans experiment {names[1]!r}, {spec} is {names[0]!r}")
+        return resolved, plan
     if not os.path.isfile(spec):
         raise SpecError(f"{spec}: no such file")
     gcompile = find_gcompile(gcompile)
     if tomllib is None:
         raise SpecError("reading TOML needs Python >= 3.11 (tomllib) or the tomli package")
-    resolved = tomllib.loads(run_gcompile(gcompile, "resolve", spec))
+    resolved, plan = run_gcompile(gcompile, "resolve", spec), run_gcompile(gcompile, "explain", spec, "--json")
     try:
-        plan = json.loads(run_gcompile(gcompile, "explain", spec, "--json"))
-    except json.JSONDecodeError as e:
-        raise SpecError(f"`{gcompile} explain {spec} --json` printed no JSON: {e}") from None
-    return resolved, plan
+        return tomllib.loads(resolved), json.loads(plan)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise SpecError(f"{gcompile} printed something unreadable for {spec}: {e}") from None
 
 
 @dataclass
@@ -270,8 +273,10 @@ def median(values):
 
 
 def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
-    """use_sdpa: F.scaled_dot_product_attention with scale= (torch >= 2.1);
-    use_sdpa_gqa: its enable_gqa= (torch >= 2.5), else K/V are repeated."""
+    """The decoder, its parameters named as the plan names them and
+    initialized as it says. use_sdpa: F.scaled_dot_product_attention with
+    scale= (torch >= 2.1); use_sdpa_gqa: its enable_gqa= (torch >= 2.5), else
+    K/V are repeated."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -307,6 +312,8 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
             if cfg.gate_dim:
                 self.gate_proj = nn.Linear(d, cfg.gate_dim, bias=False)
             self.o_proj = nn.Linear(cfg.q_dim, d, bias=False)
+            if cfg.norm_placement == "sandwich":
+                self.out_norm = RMSNorm(d, cfg.norm_eps)
 
         def forward(self, x, cos, sin):
             B, T, _ = x.shape
@@ -333,7 +340,8 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
                 o = o * torch.sigmoid(self.gate_proj(x)).unsqueeze(-1)
             elif cfg.gated_attention == "elementwise":
                 o = o * torch.sigmoid(self.gate_proj(x)).view(B, T, H, hd)
-            return self.o_proj(o.reshape(B, T, H * hd))
+            o = self.o_proj(o.reshape(B, T, H * hd))
+            return self.out_norm(o) if cfg.norm_placement == "sandwich" else o
 
     class MLP(nn.Module):
         def __init__(self):
@@ -341,9 +349,12 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
             self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
             self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
             self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+            if cfg.norm_placement == "sandwich":
+                self.out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
         def forward(self, x):
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            m = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            return self.out_norm(m) if cfg.norm_placement == "sandwich" else m
 
     class Block(nn.Module):
         def __init__(self):
@@ -352,21 +363,12 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
             self.self_attn = Attention()
             self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
             self.mlp = MLP()
-            if cfg.norm_placement == "sandwich":
-                self.attn_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-                self.mlp_out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
         def forward(self, h, cos, sin):
-            a = self.self_attn(self.input_layernorm(h), cos, sin)
-            if cfg.norm_placement == "sandwich":
-                a = self.attn_out_norm(a)
-            h = h + a
-            m = self.mlp(self.post_attention_layernorm(h))
-            if cfg.norm_placement == "sandwich":
-                m = self.mlp_out_norm(m)
-            return h + m
+            h = h + self.self_attn(self.input_layernorm(h), cos, sin)
+            return h + self.mlp(self.post_attention_layernorm(h))
 
-    class Decoder(nn.Module):
+    class Body(nn.Module):  # Hugging Face's LlamaModel layout: the plan's "model." names
         def __init__(self):
             super().__init__()
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -374,26 +376,29 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
                 self.embed_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
             self.layers = nn.ModuleList(Block() for _ in range(cfg.n_layers))
             self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = Body()
             if not cfg.tie_embeddings:
                 self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
             inv_freq = cfg.rope_theta ** (-torch.arange(0, cfg.head_dim // 2, dtype=torch.float64) * 2.0 / cfg.head_dim)
             angles = torch.arange(cfg.seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
             self.register_buffer("rope_cos", angles.cos().float(), persistent=False)
             self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
-            for p in self.parameters():
-                if p.dim() >= 2:
-                    nn.init.normal_(p, mean=0.0, std=0.02)
 
         def forward(self, tokens, targets):
-            h = self.embed_tokens(tokens)
+            m = self.model
+            h = m.embed_tokens(tokens)
             if cfg.embedding_scale != 1.0:
                 h = h * cfg.embedding_scale
             if cfg.embedding_norm:
-                h = self.embed_norm(h)
-            for layer in self.layers:
+                h = m.embed_norm(h)
+            for layer in m.layers:
                 h = layer(h, self.rope_cos, self.rope_sin)
-            h = self.norm(h)
-            head = self.embed_tokens.weight if cfg.tie_embeddings else self.lm_head.weight
+            h = m.norm(h)
+            head = m.embed_tokens.weight if cfg.tie_embeddings else self.lm_head.weight
             logits = F.linear(h, head)
             if cfg.logit_scale != 1.0:
                 logits = logits * cfg.logit_scale
@@ -401,40 +406,49 @@ def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
                 logits = logits.float()
             return F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.reshape(-1))
 
-    return Decoder()
+    model = Decoder()
+    with torch.no_grad():
+        for p, entry in plan_tensors(model, cfg):
+            init_tensor(torch, p, entry["init"])
+    return model
 
 
-def param_class(name: str) -> str:
-    table = [
-        ("embed_tokens", "embedding"), ("lm_head", "lm_head"), ("norm", "norm"),
-        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
-        ("self_attn.gate_proj", "attn_gate"), ("self_attn.o_proj", "attn_o"),
-        ("mlp.gate_proj", "mlp_gate"), ("mlp.up_proj", "mlp_up"), ("mlp.down_proj", "mlp_down"),
-    ]
-    for needle, cls in table:
-        if needle in name:
-            return cls
-    return "other"
+def plan_tensors(model, cfg: Config) -> list:
+    """(parameter, its plan entry) for every parameter of the model; the
+    model must have exactly the plan's tensors, with the plan's shapes."""
+    plan = {entry["name"]: entry for entry in cfg.params}
+    named = dict(model.named_parameters())
+    missing, extra = sorted(plan.keys() - named.keys()), sorted(named.keys() - plan.keys())
+    if missing or extra:
+        raise RuntimeError(f"the model's tensors differ from gcompile's plan: missing {missing}, not in the plan {extra}")
+    for name, p in named.items():
+        if list(p.shape) != list(plan[name]["shape"]):
+            raise RuntimeError(f"{name}: shape {list(p.shape)}, gcompile's plan {plan[name]['shape']}")
+    return [(p, plan[name]) for name, p in named.items()]
+
+
+def init_tensor(torch, p, init: dict):
+    """Samples p as the plan's init entry says (docs/spec.md, "Distributions")."""
+    kind = init["kind"]
+    if kind == "constant":
+        p.fill_(init["value"])
+    elif kind == "normal":
+        torch.nn.init.normal_(p, mean=0.0, std=init["std"])
+    elif kind == "trunc_normal":
+        cut = init["cutoff"] * init["std"]
+        torch.nn.init.trunc_normal_(p, mean=0.0, std=init["std"], a=-cut, b=cut)
+    elif kind == "uniform":
+        bound = math.sqrt(3.0) * init["std"]
+        torch.nn.init.uniform_(p, -bound, bound)
+    else:
+        raise RuntimeError(f"init kind {kind!r} in gcompile's plan is unknown to this baseline")
 
 
 def optimizer_groups(cfg: Config, model) -> list:
-    """Param groups keyed by (lr multiplier, weight decay), as the spec says."""
+    """AdamW param groups keyed by the plan's (lr multiplier, weight decay)."""
     groups: dict = {}
-    for name, p in model.named_parameters():
-        cls = param_class(name)
-        decay = 0.0 if (cls in cfg.no_decay or p.dim() < 2) else cfg.weight_decay
-        mult = 1.0
-        if cls in cfg.lr_mult:
-            shape = tuple(p.shape)
-            variables = cfg.variables()
-            variables.update({"fan_in": shape[-1], "fan_out": shape[0], "layer": 0})
-            if ".layers." in name:
-                variables["layer"] = int(name.split(".layers.")[1].split(".")[0])
-            try:
-                mult = eval_formula(cfg.lr_mult[cls], variables)
-            except SpecError as e:
-                print(f"torch_baseline: warning: optim.lr_mult.{cls}: {e}; using 1", file=sys.stderr)
-        groups.setdefault((mult, decay), []).append(p)
+    for p, entry in plan_tensors(model, cfg):
+        groups.setdefault((float(entry["lr_mult"]), float(entry["weight_decay"])), []).append(p)
     return [{"params": ps, "lr": cfg.lr * mult, "weight_decay": decay} for (mult, decay), ps in groups.items()]
 
 
@@ -501,8 +515,8 @@ def run_benchmark(args, cfg: Config) -> dict:
     else:
         model = build_model(cfg, torch, use_sdpa, use_sdpa_gqa).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    if n_params != param_count(cfg):
-        raise RuntimeError(f"model has {n_params} parameters, the spec's table {param_count(cfg)}")
+    if n_params != cfg.param_count:
+        raise RuntimeError(f"model has {n_params} parameters, gcompile's plan {cfg.param_count}")
     fused = cuda and major >= 2
     opt = torch.optim.AdamW(optimizer_groups(cfg, model), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps,
                             **({"fused": True} if fused else {}))
@@ -590,15 +604,15 @@ def run_benchmark(args, cfg: Config) -> dict:
         raise RuntimeError(f"non-finite loss: {loss_values}")
     step_ms = statistics.median(times_ms)
     tps = cfg.tokens_per_step / (step_ms * 1e-3)
-    fpt = flops_per_token(cfg)
+    fpt = cfg.flops_per_token
     result.update({
         "precision": cfg.precision,
         "micro_batch": cfg.micro_batch,
         "grad_accum": cfg.grad_accum,
         "seq_len": cfg.seq_len,
         "tokens_per_step": cfg.tokens_per_step,
-        "params_total": param_count(cfg),
-        "matmul_params": matmul_params(cfg),
+        "params_total": cfg.param_count,
+        "matmul_params": cfg.matmul_params,
         "flops_per_token": fpt,
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
@@ -627,6 +641,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description="PyTorch baseline of a gcompile spec: times training steps on random "
                                 "tokens and prints one JSON line.")
     p.add_argument("--spec-toml", help="a tree's spec.resolved.toml (or the tree directory, or a spec file)")
+    p.add_argument("--gcompile", default=None, metavar="PATH",
+                   help="the gcompile that resolves and plans the spec (default $GCOMPILE, else "
+                   "build/compiler/gcompile in the repository)")
+    p.add_argument("--plan-json", default=None, metavar="FILE",
+                   help="a saved `gcompile explain SPEC --json` of the resolved --spec-toml: gcompile is not run")
     p.add_argument("--steps", type=int, default=40, help="timed optimizer steps (default 40)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first, compilation included (default 10)")
     p.add_argument("--micro-batch", "--batch-override", dest="micro_batch", type=int, default=None,
@@ -667,7 +686,7 @@ def main(argv=None) -> int:
         print(json.dumps(out), flush=True)
         return 0
     try:
-        cfg = read_config(args.spec_toml, args.micro_batch)
+        cfg = read_config(args.spec_toml, args.micro_batch, args.gcompile, args.plan_json)
     except SpecError as e:
         print(f"torch_baseline: error: {args.spec_toml}: {e}", file=sys.stderr)
         return 1
@@ -676,7 +695,7 @@ def main(argv=None) -> int:
     except ModuleNotFoundError:
         print("torch_baseline: error: PyTorch is not installed for this python3", file=sys.stderr)
         return 1
-    print(f"torch_baseline: {cfg.name}: {param_count(cfg):,} parameters, micro-batch {cfg.micro_batch} x "
+    print(f"torch_baseline: {cfg.name}: {cfg.param_count:,} parameters, micro-batch {cfg.micro_batch} x "
           f"{cfg.seq_len} tokens, {cfg.grad_accum} micro-batch(es) per step, {cfg.precision}", file=sys.stderr)
     try:
         result = run_benchmark(args, cfg)

@@ -1,10 +1,8 @@
 #include "runtime/png.hpp"
 
-#ifdef GC_HAVE_ZLIB
 #include <zlib.h>
-#endif
 
-#include <array>
+#include <algorithm>
 
 #include "runtime/atomic_file.hpp"
 #include "runtime/error.hpp"
@@ -12,19 +10,6 @@
 namespace gc::rt {
 
 namespace {
-
-const std::array<std::uint32_t, 256>& crc_table() {
-  static const std::array<std::uint32_t, 256> table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t n = 0; n < 256; ++n) {
-      std::uint32_t c = n;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[n] = c;
-    }
-    return t;
-  }();
-  return table;
-}
 
 void put_u32_be(std::string& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(char((v >> shift) & 0xff));
@@ -35,42 +20,19 @@ void put_chunk(std::string& out, const char type[4], const std::string& data) {
   std::string typed(type, 4);
   typed += data;
   out += typed;
-  put_u32_be(out, crc32(reinterpret_cast<const std::uint8_t*>(typed.data()), typed.size()));
+  put_u32_be(out, std::uint32_t(::crc32(0L, reinterpret_cast<const Bytef*>(typed.data()), uInt(typed.size()))));
 }
 
-// zlib stream (RFC 1950) of stored deflate blocks (RFC 1951 §3.2.4), at most 65535 bytes each.
-std::string zlib_stored(const std::string& raw) {
-  std::string out = "\x78\x01";
-  std::size_t pos = 0;
-  do {
-    const std::size_t n = std::min<std::size_t>(65535, raw.size() - pos);
-    const bool final_block = pos + n == raw.size();
-    out.push_back(char(final_block ? 1 : 0));
-    out.push_back(char(n & 0xff));
-    out.push_back(char(n >> 8));
-    out.push_back(char(~n & 0xff));
-    out.push_back(char((~n >> 8) & 0xff));
-    out.append(raw, pos, n);
-    pos += n;
-  } while (pos < raw.size());
-  put_u32_be(out, adler32(reinterpret_cast<const std::uint8_t*>(raw.data()), raw.size()));
-  return out;
-}
-
-// The image data as a zlib stream: compressed with zlib where the build found
-// it (GC_HAVE_ZLIB: gcompile, and trees on machines with zlib's headers), else
-// stored blocks (larger, equally valid).
+// The image data as a zlib stream (RFC 1950), compressed at level 9.
 std::string zlib_stream(const std::string& raw) {
-#ifdef GC_HAVE_ZLIB
   uLongf size = compressBound(uLong(raw.size()));
   std::string out(size, '\0');
   if (compress2(reinterpret_cast<Bytef*>(out.data()), &size, reinterpret_cast<const Bytef*>(raw.data()),
-                uLong(raw.size()), 9) == Z_OK) {
-    out.resize(size);
-    return out;
+                uLong(raw.size()), 9) != Z_OK) {
+    throw RuntimeError("png: zlib could not compress the image data");
   }
-#endif
-  return zlib_stored(raw);
+  out.resize(size);
+  return out;
 }
 
 std::uint32_t get_u32_be(const std::string& s, std::size_t at) {
@@ -78,24 +40,6 @@ std::uint32_t get_u32_be(const std::string& s, std::size_t at) {
          (std::uint32_t(std::uint8_t(s[at + 2])) << 8) | std::uint32_t(std::uint8_t(s[at + 3]));
 }
 
-}  // namespace
-
-std::uint32_t crc32(const std::uint8_t* data, std::size_t n, std::uint32_t crc) {
-  crc = ~crc;
-  for (std::size_t i = 0; i < n; ++i) crc = crc_table()[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
-std::uint32_t adler32(const std::uint8_t* data, std::size_t n) {
-  std::uint32_t a = 1, b = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    a = (a + data[i]) % 65521u;
-    b = (b + a) % 65521u;
-  }
-  return (b << 16) | a;
-}
-
-namespace {
 
 // Signature, IHDR, (PLTE), one IDAT of the filtered rows, IEND.
 std::string assemble_png(int width, int height, std::uint8_t color_type, int bytes_per_pixel, const std::uint8_t* pixels,
@@ -163,7 +107,6 @@ void write_png_indexed(const std::string& path, int width, int height, const std
 
 namespace {
 
-#ifdef GC_HAVE_ZLIB
 // Box-averages the unfiltered rows `raw` (filter byte + w·c bytes each) of a
 // w×h image with c bytes per pixel down to a side of at most max_side.
 // Returns false when a row uses a PNG filter (only "none" is handled).
@@ -200,12 +143,10 @@ bool downscale_rows(std::string& raw, std::uint32_t& width, std::uint32_t& heigh
   height = h2;
   return true;
 }
-#endif
 
 }  // namespace
 
 std::string compress_png(const std::string& png, int max_side) {
-#ifdef GC_HAVE_ZLIB
   if (png.size() < 8 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return png;
   // Chunks: length, type, data, CRC. Keep IHDR, PLTE and IEND; inflate IDAT.
   std::string idat, header, palette;
@@ -250,10 +191,6 @@ std::string compress_png(const std::string& png, int max_side) {
   put_chunk(out, "IDAT", zlib_stream(raw));
   put_chunk(out, "IEND", "");
   return out.size() < png.size() ? out : png;
-#else
-  (void)max_side;
-  return png;
-#endif
 }
 
 bool png_dimensions(std::string_view bytes, int& width, int& height) {

@@ -1,7 +1,6 @@
-// PNG images for the metrics (cosine-similarity heatmaps): 8-bit RGB, one IDAT
-// chunk. Compressed with zlib when the build has it (GC_HAVE_ZLIB); otherwise
-// a zlib stream of stored deflate blocks: larger, but exact and dependency-free
-// (a GPU node with only CMake, g++ and nvcc still writes valid images).
+// PNG images for the metrics (cosine-similarity heatmaps): 8-bit RGB or
+// indexed, one IDAT chunk, compressed and checksummed by zlib (every machine
+// we build on has it: Debian's zlib1g-dev, and the GPU image's own).
 #pragma once
 
 #include <cstdint>
@@ -10,10 +9,6 @@
 #include <vector>
 
 namespace gc::rt {
-
-// CRC-32 (ISO 3309, as PNG chunks use) and Adler-32 (RFC 1950, the zlib trailer).
-std::uint32_t crc32(const std::uint8_t* data, std::size_t n, std::uint32_t crc = 0);
-std::uint32_t adler32(const std::uint8_t* data, std::size_t n);
 
 // The PNG file's bytes for an RGB image (rgb.size() == 3 * width * height).
 std::string encode_png_rgb(int width, int height, const std::vector<std::uint8_t>& rgb);
@@ -30,7 +25,7 @@ void write_png_indexed(const std::string& path, int width, int height, const std
 // box-averaged down to at most max_side pixels a side (indexed images only
 // when their palette is the heatmaps' 255-level ramp). The report uses it on
 // the heatmaps it inlines. Returns the input when it is not such a PNG, the
-// result would not be smaller, or the build has no zlib.
+// result would not be smaller.
 std::string compress_png(const std::string& png, int max_side = 0);
 
 // True (and the size) for bytes that start with the PNG signature and a

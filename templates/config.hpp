@@ -7,15 +7,9 @@
 #include <cstdint>
 
 #include "gc/knob.hpp"
+#include "vocabulary.hpp"
 
 namespace gcm {
-
-enum class NormPlacement { pre, sandwich };
-enum class GatedAttention { none, headwise, elementwise };
-enum class Precision { bf16, fp32 };
-enum class Decay { cosine, linear, constant };
-enum class RouterScoring { softmax, sigmoid };
-enum class LoadBalance { none, aux_loss, aux_free };
 
 // --- experiment identity, seed, data and provenance: defined in experiment.cpp,
 // the one source file (with plan_init.cpp) that differs between trees of an

@@ -16,7 +16,7 @@
 #include <sentencepiece_trainer.h>
 
 #include "common/text.hpp"
-#include "emit/emit.hpp"
+#include "runtime/sha256.hpp"
 #include "runtime/anchor.hpp"
 #include "runtime/token_shard.hpp"
 
@@ -183,9 +183,9 @@ std::string cache_key(const Spec& spec, const std::vector<fs::path>& files, cons
                       const std::string& tokenizer) {
   std::string material = "gcompile-text-data-v1\n";
   material += "vocab=" + std::to_string(spec.model.vocab_size) + "\ntype=" + spec.data.tokenizer_type +
-              "\nval_fraction=" + format_double(spec.data.val_fraction) + "\ntokenizer=" + sha256_hex(tokenizer) + "\n";
-  for (std::size_t i = 0; i < files.size(); ++i) material += files[i].string() + "\t" + sha256_hex(docs[i]) + "\n";
-  return sha256_hex(material).substr(0, 16);
+              "\nval_fraction=" + format_double(spec.data.val_fraction) + "\ntokenizer=" + rt::sha256_hex(tokenizer) + "\n";
+  for (std::size_t i = 0; i < files.size(); ++i) material += files[i].string() + "\t" + rt::sha256_hex(docs[i]) + "\n";
+  return rt::sha256_hex(material).substr(0, 16);
 }
 
 bool write_text_file(const fs::path& path, const std::string& text) {
@@ -227,7 +227,7 @@ std::optional<PreparedData> generated_data(const Spec& spec, const std::string& 
                                            const std::function<ShardPair()>& make, const char* what,
                                            Diagnostics& diags) {
   PreparedData out;
-  const fs::path cache = cache_root(spec) / (name + "-" + sha256_hex(key_text).substr(0, 16));
+  const fs::path cache = cache_root(spec) / (name + "-" + rt::sha256_hex(key_text).substr(0, 16));
   out.train = (cache / "train.bin").string();
   out.val = (cache / "val.bin").string();
   std::error_code ec;

@@ -5,8 +5,6 @@
 #include <set>
 #include <sstream>
 
-#include <llvm/ADT/StringRef.h>
-#include <llvm/Support/SHA256.h>
 #include <nlohmann/json.hpp>
 
 #include "common/text.hpp"
@@ -133,19 +131,6 @@ std::string manifest(const Plan& plan, const std::string& spec_hash, const std::
 }
 
 }  // namespace
-
-std::string sha256_hex(const std::string& text) {
-  llvm::SHA256 hasher;
-  hasher.update(llvm::StringRef(text));
-  const auto digest = hasher.final();
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : digest) {
-    out += hex[b >> 4];
-    out += hex[b & 15];
-  }
-  return out;
-}
 
 std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Diagnostics& diags) {
   if (!check_single_process(plan.spec, diags)) return std::nullopt;

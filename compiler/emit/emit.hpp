@@ -12,6 +12,7 @@
 
 #include "common/diagnostics.hpp"
 #include "data/text_data.hpp"
+#include "runtime/sha256.hpp"
 #include "plan/plan.hpp"
 #include "specialize/specialize.hpp"
 
@@ -52,8 +53,8 @@ KnobTable knob_table(const Plan& plan, const PreparedData& data);
 // table, data preparation, the loader), or nullopt when there is none.
 std::optional<std::string> table_consumer(const std::string& key);
 
-// SHA-256 of `text`, lowercase hex.
-std::string sha256_hex(const std::string& text);
+// SHA-256 of `text`, lowercase hex: the runtime's (runtime/sha256.hpp), the one the trees use too.
+using rt::sha256_hex;
 
 // plan.hpp: the parameter table as constexpr arrays.
 std::string plan_header(const Plan& plan, const std::string& banner);

@@ -170,7 +170,7 @@ emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g
   export GC_EMU_OBJECTS=$objects
   printf '%s\n' "${sources[@]}" | timeout "$3" xargs -P "$tree_jobs" -I{} \
     bash -c 'g++ $GC_EMU_FLAGS -x c++ -c "$1" -o "$GC_EMU_OBJECTS/$(basename "$1").o"' _ {} || return
-  g++ -fopenmp "$objects"/*.o "$kit/bin/libgcompile_cuda_emulator.a" -o "$tree/$target"
+  g++ -fopenmp "$objects"/*.o "$kit/bin/libgcompile_cuda_emulator.a" -lz -o "$tree/$target"
 }
 tree_jobs=$(( JOBS / (${#need[@]} > 0 ? ${#need[@]} : 1) + 1 ))  # nvcc of one file dominates a tree
 [ "$emulate" = 0 ] || tree_jobs=$JOBS  # the emulated builds run one after another

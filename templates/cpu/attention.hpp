@@ -30,34 +30,11 @@
 #include <vector>
 
 #include "common.hpp"
+#include "vocabulary.hpp"
 #include "exp.hpp"
 #include "linear.hpp"
 
 namespace gcm::cpu {
-
-struct AttentionDims {
-  int batch;
-  int seq_len;
-  int heads;
-  int kv_heads;
-  int head_dim;
-
-  int group() const { return heads / kv_heads; }
-  std::int64_t q_offset(int b, int t, int h) const { return ((std::int64_t(b) * seq_len + t) * heads + h) * head_dim; }
-  std::int64_t kv_offset(int b, int t, int g) const {
-    return ((std::int64_t(b) * seq_len + t) * kv_heads + g) * head_dim;
-  }
-  std::int64_t lse_index(int b, int h, int t) const { return (std::int64_t(b) * heads + h) * seq_len + t; }
-
-  // Query row r of the [batch, heads, seq_len] order: batch, head, position, and the kv head it reads.
-  struct QueryRow {
-    int b, h, i, g;
-  };
-  QueryRow query_row(std::int64_t r) const {
-    const int h = int((r / seq_len) % heads);
-    return {int(r / (std::int64_t(seq_len) * heads)), h, int(r % seq_len), h / group()};
-  }
-};
 
 inline double default_attention_scale(int head_dim) { return 1.0 / std::sqrt(double(head_dim)); }
 

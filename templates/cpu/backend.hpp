@@ -120,12 +120,12 @@ class Backend {
   }
   template <GatedAttention kMode>
   void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
-    cpu::gate_forward<gate_mode<kMode>()>(out, attn, z, N, kHeads, kHeadDim);
+    cpu::gate_forward<kMode>(out, attn, z, N, kHeads, kHeadDim);
   }
   // dattn may alias dout.
   template <GatedAttention kMode>
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
-    cpu::gate_backward<gate_mode<kMode>()>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
+    cpu::gate_backward<kMode>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
   }
   // --- mixture of experts (cpu/moe.hpp). offsets: E+1 host entries.
   static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
@@ -226,10 +226,6 @@ class Backend {
  private:
   // Elements of a row of the stacked Q/K/V projection.
   static constexpr std::int64_t kStackedRow = std::int64_t(kHeads + 2 * kKvHeads) * kHeadDim;
-  template <GatedAttention kMode>
-  static constexpr GateMode gate_mode() {
-    return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;
-  }
 
   int batch_ = 0, seq_len_ = 0;
   std::int64_t scored_ = 0;  // scored rows of the staged batch

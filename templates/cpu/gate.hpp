@@ -15,21 +15,20 @@
 #include <cstdint>
 
 #include "exp.hpp"
+#include "vocabulary.hpp"
 
 namespace gcm::cpu {
 
-enum class GateMode { headwise, elementwise };
-
 inline double sigmoid(double z) { return 1.0 / (1.0 + exp_fixed(-z)); }
 
-template <GateMode kMode, typename T>
+template <GatedAttention kMode, typename T>
 void gate_forward(T* out, const T* attn, const T* z, std::int64_t N, int heads, int head_dim) {
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     for (int h = 0; h < heads; ++h) {
       const std::int64_t head = n * heads + h;
       const std::int64_t base = head * head_dim;
-      if constexpr (kMode == GateMode::headwise) {
+      if constexpr (kMode == GatedAttention::headwise) {
         const double gate = sigmoid(double(z[head]));
         for (int c = 0; c < head_dim; ++c) {
           out[base + c] = T(gate * double(attn[base + c]));
@@ -44,14 +43,14 @@ void gate_forward(T* out, const T* attn, const T* z, std::int64_t N, int heads, 
 }
 
 // dattn and dz are overwritten. dattn may alias dout.
-template <GateMode kMode, typename T>
+template <GatedAttention kMode, typename T>
 void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N, int heads, int head_dim) {
 #pragma omp parallel for
   for (std::int64_t n = 0; n < N; ++n) {
     for (int h = 0; h < heads; ++h) {
       const std::int64_t head = n * heads + h;
       const std::int64_t base = head * head_dim;
-      if constexpr (kMode == GateMode::headwise) {
+      if constexpr (kMode == GatedAttention::headwise) {
         const double gate = sigmoid(double(z[head]));
         double dgate = 0.0;  // Σ_c dout ⊙ attn
         for (int c = 0; c < head_dim; ++c) {

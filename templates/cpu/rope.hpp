@@ -17,21 +17,9 @@
 #include <cmath>
 #include <cstdint>
 
-namespace gcm::cpu {
+#include "vocabulary.hpp"
 
-// cos_table/sin_table: [T, hd/2].
-template <typename T>
-void rope_table(T* cos_table, T* sin_table, int seq_len, int head_dim, double theta_base) {
-  const int half = head_dim / 2;
-  for (int p = 0; p < seq_len; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(theta_base, -2.0 * i / head_dim);
-      const double angle = double(p) * inv_freq;
-      cos_table[std::int64_t(p) * half + i] = T(std::cos(angle));
-      sin_table[std::int64_t(p) * half + i] = T(std::sin(angle));
-    }
-  }
-}
+namespace gcm::cpu {
 
 // Rotates every head vector by +angle (direction = +1) or −angle (direction = −1); the rows
 // [B, seq_len] hold positions first_position + (row mod seq_len).

@@ -56,7 +56,6 @@
 #include <cstdint>
 #include <string>
 
-#include "cpu/attention.hpp"
 #include "cuda/common.cuh"
 #include "gc/knob.hpp"
 #include "runtime/cuda/check.hpp"

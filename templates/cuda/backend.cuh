@@ -112,7 +112,7 @@ class Backend {
     seq_len_ = seq_len;
     const std::int64_t N = std::int64_t(batch) * seq_len;
     std::vector<float> cos_host(std::size_t(seq_len) * kHeadDim / 2), sin_host(cos_host.size());
-    cpu::rope_table(cos_host.data(), sin_host.data(), seq_len, RopeShape::kHeadDim, RopeShape::kTheta);
+    rope_table(cos_host.data(), sin_host.data(), seq_len, RopeShape::kHeadDim, RopeShape::kTheta);
     cos_.resize(cos_host.size());
     sin_.resize(sin_host.size());
     cos_.upload(cos_host.data(), cos_host.size());
@@ -236,7 +236,7 @@ class Backend {
   // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the
   // reference kernels (cuda/attention.cuh).
   static constexpr bool kFlashAttention = cuda::flash_attention_supported<AttentionShape, T>();
-  void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const cpu::AttentionDims& d,
+  void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
                          double scale) {
     check_attention_shape(d, scale);
     if constexpr (kFlashAttention) {
@@ -246,7 +246,7 @@ class Backend {
     }
   }
   void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
-                          const T* v, const cpu::AttentionDims& d, double scale) {
+                          const T* v, const AttentionDims& d, double scale) {
     check_attention_shape(d, scale);
     if constexpr (kFlashAttention) {
       cuda::flash_attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v,
@@ -258,11 +258,11 @@ class Backend {
   }
   template <GatedAttention kMode>
   void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
-    cuda::gate_forward<gate_mode<kMode>(), GateShape>(out, attn, z, N);
+    cuda::gate_forward<kMode, GateShape>(out, attn, z, N);
   }
   template <GatedAttention kMode>
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
-    cuda::gate_backward<gate_mode<kMode>(), GateShape>(dattn, dz, dout, attn, z, N);
+    cuda::gate_backward<kMode, GateShape>(dattn, dz, dout, attn, z, N);
   }
   // --- mixture of experts (cuda/moe.cuh). As on the CPU, the bias, the
   // balancing loss's gradient, the mean probabilities and the expert offsets
@@ -457,7 +457,7 @@ class Backend {
                         "d = " + std::to_string(EmbeddingShape::kDim) + " and the spec's scale",
                         "d = " + std::to_string(d) + " (or another scale)");
   }
-  static void check_attention_shape(const cpu::AttentionDims& d, double scale) {
+  static void check_attention_shape(const AttentionDims& d, double scale) {
     require_specialized(d.heads == AttentionShape::kHeads && d.kv_heads == AttentionShape::kKvHeads &&
                             d.head_dim == AttentionShape::kHeadDim && float(scale) == AttentionShape::kScale,
                         "attention",
@@ -517,10 +517,6 @@ class Backend {
                                std::to_string(QkNorm::kDim) + " for QK-norm when the spec has it)");
   }
 
-  template <GatedAttention kMode>
-  static constexpr GateMode gate_mode() {
-    return kMode == GatedAttention::headwise ? GateMode::headwise : GateMode::elementwise;
-  }
 
   void check_staged_rows(int N) const {
     if (N < 0 || std::size_t(N) > tokens_.size()) {

@@ -23,14 +23,13 @@
 
 #include "common.cuh"
 #include "gc/knob.hpp"
+#include "vocabulary.hpp"
 
 namespace gcm::cuda {
 
-enum class GateMode { none, headwise, elementwise };
-
 // ---- the gate of this experiment (gcompile folds the spec's values in) -----------------------
 struct GateShape {
-  static constexpr GateMode kMode = gc::knob<GateMode>("model.gated_attention", GateMode::none);
+  static constexpr GatedAttention kMode = gc::knob<GatedAttention>("model.gated_attention", GatedAttention::none);
   static constexpr int kHeads = gc::knob<int>("model.n_heads", 4);
   static constexpr int kHeadDim = gc::knob<int>("model.head_dim", 16);
 };
@@ -45,7 +44,7 @@ inline constexpr int kGateVec = row_pack<T>(S::kHeadDim);
 
 // One thread per pack of elements e .. e+kVec−1 of [N, H, hd] (grid-stride); the gate index is
 // e / hd for the whole pack (headwise) or e .. e+kVec−1 (elementwise).
-template <GateMode kMode, class S, typename T>
+template <GatedAttention kMode, class S, typename T>
 __global__ void gate_forward_kernel(T* out, const T* attn, const T* z, std::int64_t packs) {
   constexpr int kVec = kGateVec<S, T>;
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
@@ -53,7 +52,7 @@ __global__ void gate_forward_kernel(T* out, const T* attn, const T* z, std::int6
     const std::int64_t e = p * kVec;
     float a[kVec], g[kVec];
     load_pack<kVec>(a, attn + e);
-    if constexpr (kMode == GateMode::headwise) {
+    if constexpr (kMode == GatedAttention::headwise) {
       const float head_gate = gate_sigmoid(to_float(z[e / S::kHeadDim]));
 #pragma unroll
       for (int i = 0; i < kVec; ++i) g[i] = head_gate;
@@ -112,24 +111,24 @@ __global__ void gate_backward_headwise_kernel(T* dattn, T* dz, const T* dout, co
 }
 
 // out = σ(z) ⊙ attn (broadcast over head_dim when headwise). out may alias attn.
-template <GateMode kMode, class S, typename T>
+template <GatedAttention kMode, class S, typename T>
 void gate_forward(T* out, const T* attn, const T* z, std::int64_t N) {
-  static_assert(kMode != GateMode::none, "no gate to apply");
+  static_assert(kMode != GatedAttention::none, "no gate to apply");
   constexpr int kVec = kGateVec<S, T>;
   const std::int64_t packs = N * S::kHeads * (S::kHeadDim / kVec);
   if (packs <= 0) return;
   check_pack_aligned<kVec, T>("gate_forward", out, attn);
-  if constexpr (kMode == GateMode::elementwise) check_pack_aligned<kVec, T>("gate_forward", z);
+  if constexpr (kMode == GatedAttention::elementwise) check_pack_aligned<kVec, T>("gate_forward", z);
   launch(gate_forward_kernel<kMode, S, T>, blocks_for(packs, kGateThreads), kGateThreads, 0, out, attn, z, packs);
 }
 
 // dattn [N,H,hd] and dz ([N,H] headwise, [N,H,hd] elementwise) are overwritten. dattn may alias dout.
-template <GateMode kMode, class S, typename T>
+template <GatedAttention kMode, class S, typename T>
 void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
-  static_assert(kMode != GateMode::none, "no gate to differentiate");
+  static_assert(kMode != GatedAttention::none, "no gate to differentiate");
   const std::int64_t total = N * S::kHeads * S::kHeadDim;
   if (total <= 0) return;
-  if constexpr (kMode == GateMode::headwise) {
+  if constexpr (kMode == GatedAttention::headwise) {
     const std::int64_t vectors = N * S::kHeads;
     launch(gate_backward_headwise_kernel<S, T>, blocks_for(vectors * kWarp, kGateThreads), kGateThreads, 0, dattn, dz,
            dout, attn, z, vectors);

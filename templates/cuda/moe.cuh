@@ -25,17 +25,16 @@
 
 #include "common.cuh"
 #include "gc/knob.hpp"
+#include "vocabulary.hpp"
 
 namespace gcm::cuda {
-
-enum class MoeScoring { softmax, sigmoid };
 
 // ---- the mixture of experts of this experiment (gcompile folds the spec's values in) ---------
 struct MoeLayout {
   static constexpr int kDim = gc::knob<int>("model.d_model", 64);  // the rows routed to experts
   static constexpr int kExperts = gc::knob<int>("plan.moe_experts", 1);
   static constexpr int kTopK = gc::knob<int>("plan.moe_top_k", 1);
-  static constexpr MoeScoring kScoring = gc::knob<MoeScoring>("plan.moe_router_scoring", MoeScoring::softmax);
+  static constexpr RouterScoring kScoring = gc::knob<RouterScoring>("plan.moe_router_scoring", RouterScoring::softmax);
   static constexpr bool kNormTopk = gc::knob<bool>("plan.moe_norm_topk_prob", false);
 };
 
@@ -49,7 +48,7 @@ __global__ void moe_route_kernel(T* scores, std::int32_t* expert, T* weight, con
   constexpr int E = M::kExperts, k = M::kTopK;
   const T* r = logits + t * E;
   T* s = scores + t * E;
-  if (M::kScoring == MoeScoring::sigmoid) {
+  if (M::kScoring == RouterScoring::sigmoid) {
     for (int e = 0; e < E; ++e) s[e] = from_float<T>(float(1.0 / (1.0 + exp(-double(to_float(r[e]))))));
   } else {
     double max_r = double(to_float(r[0]));
@@ -226,7 +225,7 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= N) return;
   constexpr int E = M::kExperts, k = M::kTopK;
-  constexpr bool kSigmoid = M::kScoring == MoeScoring::sigmoid;
+  constexpr bool kSigmoid = M::kScoring == RouterScoring::sigmoid;
   const T* s = scores + t * E;
   double ds[E];
   for (int e = 0; e < E; ++e) ds[e] = 0.0;
@@ -314,7 +313,7 @@ void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int
 // mean_prob: E doubles on the device; row_total: N doubles of scratch (sigmoid only).
 template <class M, typename T>
 void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N) {
-  constexpr bool kSigmoid = M::kScoring == MoeScoring::sigmoid;
+  constexpr bool kSigmoid = M::kScoring == RouterScoring::sigmoid;
   if (kSigmoid) {
     launch(moe_row_total_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, row_total, scores, N);
   }

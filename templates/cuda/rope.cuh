@@ -9,7 +9,7 @@
 //             dx_{i+hd/2} = dy_{i+hd/2} · cos − dy_i · sin
 //
 // Layout: x [B, seq_len, heads, hd]; the tables cos_t/sin_t are fp32 [seq_len, hd/2], computed on
-// the host by gcm::cpu::rope_table<float> and uploaded once. One thread per kVec consecutive pairs
+// the host by gcm::rope_table<float> and uploaded once. One thread per kVec consecutive pairs
 // (i .. i+kVec−1 with their partners i+hd/2 ..), read and written in packs of up to 16 bytes of T
 // (the widest that divides hd/2); it reads all its values before writing any, so out may alias
 // x (in place).

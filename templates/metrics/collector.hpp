@@ -62,7 +62,7 @@ class ActivationMetrics {
   bool needs_logit_moments() const { return due_.logit_std; }
   // Call after model.forward() on a batch.
   void add_batch(const Model<float>& model) {
-    const cpu::AttentionDims& dims = model.attention_dims();
+    const AttentionDims& dims = model.attention_dims();
     const std::int64_t N = model.rows();
     std::vector<double> per_head(static_cast<std::size_t>(kHeads));
     for (int l = 0; l < kLayers; ++l) {

@@ -151,7 +151,7 @@ class BasicModel {
   const Layer& layer(int l) const { return layers_[l]; }
   const Buffer<Act>& embedding_input() const { return e_; }  // scaled embedding, before the embedding norm
   const Buffer<Act>& embedding_output() const { return e_norm_; }
-  const cpu::AttentionDims& attention_dims() const { return dims_; }
+  const AttentionDims& attention_dims() const { return dims_; }
   const Buffer<Act>& final_hidden() const { return h_final_; }
 
   // Calls f(buffer) on every buffer the forward pass fills (what the metrics
@@ -205,7 +205,7 @@ class BasicModel {
   int head_rows_;                    // rows of logits_ and dlogits_
   bool head_backward_done_ = false;  // the last forward ran the head's backward (forward_backward)
   bool track_logit_moments_ = false;
-  cpu::AttentionDims dims_;
+  AttentionDims dims_;
   const std::int32_t* tokens_ = nullptr;   // backend memory
   const std::int32_t* targets_ = nullptr;
   Buffer<Act> e_, e_norm_;  // embedding (scaled), after the embedding norm

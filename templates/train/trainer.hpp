@@ -5,6 +5,10 @@
 // or the GPU when the tree has the CUDA backend); the run's state lives on the
 // host for checkpoints and metrics. Deterministic: a resumed run continues
 // bit-identically.
+//
+// In parts: the loop (trainer_impl.hpp), checkpoints (trainer_checkpoint.hpp),
+// measuring (trainer_metrics.hpp, at the steps of metrics_schedule.hpp), and the
+// host copy of the state with its freshness (host_state.hpp).
 #pragma once
 
 #include <algorithm>
@@ -22,6 +26,8 @@
 #include "cpu/adamw.hpp"
 #include "engine/cpu_engine.hpp"
 #include "train/host_allocations.hpp"
+#include "train/host_state.hpp"
+#include "train/metrics_schedule.hpp"
 #include "train/moe_state.hpp"
 #include "train/zero.hpp"
 #include "metrics/collector.hpp"
@@ -61,7 +67,7 @@ class Trainer {
   // Runs to options.steps; returns the process exit status.
   int run();
   std::string describe() const { return engine_->describe(); }
-  bool on_device() const { return on_device_; }
+  bool on_device() const { return host_.on_device(); }
 
  private:
   // Queues step `step` (counted from 0) on the engine and makes its per-step records. With
@@ -69,41 +75,28 @@ class Trainer {
   // (a step so far was not finite; the verdict names it).
   bool train_step(std::int64_t step, bool read);
   bool read_due(std::int64_t step) const;
-  bool grad_norm_record_due(std::int64_t s) const;
-  bool update_ratio_due(std::int64_t s) const;
-  bool moe_routing_due(std::int64_t s) const;
-  // Mean validation loss; with `metrics`, also feeds it every batch's activations.
-  double evaluate(ActivationMetrics* metrics = nullptr);
-  // Evaluation and metrics after `s` completed steps (s = 0: at initialization).
-  void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
-  void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
-  void per_class_records(std::int64_t s);
-  void save(std::int64_t step);
-  void init_from_export();
-  std::vector<gc::rt::ParamBuffers> buffers();
-  void print_sample();
+  void choose_engine();
   void report(std::int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double elapsed);
 
-  float* host_params();
-  const std::vector<float>& host_param_vector();
-  // Engine → host state (a no-op on the CPU, where the host state is the engine's).
-  // Under ZeRO-1 a collective: every rank calls it at the same point, rank 0 receives.
-  void sync_host(bool with_moments);
-  void release_sharded_moments();
-  // The host model the activation metrics read: the training model on the CPU;
-  // on a GPU, built on first use to receive the device's activations.
-  Model<float>& metrics_model();
-  void choose_engine();
+  // Checkpoints (train/trainer_checkpoint.hpp).
+  void resume();
+  void init_from_export();
+  void save(std::int64_t step);
+
+  // Measuring (train/trainer_metrics.hpp). evaluate: the mean validation loss; with `metrics`,
+  // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
+  // steps (s = 0: at initialization).
+  double evaluate(ActivationMetrics* metrics = nullptr);
+  void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
+  void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);
+  void print_sample();
 
   TrainOptions opt_;
   const gc::rt::Comm& comm_;  // the data-parallel job (a world of one without a launcher)
-  std::unique_ptr<Model<float>> host_model_;
-  std::vector<float> params_, m_, v_;  // host state (params_ only when the engine is on a device)
+  HostState host_;  // parameters and moments as checkpoints and metrics read them
   std::unique_ptr<Engine> engine_;
-  bool on_device_ = false;
-  bool host_fresh_ = true;  // the host parameters match the engine's
-  bool moments_fresh_ = false;  // and the host moments (m_, v_) too
+  StepRecordSchedule records_;
   gc::rt::ShardSet train_;
   std::vector<gc::rt::Batch> val_batches_;
   std::int64_t start_step_ = 0;
@@ -120,10 +113,8 @@ class Trainer {
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
 };
 
-// Which metrics are due after s completed steps: every metric at s = 0, then
-// each at multiples of its interval; cosine matrices also at the image steps.
-inline MetricsDue metrics_due_at(std::int64_t s);
-
 }  // namespace gcm
 
+#include "train/trainer_checkpoint.hpp"
 #include "train/trainer_impl.hpp"
+#include "train/trainer_metrics.hpp"

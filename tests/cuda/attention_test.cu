@@ -16,7 +16,7 @@
 
 namespace {
 
-using gcm::cpu::AttentionDims;
+using gcm::AttentionDims;
 using gcm::cuda::bf16;
 
 std::string describe(const AttentionDims& d) {

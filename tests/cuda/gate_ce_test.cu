@@ -30,14 +30,9 @@ using ct::upload_as;
 
 // ---- gate --------------------------------------------------------------------------------------
 
-template <gcm::cuda::GateMode kMode>
-constexpr gcm::cpu::GateMode cpu_mode() {
-  return kMode == gcm::cuda::GateMode::headwise ? gcm::cpu::GateMode::headwise : gcm::cpu::GateMode::elementwise;
-}
-
-template <gcm::cuda::GateMode kMode>
+template <gcm::GatedAttention kMode>
 std::string mode_name() {
-  return kMode == gcm::cuda::GateMode::headwise ? "headwise" : "elementwise";
+  return kMode == gcm::GatedAttention::headwise ? "headwise" : "elementwise";
 }
 
 // Gate shapes as a spec fixes them. head_dim = 72: lanes 0..7 of the headwise warp take three
@@ -48,18 +43,17 @@ struct GateDims {
 };
 
 // in_place: out is the buffer of attn (forward), dattn the buffer of dout (backward).
-template <gcm::cuda::GateMode kMode, typename T, class S>
+template <gcm::GatedAttention kMode, typename T, class S>
 void check_gate(bool in_place) {
-  constexpr gcm::cpu::GateMode kCpu = cpu_mode<kMode>();
   const int N = 37, heads = S::kHeads, head_dim = S::kHeadDim;
   const std::size_t n = std::size_t(N) * heads * head_dim;
-  const std::size_t nz = kMode == gcm::cuda::GateMode::headwise ? std::size_t(N) * heads : n;
+  const std::size_t nz = kMode == gcm::GatedAttention::headwise ? std::size_t(N) * heads : n;
   const auto attn = rounded<T>(kt::random_vector(n, 31));
   const auto z = rounded<T>(kt::random_vector(nz, 32, 0.1, 4.0));
   const auto dout = rounded<T>(kt::random_vector(n, 33));
   std::vector<double> out_ref(n), dattn_ref(n), dz_ref(nz);
-  gcm::cpu::gate_forward<kCpu, double>(out_ref.data(), attn.data(), z.data(), N, heads, head_dim);
-  gcm::cpu::gate_backward<kCpu, double>(dattn_ref.data(), dz_ref.data(), dout.data(), attn.data(), z.data(), N, heads,
+  gcm::cpu::gate_forward<kMode, double>(out_ref.data(), attn.data(), z.data(), N, heads, head_dim);
+  gcm::cpu::gate_backward<kMode, double>(dattn_ref.data(), dz_ref.data(), dout.data(), attn.data(), z.data(), N, heads,
                                         head_dim);
 
   auto z_d = upload_as<T>(z);
@@ -88,22 +82,22 @@ void check_gate(bool in_place) {
 TEST(CudaGateCe, GateHeadwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::cuda::GateMode::headwise, float, GateDims<3, 72>>(in_place);
-    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<3, 72>>(in_place);
-    check_gate<gcm::cuda::GateMode::headwise, float, GateDims<5, 16>>(in_place);
-    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<5, 16>>(in_place);
-    check_gate<gcm::cuda::GateMode::headwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
+    check_gate<gcm::GatedAttention::headwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gcm::GatedAttention::headwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 
 TEST(CudaGateCe, GateElementwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::cuda::GateMode::elementwise, float, GateDims<3, 72>>(in_place);
-    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<3, 72>>(in_place);
-    check_gate<gcm::cuda::GateMode::elementwise, float, GateDims<5, 16>>(in_place);
-    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<5, 16>>(in_place);
-    check_gate<gcm::cuda::GateMode::elementwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
+    check_gate<gcm::GatedAttention::elementwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gcm::GatedAttention::elementwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 

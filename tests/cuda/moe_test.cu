@@ -23,19 +23,19 @@ using ct::rounded;
 using ct::type_name;
 using ct::upload_as;
 using gcm::cpu::MoeShape;
-using gcm::cuda::MoeScoring;
+using gcm::RouterScoring;
 
 // Routing layouts as a spec fixes them (compile-time constants of the kernels): the row width,
 // experts, top-k, scoring and renormalization.
-template <int D, int E, int K, MoeScoring kScore, bool kNorm>
+template <int D, int E, int K, RouterScoring kScore, bool kNorm>
 struct Layout {
   static constexpr int kDim = D, kExperts = E, kTopK = K;
-  static constexpr MoeScoring kScoring = kScore;
+  static constexpr RouterScoring kScoring = kScore;
   static constexpr bool kNormTopk = kNorm;
-  static MoeShape cpu() { return MoeShape{E, K, kScore == MoeScoring::sigmoid, kNorm}; }
+  static MoeShape cpu() { return MoeShape{E, K, kScore == RouterScoring::sigmoid, kNorm}; }
   static std::string name() {
     return "E=" + std::to_string(E) + " K=" + std::to_string(K) + " D=" + std::to_string(D) +
-           (kScore == MoeScoring::sigmoid ? " sigmoid" : " softmax") + (kNorm ? " norm" : "");
+           (kScore == RouterScoring::sigmoid ? " sigmoid" : " softmax") + (kNorm ? " norm" : "");
   }
 };
 
@@ -99,12 +99,12 @@ void check_route_and_dispatch() {
 
 TEST(CudaMoe, RouteAndDispatchMatchTheCpu) {
   GC_REQUIRE_GPU();
-  check_route_and_dispatch<float, Layout<24, 7, 3, MoeScoring::softmax, false>>();
-  check_route_and_dispatch<bf16, Layout<24, 7, 3, MoeScoring::softmax, true>>();
-  check_route_and_dispatch<float, Layout<24, 7, 3, MoeScoring::sigmoid, false>>();
-  check_route_and_dispatch<bf16, Layout<24, 7, 3, MoeScoring::sigmoid, true>>();
-  check_route_and_dispatch<float, Layout<24, 16, 4, MoeScoring::softmax, true>>();
-  check_route_and_dispatch<bf16, Layout<24, 16, 4, MoeScoring::sigmoid, false>>();
+  check_route_and_dispatch<float, Layout<24, 7, 3, RouterScoring::softmax, false>>();
+  check_route_and_dispatch<bf16, Layout<24, 7, 3, RouterScoring::softmax, true>>();
+  check_route_and_dispatch<float, Layout<24, 7, 3, RouterScoring::sigmoid, false>>();
+  check_route_and_dispatch<bf16, Layout<24, 7, 3, RouterScoring::sigmoid, true>>();
+  check_route_and_dispatch<float, Layout<24, 16, 4, RouterScoring::softmax, true>>();
+  check_route_and_dispatch<bf16, Layout<24, 16, 4, RouterScoring::sigmoid, false>>();
 }
 
 // A fixed routing of N tokens (distinct experts per token) and its dispatch.
@@ -182,10 +182,10 @@ void check_gather_combine() {
 TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
   GC_REQUIRE_GPU();
   // Rows below and above one warp's width, two top-k.
-  check_gather_combine<float, Layout<24, 7, 3, MoeScoring::softmax, false>>();
-  check_gather_combine<bf16, Layout<24, 7, 3, MoeScoring::softmax, false>>();
-  check_gather_combine<float, Layout<70, 5, 2, MoeScoring::softmax, false>>();
-  check_gather_combine<bf16, Layout<70, 5, 2, MoeScoring::softmax, false>>();
+  check_gather_combine<float, Layout<24, 7, 3, RouterScoring::softmax, false>>();
+  check_gather_combine<bf16, Layout<24, 7, 3, RouterScoring::softmax, false>>();
+  check_gather_combine<float, Layout<70, 5, 2, RouterScoring::softmax, false>>();
+  check_gather_combine<bf16, Layout<70, 5, 2, RouterScoring::softmax, false>>();
 }
 
 // In fp32 (the router's precision on every backend); T rounds the inputs.
@@ -227,12 +227,12 @@ void check_route_backward(bool aux) {
 TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
   GC_REQUIRE_GPU();
   for (bool aux : {false, true}) {
-    check_route_backward<float, Layout<24, 7, 3, MoeScoring::softmax, false>>(aux);
-    check_route_backward<bf16, Layout<24, 7, 3, MoeScoring::softmax, true>>(aux);
-    check_route_backward<float, Layout<24, 7, 3, MoeScoring::sigmoid, true>>(aux);
-    check_route_backward<bf16, Layout<24, 7, 3, MoeScoring::sigmoid, false>>(aux);
-    check_route_backward<float, Layout<24, 12, 2, MoeScoring::sigmoid, true>>(aux);
-    check_route_backward<bf16, Layout<24, 12, 2, MoeScoring::softmax, false>>(aux);
+    check_route_backward<float, Layout<24, 7, 3, RouterScoring::softmax, false>>(aux);
+    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::softmax, true>>(aux);
+    check_route_backward<float, Layout<24, 7, 3, RouterScoring::sigmoid, true>>(aux);
+    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::sigmoid, false>>(aux);
+    check_route_backward<float, Layout<24, 12, 2, RouterScoring::sigmoid, true>>(aux);
+    check_route_backward<bf16, Layout<24, 12, 2, RouterScoring::softmax, false>>(aux);
   }
 }
 

@@ -388,14 +388,14 @@ TEST(CudaRows, RmsNormHeadsMatchesCpu) {
 
 // ---- RoPE --------------------------------------------------------------------------------------
 
-// The GPU uses the fp32 tables of gcm::cpu::rope_table<float>; the reference uses the same table
+// The GPU uses the fp32 tables of gcm::rope_table<float>; the reference uses the same table
 // values in double. in_place: out is the input buffer.
 template <typename T, int kHeadDim, int kHeads>
 void check_rope(bool in_place) {
   const int B = 2, seq_len = 37, heads = kHeads, head_dim = kHeadDim, half = head_dim / 2;
   const std::size_t n = std::size_t(B) * seq_len * heads * head_dim;
   std::vector<float> cos_f(std::size_t(seq_len) * half), sin_f(cos_f.size());
-  gcm::cpu::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, head_dim, 10000.0);
+  gcm::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, head_dim, 10000.0);
   const auto cos_ref = ct::to_double(cos_f), sin_ref = ct::to_double(sin_f);
   const auto x = rounded<T>(kt::random_vector(n, 21));
   const auto dy = rounded<T>(kt::random_vector(n, 22));
@@ -437,7 +437,7 @@ void check_qkv_rope() {
   const std::size_t rows = std::size_t(B) * seq_len;
   const std::size_t nq = rows * kHeads * kHeadDim, nkv = rows * kKvHeads * kHeadDim;
   std::vector<float> cos_f(std::size_t(seq_len) * half), sin_f(cos_f.size());
-  gcm::cpu::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, kHeadDim, 10000.0);
+  gcm::rope_table<float>(cos_f.data(), sin_f.data(), seq_len, kHeadDim, 10000.0);
   const auto cos_ref = ct::to_double(cos_f), sin_ref = ct::to_double(sin_f);
   const auto qkv = rounded<T>(kt::random_vector(rows * width, 26));
   const auto dqr = rounded<T>(kt::random_vector(nq, 27));

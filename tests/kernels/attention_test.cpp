@@ -8,7 +8,7 @@ namespace {
 
 using gcm::cpu::attention_backward;
 using gcm::cpu::attention_forward;
-using gcm::cpu::AttentionDims;
+using gcm::AttentionDims;
 
 // Naive causal GQA attention in double: the full masked probability matrix P [B,H,T,T].
 struct Reference {

@@ -11,7 +11,7 @@ namespace {
 
 using gcm::cpu::rope_backward;
 using gcm::cpu::rope_forward;
-using gcm::cpu::rope_table;
+using gcm::rope_table;
 
 // HF Llama, written independently: q·cos + rotate_half(q)·sin with cos/sin of length hd
 // (the hd/2 frequencies repeated twice) and rotate_half(q) = cat(−q[hd/2:], q[:hd/2]).

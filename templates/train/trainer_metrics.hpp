@@ -1,0 +1,160 @@
+// Trainer member definitions, measuring (included by trainer.hpp): the validation loss, the
+// in-loop analyses of metrics/ at the steps train/metrics_schedule.hpp names, the anchor task,
+// the closing summary record and the greedy sample.
+#pragma once
+
+#include "train/trainer.hpp"  // self-contained when parsed alone
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace gcm {
+
+inline double Trainer::evaluate(ActivationMetrics* metrics) {
+  double total = 0.0;
+  engine_->track_logit_moments(metrics != nullptr && metrics->needs_logit_moments());
+  for (const auto& batch : val_batches_) {
+    batch.split(inputs_, targets_);
+    total += engine_->forward_loss(inputs_.data(), targets_.data());
+    if (metrics) metrics->add_batch(engine_->activations(host_.metrics_model()));
+  }
+  engine_->track_logit_moments(false);
+  return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
+}
+
+// The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward.
+inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
+  const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+    engine_->forward_loss(inputs, targets);
+    const Model<float>& model = engine_->activations(host_.metrics_model());
+    if (!model.keeps_logits()) {  // the anchor task's vocabulary is small: this does not happen
+      throw gc::rt::RuntimeError("anchor evaluation needs every row's logits, but the LM head runs in chunks of " +
+                                 std::to_string(model.head_rows()) + " rows");
+    }
+    return model.logits();
+  });
+  log.write(anchor_record(s, scores));
+  std::fprintf(stderr, "step %lld: anchor accuracy train %.3f test %.3f; held-out pair inferential %.3f symmetric %.3f\n",
+               (long long)s, scores.train.value(), scores.test.value(), scores.inferential.value(),
+               scores.symmetric.value());
+}
+
+inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
+  using Clock = std::chrono::steady_clock;
+  const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
+  bool initial_loss = false;
+  if constexpr (kInitialLossOn) {
+    initial_loss = s == 0 && opt_.metrics;
+  }
+  const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
+  if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
+  const auto t0 = Clock::now();
+  ActivationMetrics activations(due);
+  if (eval_due || initial_loss || due.any_activation()) {
+    const double val = evaluate(due.any_activation() ? &activations : nullptr);
+    if (eval_due) {
+      log.write({{"step", s}, {"val_loss", val}});
+      if (opt_.progress) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "step %lld: val_loss %.4f\n", (long long)s, val);
+    }
+    if (initial_loss) {
+      // Seed 001: at initialization the loss should be close to ln V (uniform predictions).
+      const double log_vocab = std::log(double(kVocab));
+      log.write({{"step", s}, {"metric", "initial_loss"}, {"value", val}, {"log_vocab", log_vocab},
+                 {"ratio", val / log_vocab}});
+    }
+    for (const Json& r : activations.records(s)) log.write(r);
+  }
+  if constexpr (kAnchorTask) {
+    if (anchor_due) {
+      write_anchor_record(s, log);
+    }
+  }
+  if (due.any_weight()) {
+    host_.sync(*engine_, comm_, false);
+    for (const Json& r : weight_records(s, host_.params(), due, top_tokens_, opt_.run_dir)) log.write(r);
+  }
+  metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// AdamW moments one rank holds as planned: the whole flat array, or rank 0's ZeRO-1 shard
+// of ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
+inline std::int64_t planned_optimizer_bytes(int ranks) {
+  return 8 * ((kStoredParams + ranks - 1) / ranks);
+}
+
+// Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
+// model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
+// working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
+// the fp32 masters (bf16) and the AdamW moments of one shard.
+inline std::int64_t planned_device_bytes(int ranks) {
+  const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
+  const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
+  const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
+  const std::int64_t whole_state = stored * (weight + master + 4 + 8);
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8);
+}
+
+// One closing record for benchmarks: the median step time over this
+// process's steps after the first 10% (warm-up: cuBLASLt plans, caches), the
+// planned and measured memory, and on a GPU how many device allocations the
+// loop made after its first step (0: every buffer exists before training).
+inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
+  if (step_seconds_.empty()) return;
+  std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
+  std::sort(timed.begin(), timed.end());
+  const double median = timed[timed.size() / 2];
+  const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
+  Json r = {{"step", start_step_ + std::int64_t(step_seconds_.size())},
+            {"event", "summary"},
+            {"device", engine_->describe()},
+            {"steps", std::int64_t(step_seconds_.size())},
+            {"elapsed_s", elapsed},
+            {"step_ms_median", median * 1e3},
+            {"tokens_per_s_median", tokens_per_step / median},
+            {"flops_per_token", kFlopsPerToken},
+            {"model_buffer_bytes", engine_->model_buffer_bytes()},
+            // AdamW moments held by this process (rank 0): the whole state, or its ZeRO-1 shard.
+            {"optimizer_bytes", engine_->optimizer_bytes()},
+            // The planner's figure for the same (gcompile explain --world-size N).
+            {"planned_optimizer_bytes", planned_optimizer_bytes(engine_->sharded() ? comm_.size() : 1)},
+            // Host heap allocations inside the training steps after the first (0 unless metrics were due).
+            {"host_allocations_in_steps", host_allocations_in_steps_}};
+  if (comm_.distributed()) {
+    r["world_size"] = comm_.size();
+    // Gradient reductions in the last step: 1, or on GPUs the buckets (distributed.bucket_mb)
+    // overlapped with the backward plus the tensors outside the layer stack.
+    r["grad_reductions_per_step"] = engine_->last_step_reductions();
+  }
+  // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
+  if (host_.on_device() || kPrecision == Precision::fp32) r["planned_model_buffer_bytes"] = kPlannedModelBufferBytes;
+  if (host_.on_device()) {
+    r["peak_device_bytes"] = peak_device_bytes_;
+    r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
+    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1);
+    r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
+  }
+  log.write(r);
+}
+
+inline void Trainer::print_sample() {
+  if (std::string(kVocabFile).empty() || val_batches_.empty()) return;
+  const std::vector<std::string> pieces = load_vocab(kVocabFile);
+  const gc::rt::Batch& batch = val_batches_.front();
+  const int prompt_len = std::min(16, kSeqLen / 2);
+  std::vector<std::int32_t> prompt(batch.row(0), batch.row(0) + prompt_len);
+  if (host_.on_device() && kTotalParams > kHostSampleMaxParams) {
+    std::fprintf(stderr, "train: no greedy sample: it runs on the CPU, too slowly for %lld parameters\n",
+                 (long long)kTotalParams);
+    return;
+  }
+  host_.sync(*engine_, comm_, false);
+  const std::vector<std::int32_t> out = greedy_continue(host_.param_vector(), prompt, 48, engine_->moe_biases());
+  const std::vector<std::int32_t> continuation(out.begin() + prompt_len, out.end());
+  // Whole characters only: the prompt window and the model's first tokens may split one.
+  std::fprintf(stderr, "sample (greedy):\n  prompt: %s\n  model:  %s\n",
+               whole_utf8_chars(decode(pieces, prompt)).c_str(), whole_utf8_chars(decode(pieces, continuation)).c_str());
+}
+
+}  // namespace gcm
