@@ -158,15 +158,15 @@ int run_metrics(const Args& a) {
   gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
   const std::int64_t step = load_weights(a.inputs[0], model);
   const auto batches = validation(a, gcm::kEvalBatches);
-  gcm::MetricsDue due = gcm::MetricsDue::all();
+  gcm::metrics::MetricsDue due = gcm::metrics::MetricsDue::all();
   due.cosine_images = !a.images.empty();
   std::vector<int> top_tokens;  // embedding_cosine ranks tokens by their frequency in the training data
   try {
-    top_tokens = gcm::most_frequent_tokens(a.train_data, gcm::kEmbeddingTopTokens);
+    top_tokens = gcm::metrics::most_frequent_tokens(a.train_data, gcm::kEmbeddingTopTokens);
   } catch (const RuntimeError& e) {
     std::fprintf(stderr, "analyze: note: no embedding_cosine (training data unreadable: %s)\n", e.what());
   }
-  gcm::ActivationMetrics activations(due);
+  gcm::metrics::ActivationMetrics activations(due);
   double loss = 0.0;
   model.zero_grads();
   for (const auto& batch : batches) {
@@ -191,12 +191,12 @@ int run_metrics(const Args& a) {
   }
   for (auto& r : activations.records(step)) records.push_back(r);
   // Gradient norms per class of the validation loss (training logs them per step instead).
-  const Json grads = gcm::per_class_norm(gcm::kGradNormTensors, [&](int i) {
+  const Json grads = gcm::metrics::per_class_norm(gcm::kGradNormTensors, [&](int i) {
     return gcm::metrics::frobenius_squared(model.grad(i), gcm::kParams[i].numel);
   });
   records.push_back({{"step", step}, {"metric", "grad_norm"}, {"values", grads}, {"data", "validation"}});
   if (due.cosine_images) fs::create_directories(a.images);
-  for (auto& r : gcm::weight_records(step, model.params.data(), due, top_tokens, a.images)) records.push_back(r);
+  for (auto& r : gcm::metrics::weight_records(step, model.params.data(), due, top_tokens, a.images)) records.push_back(r);
   std::string text;
   for (const auto& r : records) text += gc::rt::metrics_line(r) + "\n";
   emit(a.out, text);

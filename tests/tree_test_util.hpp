@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -19,6 +20,30 @@
 #include <unistd.h>
 
 namespace gc::test {
+
+// Whether the tests run in CI (CI set, and not "", "false" or "0"): there a missing tool that
+// scripts/setup installs is a failure, not a skip.
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && *ci != '\0' && std::string(ci) != "false" && std::string(ci) != "0";
+}
+
+// The text of a spec under tests/e2e/specs/ (the end-to-end tests' fixtures); a missing file
+// stops the test binary naming it.
+inline std::string fixture_spec(const std::string& name) {
+  const std::string path = std::string(GCOMPILE_SOURCE_DIR) + "/tests/e2e/specs/" + name;
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    std::fprintf(stderr, "cannot read the test fixture %s\n", path.c_str());
+    std::abort();
+  }
+  if (text.empty()) {
+    std::fprintf(stderr, "the test fixture %s is missing or empty\n", path.c_str());
+    std::abort();
+  }
+  return text;
+}
 
 struct Outcome {
   int status = -1;

@@ -123,6 +123,7 @@ std::string manifest(const Plan& plan, const std::string& spec_hash, const std::
   j["spec_sha256"] = spec_hash;
   nlohmann::ordered_json templates = nlohmann::ordered_json::object();
   for (const auto& t : embedded_templates()) templates["templates/" + t.path] = sha256_hex(t.text);
+  for (const auto& t : embedded_tree_files()) templates["templates/" + t.path] = sha256_hex(t.text);
   j["template_sha256"] = templates;
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const auto& [path, text] : files) out[path] = sha256_hex(text);
@@ -173,7 +174,8 @@ std::optional<Tree> generate_tree(const Plan& plan, const PreparedData& data, Di
   for (const auto& [path, text] : tree.files) {
     if (path.rfind("runtime/", 0) == 0 && ends_with(path, ".cpp")) sources.push_back(path);
   }
-  tree.files["CMakeLists.txt"] = banner(plan, "#", "") + "\n" + tree_cmake(plan, sources, cuda_sources);
+  tree.files["CMakeLists.txt"] =
+      banner(plan, "#", "template templates/CMakeLists.txt.in") + "\n" + tree_cmake(plan, sources, cuda_sources);
   const std::string resolved = resolved_toml(plan.spec);
   const std::string spec_hash = sha256_hex(resolved);
   tree.files["spec.resolved.toml"] = banner(plan, "#", "") + "\n" + resolved;

@@ -75,7 +75,7 @@ struct Consumer {
 constexpr Consumer kConsumers[] = {
     {"experiment.description", "README.md and manifest.json of the tree"},
     {"experiment.extends", "the spec loader, which merges the base spec (compiler/spec/load.cpp)"},
-    {"model.arch", "the plan.moe knob (emit/knobs.cpp) and template selection (emit.cpp: no CUDA sources for MoE)"},
+    {"model.arch", "the plan.moe knob (emit/knobs.cpp)"},
     {"model.d_ff", "the plan.dense_d_ff knob"},
     {"model.activation", "SwiGLU, the only activation (templates/cpu/swiglu.hpp)"},
     {"model.embedding_scale", "the plan.embedding_scale knob"},

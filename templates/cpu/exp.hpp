@@ -19,7 +19,7 @@
 
 namespace gcm::cpu {
 
-namespace exp_detail {
+namespace detail {
 
 inline std::int64_t bits_of(double x) {
   std::int64_t b;
@@ -38,10 +38,10 @@ inline constexpr double kRoundMagic = 6755399441055744.0;
 
 inline double two_to(std::int64_t n) { return double_of((n + 1023) << 52); }  // n in [−1022, 1023]
 
-}  // namespace exp_detail
+}  // namespace detail
 
 inline double exp_fixed(double x) {
-  using namespace exp_detail;
+  using namespace detail;
   constexpr double kLog2e = 1.4426950408889634074;
   constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
   const double clamped = x < -1100.0 ? -1100.0 : (x > 709.78 ? 709.78 : x);

@@ -17,7 +17,7 @@
 
 namespace gcm::cpu {
 
-namespace swiglu_detail {
+namespace detail {
 
 template <typename T>
 inline T value(T a, T b) {
@@ -38,18 +38,18 @@ inline void grads(T& da, T& db, T dh, T a, T b) {
   da = da_value;
 }
 
-}  // namespace swiglu_detail
+}  // namespace detail
 
 template <typename T>
 void swiglu_forward(T* h, const T* a, const T* b, std::int64_t n) {
 #pragma omp parallel for
-  for (std::int64_t i = 0; i < n; ++i) h[i] = swiglu_detail::value(a[i], b[i]);
+  for (std::int64_t i = 0; i < n; ++i) h[i] = detail::value(a[i], b[i]);
 }
 
 template <typename T>
 void swiglu_backward(T* da, T* db, const T* dh, const T* a, const T* b, std::int64_t n) {
 #pragma omp parallel for
-  for (std::int64_t i = 0; i < n; ++i) swiglu_detail::grads(da[i], db[i], dh[i], a[i], b[i]);
+  for (std::int64_t i = 0; i < n; ++i) detail::grads(da[i], db[i], dh[i], a[i], b[i]);
 }
 
 // h [rows, F] = silu(a) ⊙ b with ab [rows, 2F], row r = [a_r | b_r].
@@ -58,7 +58,7 @@ void swiglu_pair_forward(T* h, const T* ab, std::int64_t rows, int F) {
 #pragma omp parallel for
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* a = ab + r * 2 * F;
-    for (int j = 0; j < F; ++j) h[r * F + j] = swiglu_detail::value(a[j], a[F + j]);
+    for (int j = 0; j < F; ++j) h[r * F + j] = detail::value(a[j], a[F + j]);
   }
 }
 
@@ -69,7 +69,7 @@ void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows, i
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* a = ab + r * 2 * F;
     T* d = dab + r * 2 * F;
-    for (int j = 0; j < F; ++j) swiglu_detail::grads(d[j], d[F + j], dh[r * F + j], a[j], a[F + j]);
+    for (int j = 0; j < F; ++j) detail::grads(d[j], d[F + j], dh[r * F + j], a[j], a[F + j]);
   }
 }
 

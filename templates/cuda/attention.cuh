@@ -30,24 +30,24 @@
 // shared between blocks, so there are no atomics.
 //
 // Thread layout (all three tiled kernels). A block has 64 "rows" (queries in the forward and
-// dq kernels, keys in the dk/dv kernel); each row is owned by a group of TPR = HEAD_DIM / 16
+// dq kernels, keys in the dk/dv kernel); each row is owned by a group of TPR = kTileDim / 16
 // consecutive lanes, and lane `part` of the group owns the 16 dims part, part + TPR, ...,
 // part + 15·TPR (interleaved, so the group reads consecutive shared-memory words: no bank
 // conflicts). A dot product over head_dim is 16 FMAs per lane plus a butterfly shuffle over the
 // group, which leaves the same sum in every lane of the group.
 //
-// head_dim: the register tiles are HEAD_DIM = S::kHeadDim rounded up to 32, 64 or 128 (at
+// head_dim: the register tiles are kTileDim = S::kHeadDim rounded up to 32, 64 or 128 (at
 // compile time); the extra dims are masked (loaded as 0, never stored), which leaves every dot
 // product unchanged, and for head_dim 32, 64 or 128 the masks fold away. Any even head_dim in
 // [2, 128] compiles (a static_assert refuses others).
 //
-// Launches (default stream; threads = 64 · HEAD_DIM / 16 = 128, 256, 512 for HEAD_DIM 32, 64,
-// 128; the streamed shared-memory tile has 64 rows for HEAD_DIM ≤ 64 and 32 rows for 128, so the
+// Launches (default stream; threads = 64 · kTileDim / 16 = 128, 256, 512 for kTileDim 32, 64,
+// 128; the streamed shared-memory tile has 64 rows for kTileDim ≤ 64 and 32 rows for 128, so the
 // static shared memory stays at or under 32 KiB):
-//   forward     grid (ceil(T/64), H, B)    tiles K, V [rows][HEAD_DIM] fp32
+//   forward     grid (ceil(T/64), H, B)    tiles K, V [rows][kTileDim] fp32
 //   backward D  grid min(ceil(B·H·T/8), 65535·16) × 256 threads, one warp per query row
-//   backward dk/dv  grid (ceil(T/64), KV, B)    tiles Q, dout [rows][HEAD_DIM] fp32 + lse, D
-//   backward dq     grid (ceil(T/64), H, B)     tiles K, V [rows][HEAD_DIM] fp32
+//   backward dk/dv  grid (ceil(T/64), KV, B)    tiles Q, dout [rows][kTileDim] fp32 + lse, D
+//   backward dq     grid (ceil(T/64), H, B)     tiles K, V [rows][kTileDim] fp32
 // The forward and dq grids start with the last query tiles (they have the most key tiles).
 #pragma once
 
@@ -71,7 +71,7 @@ struct AttentionShape {
   static constexpr float kScale = gc::knob<float>("plan.attn_scale", 0.25f);  // s = scale · q·k
 };
 
-namespace attention_detail {
+namespace detail {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
@@ -80,14 +80,14 @@ inline constexpr int kDimsPerThread = 16;  // head dims held per lane
 
 // Compile-time layout of shape S's kernels.
 template <class S>
-struct Config {
+struct ReferenceConfig {
   static_assert(S::kHeadDim > 0 && S::kHeadDim <= 128 && S::kHeadDim % 2 == 0, "head_dim must be even, at most 128");
   static_assert(S::kHeads > 0 && S::kKvHeads > 0 && S::kHeads % S::kKvHeads == 0, "heads must be a multiple of kv_heads");
   static constexpr int kHeadDim = S::kHeadDim;
-  static constexpr int HEAD_DIM = kHeadDim <= 32 ? 32 : kHeadDim <= 64 ? 64 : 128;  // register tile width
-  static constexpr int kThreadsPerRow = HEAD_DIM / kDimsPerThread;  // 2, 4, 8
+  static constexpr int kTileDim = kHeadDim <= 32 ? 32 : kHeadDim <= 64 ? 64 : 128;  // register tile width
+  static constexpr int kThreadsPerRow = kTileDim / kDimsPerThread;  // 2, 4, 8
   static constexpr int kThreads = kRows * kThreadsPerRow;           // 128, 256, 512
-  static constexpr int kTile = HEAD_DIM <= 64 ? 64 : 32;            // rows of the streamed smem tile
+  static constexpr int kTile = kTileDim <= 64 ? 64 : 32;            // rows of the streamed smem tile
   static constexpr int kGroup = S::kHeads / S::kKvHeads;            // query heads per kv head
   static constexpr std::int64_t kQStride = std::int64_t(S::kHeads) * kHeadDim;     // between positions of q
   static constexpr std::int64_t kKvStride = std::int64_t(S::kKvHeads) * kHeadDim;  // ... of k, v
@@ -109,12 +109,12 @@ __device__ __forceinline__ float group_sum(float v) {
 // Rows [row0, row0 + ROWS) of one head into fp32 shared memory; row t of the head starts at
 // src + t·ROW_STRIDE. Rows ≥ seq_len and dims ≥ DIM (the true head_dim) become 0. Called by every
 // thread.
-template <typename T, int ROWS, int HEAD_DIM, int DIM, std::int64_t ROW_STRIDE, int THREADS>
-__device__ __forceinline__ void load_tile(float (*dst)[HEAD_DIM], const T* __restrict__ src, int row0, int seq_len) {
+template <typename T, int ROWS, int TILE_DIM, int DIM, std::int64_t ROW_STRIDE, int THREADS>
+__device__ __forceinline__ void load_tile(float (*dst)[TILE_DIM], const T* __restrict__ src, int row0, int seq_len) {
 #pragma unroll 4
-  for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += THREADS) {
-    const int r = idx / HEAD_DIM, c = idx % HEAD_DIM, t = row0 + r;
-    dst[r][c] = (t < seq_len && (DIM == HEAD_DIM || c < DIM)) ? to_float(src[std::int64_t(t) * ROW_STRIDE + c]) : 0.0f;
+  for (int idx = threadIdx.x; idx < ROWS * TILE_DIM; idx += THREADS) {
+    const int r = idx / TILE_DIM, c = idx % TILE_DIM, t = row0 + r;
+    dst[r][c] = (t < seq_len && (DIM == TILE_DIM || c < DIM)) ? to_float(src[std::int64_t(t) * ROW_STRIDE + c]) : 0.0f;
   }
 }
 
@@ -152,14 +152,14 @@ __device__ __forceinline__ float partial_dot(const float (&reg)[kDimsPerThread],
 // ---------------------------------------------------------------------------------------------
 // Forward. Block (x, h, b): queries q0 .. q0+63 of head h, q0 = 64·(gridDim.x − 1 − x).
 template <typename T, class S>
-__global__ void __launch_bounds__(Config<S>::kThreads)
+__global__ void __launch_bounds__(ReferenceConfig<S>::kThreads)
     attention_forward_kernel(T* __restrict__ out, float* __restrict__ lse, const T* __restrict__ q,
                              const T* __restrict__ k, const T* __restrict__ v, int seq_len) {
-  using Cfg = Config<S>;
-  constexpr int HEAD_DIM = Cfg::HEAD_DIM, DIM = Cfg::kHeadDim;
+  using Cfg = ReferenceConfig<S>;
+  constexpr int kTileDim = Cfg::kTileDim, DIM = Cfg::kHeadDim;
   constexpr int TPR = Cfg::kThreadsPerRow, BN = Cfg::kTile, DPT = kDimsPerThread;
-  __shared__ float k_s[BN][HEAD_DIM];
-  __shared__ float v_s[BN][HEAD_DIM];
+  __shared__ float k_s[BN][kTileDim];
+  __shared__ float v_s[BN][kTileDim];
 
   const int b = blockIdx.z, h = blockIdx.y, g = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(Config<S>::kThreads)
   const int last_query = min(q0 + kRows, seq_len) - 1;  // q0 < seq_len by the grid size
   for (int k0 = 0; k0 <= last_query; k0 += BN) {  // same trip count in every thread
     __syncthreads();  // the previous tile's readers are done
-    load_tile<T, BN, HEAD_DIM, DIM, Cfg::kKvStride, Cfg::kThreads>(k_s, k + kv_head, k0, seq_len);
-    load_tile<T, BN, HEAD_DIM, DIM, Cfg::kKvStride, Cfg::kThreads>(v_s, v + kv_head, k0, seq_len);
+    load_tile<T, BN, kTileDim, DIM, Cfg::kKvStride, Cfg::kThreads>(k_s, k + kv_head, k0, seq_len);
+    load_tile<T, BN, kTileDim, DIM, Cfg::kKvStride, Cfg::kThreads>(v_s, v + kv_head, k0, seq_len);
     __syncthreads();
 
     float s[BN];  // scores of this tile in log2 units; −inf where masked
@@ -246,16 +246,16 @@ __global__ void attention_backward_delta_kernel(float* __restrict__ delta, const
 // holds k_j, v_j and accumulates dk_j, dv_j over the group's query heads (in order) and the
 // query tiles from k0 on (in order), query by query.
 template <typename T, class S>
-__global__ void __launch_bounds__(Config<S>::kThreads)
+__global__ void __launch_bounds__(ReferenceConfig<S>::kThreads)
     attention_backward_dkdv_kernel(T* __restrict__ dk, T* __restrict__ dv, const T* __restrict__ dout,
                                    const float* __restrict__ lse, const float* __restrict__ delta,
                                    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                    int seq_len) {
-  using Cfg = Config<S>;
-  constexpr int HEAD_DIM = Cfg::HEAD_DIM, DIM = Cfg::kHeadDim;
+  using Cfg = ReferenceConfig<S>;
+  constexpr int kTileDim = Cfg::kTileDim, DIM = Cfg::kHeadDim;
   constexpr int TPR = Cfg::kThreadsPerRow, BM = Cfg::kTile, DPT = kDimsPerThread;
-  __shared__ float q_s[BM][HEAD_DIM];
-  __shared__ float do_s[BM][HEAD_DIM];
+  __shared__ float q_s[BM][kTileDim];
+  __shared__ float do_s[BM][kTileDim];
   __shared__ float lse2_s[BM];   // lse_i · log2(e)
   __shared__ float delta_s[BM];  // D_i
 
@@ -280,8 +280,8 @@ __global__ void __launch_bounds__(Config<S>::kThreads)
     // Queries before k0 see none of this block's keys; k0 is a multiple of BM.
     for (int i0 = k0; i0 < seq_len; i0 += BM) {  // same trip count in every thread
       __syncthreads();  // the previous tile's readers are done
-      load_tile<T, BM, HEAD_DIM, DIM, Cfg::kQStride, Cfg::kThreads>(q_s, q + q_head, i0, seq_len);
-      load_tile<T, BM, HEAD_DIM, DIM, Cfg::kQStride, Cfg::kThreads>(do_s, dout + q_head, i0, seq_len);
+      load_tile<T, BM, kTileDim, DIM, Cfg::kQStride, Cfg::kThreads>(q_s, q + q_head, i0, seq_len);
+      load_tile<T, BM, kTileDim, DIM, Cfg::kQStride, Cfg::kThreads>(do_s, dout + q_head, i0, seq_len);
       for (int ii = threadIdx.x; ii < BM; ii += Cfg::kThreads) {
         const bool valid = i0 + ii < seq_len;
         lse2_s[ii] = valid ? lse[lse_head + i0 + ii] * kLog2e : 0.0f;
@@ -318,15 +318,15 @@ __global__ void __launch_bounds__(Config<S>::kThreads)
 // Backward 3: dq. Block (x, h, b): queries q0 .. q0+63 of head h, q0 = 64·(gridDim.x − 1 − x).
 // Each row group holds q_i, dout_i, lse_i, D_i and accumulates dq_i over the key tiles in order.
 template <typename T, class S>
-__global__ void __launch_bounds__(Config<S>::kThreads)
+__global__ void __launch_bounds__(ReferenceConfig<S>::kThreads)
     attention_backward_dq_kernel(T* __restrict__ dq, const T* __restrict__ dout, const float* __restrict__ lse,
                                  const float* __restrict__ delta, const T* __restrict__ q, const T* __restrict__ k,
                                  const T* __restrict__ v, int seq_len) {
-  using Cfg = Config<S>;
-  constexpr int HEAD_DIM = Cfg::HEAD_DIM, DIM = Cfg::kHeadDim;
+  using Cfg = ReferenceConfig<S>;
+  constexpr int kTileDim = Cfg::kTileDim, DIM = Cfg::kHeadDim;
   constexpr int TPR = Cfg::kThreadsPerRow, BN = Cfg::kTile, DPT = kDimsPerThread;
-  __shared__ float k_s[BN][HEAD_DIM];
-  __shared__ float v_s[BN][HEAD_DIM];
+  __shared__ float k_s[BN][kTileDim];
+  __shared__ float v_s[BN][kTileDim];
 
   const int b = blockIdx.z, h = blockIdx.y, g = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
@@ -350,8 +350,8 @@ __global__ void __launch_bounds__(Config<S>::kThreads)
   const int last_query = min(q0 + kRows, seq_len) - 1;  // q0 < seq_len by the grid size
   for (int k0 = 0; k0 <= last_query; k0 += BN) {  // same trip count in every thread
     __syncthreads();  // the previous tile's readers are done
-    load_tile<T, BN, HEAD_DIM, DIM, Cfg::kKvStride, Cfg::kThreads>(k_s, k + kv_head, k0, seq_len);
-    load_tile<T, BN, HEAD_DIM, DIM, Cfg::kKvStride, Cfg::kThreads>(v_s, v + kv_head, k0, seq_len);
+    load_tile<T, BN, kTileDim, DIM, Cfg::kKvStride, Cfg::kThreads>(k_s, k + kv_head, k0, seq_len);
+    load_tile<T, BN, kTileDim, DIM, Cfg::kKvStride, Cfg::kThreads>(v_s, v + kv_head, k0, seq_len);
     __syncthreads();
 
 #pragma unroll 4
@@ -383,7 +383,7 @@ inline void check_attention_batch(int batch, int seq_len, const char* who) {
 
 inline unsigned attention_row_tiles(int seq_len) { return unsigned((seq_len + kRows - 1) / kRows); }
 
-}  // namespace attention_detail
+}  // namespace detail
 
 // Floats of `scratch` that attention_backward<S> needs: D_i for every query row, [B, H, T].
 template <class S>
@@ -394,11 +394,11 @@ std::size_t attention_backward_scratch_floats(int batch, int seq_len) {
 // out [B, T, H, hd] and lse [B, H, T] (natural log of Σ_j exp(s_ij)) are overwritten.
 template <class S, typename T>
 void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, int batch, int seq_len) {
-  using namespace attention_detail;
+  using namespace detail;
   check_attention_batch(batch, seq_len, "attention_forward");
   if (batch == 0 || seq_len == 0) return;
   const dim3 grid(attention_row_tiles(seq_len), unsigned(S::kHeads), unsigned(batch));
-  launch(attention_forward_kernel<T, S>, grid, Config<S>::kThreads, 0, out, lse, q, k, v, seq_len);
+  launch(attention_forward_kernel<T, S>, grid, ReferenceConfig<S>::kThreads, 0, out, lse, q, k, v, seq_len);
 }
 
 // dq, dk, dv are overwritten (every element, deterministically). `out` and `lse` are the
@@ -406,7 +406,7 @@ void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, i
 template <class S, typename T>
 void attention_backward(T* dq, T* dk, T* dv, float* scratch, const T* dout, const T* out, const float* lse, const T* q,
                         const T* k, const T* v, int batch, int seq_len) {
-  using namespace attention_detail;
+  using namespace detail;
   check_attention_batch(batch, seq_len, "attention_backward");
   if (batch == 0 || seq_len == 0) return;
   const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
@@ -414,10 +414,10 @@ void attention_backward(T* dq, T* dk, T* dv, float* scratch, const T* dout, cons
   launch(attention_backward_delta_kernel<T, S>, blocks_for(rows, kDeltaThreads / kWarp), kDeltaThreads, 0, scratch,
          dout, out, seq_len, rows);
   const dim3 kv_grid(attention_row_tiles(seq_len), unsigned(S::kKvHeads), unsigned(batch));
-  launch(attention_backward_dkdv_kernel<T, S>, kv_grid, Config<S>::kThreads, 0, dk, dv, dout, lse, scratch, q, k, v,
+  launch(attention_backward_dkdv_kernel<T, S>, kv_grid, ReferenceConfig<S>::kThreads, 0, dk, dv, dout, lse, scratch, q, k, v,
          seq_len);
   const dim3 q_grid(attention_row_tiles(seq_len), unsigned(S::kHeads), unsigned(batch));
-  launch(attention_backward_dq_kernel<T, S>, q_grid, Config<S>::kThreads, 0, dq, dout, lse, scratch, q, k, v, seq_len);
+  launch(attention_backward_dq_kernel<T, S>, q_grid, ReferenceConfig<S>::kThreads, 0, dq, dout, lse, scratch, q, k, v, seq_len);
 }
 
 }  // namespace gcm::cuda

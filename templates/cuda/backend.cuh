@@ -16,8 +16,6 @@
 #include <vector>
 
 #include "config.hpp"
-#include "cpu/attention.hpp"
-#include "cpu/rope.hpp"
 #include "cuda/attention.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.cuh"

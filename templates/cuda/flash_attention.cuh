@@ -44,16 +44,13 @@ constexpr bool flash_attention_supported() {
   return std::is_same_v<T, bf16> && S::kHeadDim % 16 == 0 && S::kHeadDim <= 128;
 }
 
-namespace flash_detail {
-
-using attention_detail::kLn2;
-using attention_detail::kLog2e;
+namespace detail {
 
 inline constexpr int kWarpRows = 16;  // rows of one warp's slab (the mma's M)
 inline constexpr int kRowsF = 64;     // forward: queries per block and keys per tile
 
 template <class S>
-struct Config {
+struct FlashConfig {
   static_assert(S::kHeadDim % 16 == 0 && S::kHeadDim <= 128, "tensor-core attention needs head_dim % 16 == 0, <= 128");
   static_assert(S::kHeads % S::kKvHeads == 0, "heads must be a multiple of kv_heads");
   static constexpr int kHeadDim = S::kHeadDim;
@@ -67,7 +64,7 @@ struct Config {
   static constexpr int kThreadsF = kRowsF / kWarpRows * kWarp;  // 128
   // Forward K/V stages: two (the next tile's cp.async overlaps this tile's math) when both fit
   // in 48 KiB of static shared memory (head_dim ≤ 64), else one.
-  static constexpr int kStagesF = 2 * 2 * sizeof(tc::SmemTile<kRowsF, kHeadDim>) <= 48 * 1024 ? 2 : 1;
+  static constexpr int kStagesF = 2 * 2 * sizeof(mma::SmemTile<kRowsF, kHeadDim>) <= 48 * 1024 ? 2 : 1;
   static constexpr int kRowsB = kHeadDim <= 64 ? 64 : 32;       // backward tile rows
   static constexpr int kThreadsB = kRowsB / kWarpRows * kWarp;  // 128 or 64
 };
@@ -80,7 +77,7 @@ __device__ __forceinline__ std::uint32_t load_pair(const bf16* __restrict__ base
 
 __device__ __forceinline__ void store_pair(bf16* __restrict__ base, std::int64_t stride, int row, int col, float lo,
                                            float hi) {
-  *reinterpret_cast<std::uint32_t*>(base + std::int64_t(row) * stride + col) = tc::pack_bf16x2(lo, hi);
+  *reinterpret_cast<std::uint32_t*>(base + std::int64_t(row) * stride + col) = mma::pack_bf16x2(lo, hi);
 }
 
 // A warp slab's accumulators into rows of a head (row stride STRIDE): the lane's rows rows[0]
@@ -118,12 +115,12 @@ __device__ __forceinline__ void product_rows(float (&acc)[N_TILES][4], const Til
 #pragma unroll
   for (int ks = 0; ks < STEPS; ++ks) {
     std::uint32_t a[4];
-    tc::load_a(a, a_tile, r0, ks, lane);
+    mma::load_a(a, a_tile, r0, ks, lane);
 #pragma unroll
     for (int nt = 0; nt < N_TILES; ++nt) {
       std::uint32_t b[2];
-      tc::load_b_rows(b, b_tile, 8 * nt, ks, lane);
-      tc::mma_bf16_16816(acc[nt], a, b);
+      mma::load_b_rows(b, b_tile, 8 * nt, ks, lane);
+      mma::mma_bf16_16816(acc[nt], a, b);
     }
   }
 }
@@ -136,12 +133,12 @@ __device__ __forceinline__ void product_cols(float (&acc)[D_TILES][4], const flo
 #pragma unroll
   for (int kk = 0; kk < K_STEPS; ++kk) {
     std::uint32_t a[4];
-    tc::pack_accumulators(a, x[2 * kk], x[2 * kk + 1]);
+    mma::pack_accumulators(a, x[2 * kk], x[2 * kk + 1]);
 #pragma unroll
     for (int d = 0; d < D_TILES; ++d) {
       std::uint32_t b[2];
-      tc::load_b_cols(b, b_tile, 16 * kk, 8 * d, lane);
-      tc::mma_bf16_16816(acc[d], a, b);
+      mma::load_b_cols(b, b_tile, 16 * kk, 8 * d, lane);
+      mma::mma_bf16_16816(acc[d], a, b);
     }
   }
 }
@@ -151,13 +148,13 @@ __device__ __forceinline__ void product_cols(float (&acc)[D_TILES][4], const flo
 // longest rows first). Warp w owns queries q0 + 16w .. +15; lane 4g + t holds rows g and g + 8
 // of the slab and, of every 8-column tile, columns 2t and 2t + 1.
 template <class S>
-__global__ void __launch_bounds__(Config<S>::kThreadsF)
+__global__ void __launch_bounds__(FlashConfig<S>::kThreadsF)
     flash_forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
                          const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
-  using Cfg = Config<S>;
+  using Cfg = FlashConfig<S>;
   constexpr int kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = kRowsF / 8;
   constexpr int kStages = Cfg::kStagesF;
-  __shared__ tc::SmemTile<kRowsF, Cfg::kHeadDim> k_s[kStages], v_s[kStages];
+  __shared__ mma::SmemTile<kRowsF, Cfg::kHeadDim> k_s[kStages], v_s[kStages];
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRowsF;
@@ -187,8 +184,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
   const int key_tiles = last_query / kRowsF + 1;
   const auto load_kv = [&](int tile) {  // one cp.async group per tile (K and V)
     const int stage = tile % kStages;
-    tc::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(k_s[stage], k + kv_head, tile * kRowsF, seq_len);
-    tc::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(v_s[stage], v + kv_head, tile * kRowsF, seq_len);
+    mma::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(k_s[stage], k + kv_head, tile * kRowsF, seq_len);
+    mma::load_tile_async<Cfg::kThreadsF, Cfg::kKvStride>(v_s[stage], v + kv_head, tile * kRowsF, seq_len);
   };
   if (kStages == 2) load_kv(0);
   for (int tile = 0; tile < key_tiles; ++tile) {
@@ -198,13 +195,13 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
       // wait for this tile's two groups only.
       if (tile + 1 < key_tiles) {
         load_kv(tile + 1);
-        tc::cp_async_wait<2>();
+        mma::cp_async_wait<2>();
       } else {
-        tc::cp_async_wait<0>();
+        mma::cp_async_wait<0>();
       }
     } else {
       load_kv(tile);
-      tc::cp_async_wait<0>();
+      mma::cp_async_wait<0>();
     }
     __syncthreads();  // every thread's copies of this tile have landed
     const auto& k_tile = k_s[tile % kStages];
@@ -219,8 +216,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
 #pragma unroll
       for (int nt = 0; nt < kKeyTiles; ++nt) {
         std::uint32_t bk[2];
-        tc::load_b_rows(bk, k_tile, 8 * nt, ks, lane);
-        tc::mma_bf16_16816(s[nt], q_frag[ks], bk);
+        mma::load_b_rows(bk, k_tile, 8 * nt, ks, lane);
+        mma::mma_bf16_16816(s[nt], q_frag[ks], bk);
       }
     }
     // Scores in log2 units; keys after the query (only in tiles that reach past the slab's first
@@ -283,14 +280,14 @@ __global__ void __launch_bounds__(Config<S>::kThreadsF)
 // Backward, dK and dV. Block (x, g, b): keys k0 .. k0 + kRowsB − 1 of kv head g, k0 = kRowsB·x;
 // warp w owns keys k0 + 16w .. +15 (rows of Sᵀ, dPᵀ, dK, dV), lane 4g + t as in the forward.
 template <class S>
-__global__ void __launch_bounds__(Config<S>::kThreadsB)
+__global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
     flash_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                                const float* __restrict__ lse, const float* __restrict__ delta,
                                const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                int seq_len) {
-  using Cfg = Config<S>;
+  using Cfg = FlashConfig<S>;
   constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kQueryTiles = R / 8;
-  __shared__ tc::SmemTile<R, Cfg::kHeadDim> k_s, v_s, q_s, do_s;
+  __shared__ mma::SmemTile<R, Cfg::kHeadDim> k_s, v_s, q_s, do_s;
   __shared__ float lse2_s[R], delta_s[R];
 
   const int b = blockIdx.z, g_kv = blockIdx.y;
@@ -300,8 +297,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
   const int keys[2] = {k0 + slab + g, k0 + slab + g + 8};  // this lane's keys
 
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
-  tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
-  tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+  mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
+  mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
 
   float dk_acc[kDimTiles][4], dv_acc[kDimTiles][4];
 #pragma unroll
@@ -315,8 +312,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
     const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
     for (int i0 = k0; i0 < seq_len; i0 += R) {  // queries before k0 see none of these keys
       __syncthreads();  // the previous tile's readers are done
-      tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, i0, seq_len);
-      tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, i0, seq_len);
+      mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, i0, seq_len);
+      mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, i0, seq_len);
       for (int ii = threadIdx.x; ii < R; ii += Cfg::kThreadsB) {
         const bool valid = i0 + ii < seq_len;
         lse2_s[ii] = valid ? lse[lse_head + i0 + ii] * kLog2e : 0.0f;
@@ -358,13 +355,13 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
 // Backward, dQ. Block (x, h, b): queries q0 .. q0 + kRowsB − 1 of head h, the longest rows first;
 // warp w owns queries q0 + 16w .. +15.
 template <class S>
-__global__ void __launch_bounds__(Config<S>::kThreadsB)
+__global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
     flash_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                              const float* __restrict__ delta, const bf16* __restrict__ q,
                              const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
-  using Cfg = Config<S>;
+  using Cfg = FlashConfig<S>;
   constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = R / 8;
-  __shared__ tc::SmemTile<R, Cfg::kHeadDim> q_s, do_s, k_s, v_s;
+  __shared__ mma::SmemTile<R, Cfg::kHeadDim> q_s, do_s, k_s, v_s;
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * R;
@@ -375,8 +372,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
   const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
   const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-  tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, q0, seq_len);
-  tc::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, q0, seq_len);
+  mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, q0, seq_len);
+  mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, q0, seq_len);
   float lse2[2], delta_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -392,8 +389,8 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
   const int last_query = min(q0 + R, seq_len) - 1;  // q0 < seq_len by the grid size
   for (int k0 = 0; k0 <= last_query; k0 += R) {
     __syncthreads();  // the previous tile's readers are done (and Q, dO are in on the first)
-    tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
-    tc::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+    mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
+    mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
     __syncthreads();
 
     float p[kKeyTiles][4], ds[kKeyTiles][4];
@@ -423,18 +420,18 @@ __global__ void __launch_bounds__(Config<S>::kThreadsB)
 
 inline unsigned row_tiles(int seq_len, int rows) { return unsigned((seq_len + rows - 1) / rows); }
 
-}  // namespace flash_detail
+}  // namespace detail
 
 // As attention_forward<S> (cuda/attention.cuh), on tensor cores; bf16 only.
 template <class S>
 void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int batch,
                              int seq_len) {
-  using namespace flash_detail;
-  attention_detail::check_attention_batch(batch, seq_len, "flash_attention_forward");
+  using namespace detail;
+  detail::check_attention_batch(batch, seq_len, "flash_attention_forward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("flash_attention_forward", out, q, k, v);
   const dim3 grid(row_tiles(seq_len, kRowsF), unsigned(S::kHeads), unsigned(batch));
-  launch(flash_forward_kernel<S>, grid, Config<S>::kThreadsF, 0, out, lse, q, k, v, seq_len);
+  launch(flash_forward_kernel<S>, grid, FlashConfig<S>::kThreadsF, 0, out, lse, q, k, v, seq_len);
 }
 
 // As attention_backward<S>, on tensor cores; bf16 only. `scratch` holds
@@ -442,20 +439,20 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k
 template <class S>
 void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const bf16* out,
                               const float* lse, const bf16* q, const bf16* k, const bf16* v, int batch, int seq_len) {
-  using namespace flash_detail;
-  attention_detail::check_attention_batch(batch, seq_len, "flash_attention_backward");
+  using namespace detail;
+  detail::check_attention_batch(batch, seq_len, "flash_attention_backward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("flash_attention_backward", dq, dk, dv, dout, q, k, v);
   const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
   constexpr int kDeltaThreads = 256;
-  launch(attention_detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp),
+  launch(detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp),
          kDeltaThreads, 0, scratch, dout, out, seq_len, rows);
-  constexpr int R = Config<S>::kRowsB;
+  constexpr int R = FlashConfig<S>::kRowsB;
   const dim3 kv_grid(row_tiles(seq_len, R), unsigned(S::kKvHeads), unsigned(batch));
-  launch(flash_backward_dkdv_kernel<S>, kv_grid, Config<S>::kThreadsB, 0, dk, dv, dout, lse, scratch, q, k, v,
+  launch(flash_backward_dkdv_kernel<S>, kv_grid, FlashConfig<S>::kThreadsB, 0, dk, dv, dout, lse, scratch, q, k, v,
          seq_len);
   const dim3 q_grid(row_tiles(seq_len, R), unsigned(S::kHeads), unsigned(batch));
-  launch(flash_backward_dq_kernel<S>, q_grid, Config<S>::kThreadsB, 0, dq, dout, lse, scratch, q, k, v, seq_len);
+  launch(flash_backward_dq_kernel<S>, q_grid, FlashConfig<S>::kThreadsB, 0, dq, dout, lse, scratch, q, k, v, seq_len);
 }
 
 }  // namespace gcm::cuda

@@ -21,7 +21,7 @@
 
 #include "cuda/common.cuh"
 
-namespace gcm::cuda::tc {
+namespace gcm::cuda::mma {
 
 // Two bf16 (round to nearest even) in one register, `lo` in the low half.
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
@@ -177,4 +177,4 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, DIM>& dst, const bf16* 
   cp_async_wait<0>();
 }
 
-}  // namespace gcm::cuda::tc
+}  // namespace gcm::cuda::mma

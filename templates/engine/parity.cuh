@@ -59,7 +59,7 @@ constexpr double parity_tolerance() {
   return std::is_same_v<T, float> ? 1e-5 : 3e-2;
 }
 
-namespace parity_detail {
+namespace detail {
 
 inline double relative_error(const std::vector<double>& got, const float* ref, std::size_t n) {
   double diff = 0.0, norm = 0.0;
@@ -90,14 +90,14 @@ std::vector<double> fetch(const T* device, std::size_t n) {
   return out;
 }
 
-}  // namespace parity_detail
+}  // namespace detail
 
 // One forward and backward of the whole model on both backends (T = float or bf16), batch ×
 // seq_len tokens. Needs a CUDA device.
 template <typename T>
 ParityReport model_parity(int batch, int seq_len) {
-  using parity_detail::fetch;
-  using parity_detail::relative_error;
+  using detail::fetch;
+  using detail::relative_error;
   const std::int64_t total = kOffsets.at[kNumParams];
   Model<float> cpu(batch, seq_len, kKeepLogits);
   init_parameters(cpu.params.data(), kSeed);
@@ -130,7 +130,7 @@ ParityReport model_parity(int batch, int seq_len) {
   const std::size_t n_logits = std::size_t(cpu.rows()) * kVocab;
   const std::vector<double> logits = fetch(gpu.logits(), n_logits);
   report.rel_logits = relative_error(logits, cpu.logits(), n_logits);
-  report.worst_row_logits = parity_detail::worst_row_error(logits, cpu.logits(), std::size_t(cpu.rows()), kVocab);
+  report.worst_row_logits = detail::worst_row_error(logits, cpu.logits(), std::size_t(cpu.rows()), kVocab);
   cpu.backward();
   gpu.backward();
   // The chunked head (what training runs when N×V is large), in three chunks of rows.

@@ -28,8 +28,10 @@
 #include "runtime/token_shard.hpp"
 
 namespace gcm {
-
 using Json = nlohmann::json;
+}  // namespace gcm
+
+namespace gcm::metrics {
 
 // Which metrics one measurement computes.
 struct MetricsDue {
@@ -307,4 +309,4 @@ inline std::vector<int> most_frequent_tokens(const std::string& source, int k,
   return ids;
 }
 
-}  // namespace gcm
+}  // namespace gcm::metrics

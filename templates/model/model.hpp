@@ -141,10 +141,29 @@ class BasicModel {
   // Bytes of every buffer besides params and grads (planned as kPlannedModelBufferBytes).
   std::int64_t buffer_bytes() const { return buffer_bytes_; }
 
-  // Per-layer activations the metrics read (q·k after RoPE and the lse).
+  // Per-layer activations the backward pass and the metrics read, in forward order
+  // (the names of the layer formula at the top of this file; N rows each):
+  //   x     the residual stream entering the layer (h)           [N, d]
+  //   a     RMSNorm(x), the attention's input                     [N, d]
+  //   qkv   the stacked [q | k | v] projection (under QK-norm)     [N, (H + 2·KV)·hd]
+  //   q k v the separate projections (empty when stacked)         [N, H·hd] / [N, KV·hd]
+  //   qn kn q and k after QK-norm                                   as q, k
+  //   qr kr q and k after RoPE (what attention reads)               as q, k
+  //   o     the attention output (before the gate)                 [N, H·hd]
+  //   z og  the gate's pre-activation a·Wg, and σ(z) ⊙ o             [N, gate dim] / [N, H·hd]
+  //   proj  the output projection (o or og)·Wo                     [N, d]
+  //   pn    RMSNorm(proj) (sandwich norm)                           [N, d]
+  //   h2    the residual stream after attention, x + (proj or pn)  [N, d]
+  //   b     RMSNorm(h2), the MLP's input                           [N, d]
+  //   uw    the stacked [b·Wgate | b·Wup]                           [N, 2·d_ff]
+  //   s     SwiGLU(b·Wgate, b·Wup)                                  [N, d_ff]
+  //   m     the MLP (or MoE block) output s·Wdown                   [N, d]
+  //   mn    RMSNorm(m) (sandwich norm)                              [N, d]
+  // Statistics: rstd_a, rstd_q, rstd_k, rstd_p, rstd_b, rstd_m are the 1/RMS of the norms that
+  // produce a, qn, kn, pn, b and mn; lse is the attention's log-sum-exp [B, H, T].
+  // Stacked projections (detail::kQkvStacked): q and k are empty, and qkv holds the layer's
+  // stacked output under QK-norm (without it, the shared qkv_ passes it on).
   struct Layer {
-    // Stacked projections (detail::kQkvStacked): q and k are empty, and qkv holds the layer's
-    // stacked output under QK-norm (without it, the shared qkv_ passes it on).
     Buffer<Act> x, a, qkv, q, k, v, qn, kn, qr, kr, o, z, og, proj, pn, h2, b, uw, s, m, mn;
     Buffer<Stat> rstd_a, rstd_q, rstd_k, lse, rstd_p, rstd_b, rstd_m;
   };

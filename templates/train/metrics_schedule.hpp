@@ -13,8 +13,8 @@ namespace gcm {
 
 // Which metrics are due after s completed steps: every metric at s = 0, then
 // each at multiples of its interval; cosine matrices also at the image steps.
-inline MetricsDue metrics_due_at(std::int64_t s) {
-  MetricsDue d;
+inline metrics::MetricsDue metrics_due_at(std::int64_t s) {
+  metrics::MetricsDue d;
   if constexpr (kSinkScoreOn) {
     d.sink_score = s % kSinkScoreEvery == 0;
   }

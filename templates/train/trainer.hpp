@@ -86,7 +86,7 @@ class Trainer {
   // Measuring (train/trainer_metrics.hpp). evaluate: the mean validation loss; with `metrics`,
   // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
   // steps (s = 0: at initialization).
-  double evaluate(ActivationMetrics* metrics = nullptr);
+  double evaluate(metrics::ActivationMetrics* metrics = nullptr);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);

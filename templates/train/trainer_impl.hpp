@@ -64,7 +64,7 @@ inline Trainer::Trainer(const TrainOptions& options)
     if (!opt_.init_from.empty()) init_from_export();
   }
   if constexpr (kEmbeddingCosineOn) {
-    top_tokens_ = most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
+    top_tokens_ = metrics::most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
   }
 }
 
@@ -138,7 +138,7 @@ inline bool Trainer::read_due(std::int64_t step) const {
   if (opt_.checkpoints && kCheckpointEvery > 0 && s % kCheckpointEvery == 0) return true;
   if (kEvalEvery > 0 && s % kEvalEvery == 0) return true;
   if (records_.any_due(s)) return true;
-  const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
+  const metrics::MetricsDue due = opt_.metrics ? metrics_due_at(s) : metrics::MetricsDue{};
   return due.any_activation() || due.any_weight();
 }
 
@@ -188,7 +188,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   if (records_.grad_norm_due(s)) {
     // Per class, before clipping.
     const std::vector<double>& squares = readout_->squares;
-    const Json values = per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
+    const Json values = metrics::per_class_norm(kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
     step_records_.push_back({{"step", s}, {"metric", "grad_norm"}, {"values", values}});
   }
   if constexpr (kMoe) {

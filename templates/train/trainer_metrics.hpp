@@ -11,7 +11,7 @@
 
 namespace gcm {
 
-inline double Trainer::evaluate(ActivationMetrics* metrics) {
+inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   double total = 0.0;
   engine_->track_logit_moments(metrics != nullptr && metrics->needs_logit_moments());
   for (const auto& batch : val_batches_) {
@@ -42,7 +42,7 @@ inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& 
 
 inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
   using Clock = std::chrono::steady_clock;
-  const MetricsDue due = opt_.metrics ? metrics_due_at(s) : MetricsDue{};
+  const metrics::MetricsDue due = opt_.metrics ? metrics_due_at(s) : metrics::MetricsDue{};
   bool initial_loss = false;
   if constexpr (kInitialLossOn) {
     initial_loss = s == 0 && opt_.metrics;
@@ -50,7 +50,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
   if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
   const auto t0 = Clock::now();
-  ActivationMetrics activations(due);
+  metrics::ActivationMetrics activations(due);
   if (eval_due || initial_loss || due.any_activation()) {
     const double val = evaluate(due.any_activation() ? &activations : nullptr);
     if (eval_due) {
@@ -73,7 +73,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   }
   if (due.any_weight()) {
     host_.sync(*engine_, comm_, false);
-    for (const Json& r : weight_records(s, host_.params(), due, top_tokens_, opt_.run_dir)) log.write(r);
+    for (const Json& r : metrics::weight_records(s, host_.params(), due, top_tokens_, opt_.run_dir)) log.write(r);
   }
   metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }

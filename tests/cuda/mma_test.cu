@@ -15,7 +15,7 @@
 namespace {
 
 using gcm::cuda::bf16;
-namespace tc = gcm::cuda::tc;
+namespace mma = gcm::cuda::mma;
 
 __device__ std::uint32_t pair_of(const bf16* m, int index_lo, int index_hi) {
   return std::uint32_t(__bfloat16_as_ushort(m[index_lo])) | (std::uint32_t(__bfloat16_as_ushort(m[index_hi])) << 16);
@@ -33,7 +33,7 @@ __global__ void mma_by_layout_kernel(float* d_out, const bf16* a, const bf16* b,
   bf[0] = pair_of(b, (2 * t) * 8 + g, (2 * t + 1) * 8 + g);
   bf[1] = pair_of(b, (2 * t + 8) * 8 + g, (2 * t + 9) * 8 + g);
   float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
-  tc::mma_bf16_16816(acc, af, bf);
+  mma::mma_bf16_16816(acc, af, bf);
   d_out[g * 8 + 2 * t] = acc[0];
   d_out[g * 8 + 2 * t + 1] = acc[1];
   d_out[(g + 8) * 8 + 2 * t] = acc[2];
@@ -53,31 +53,31 @@ __device__ void store_16x16(float* out, const float (&lo)[4], const float (&hi)[
 // The attention pattern on one warp: S = Q·Kᵀ (Q [16][32], K [16][32] through load_a and
 // load_b_rows), then O = bf16(S)·V (V [16][16] through pack_accumulators and load_b_cols).
 __global__ void tile_products_kernel(float* s_out, float* o_out, const bf16* q, const bf16* k, const bf16* v) {
-  __shared__ tc::SmemTile<16, 32> q_s, k_s;
-  __shared__ tc::SmemTile<16, 16> v_s;
-  tc::load_tile<32, 32, 16, 32>(q_s, q, 0, 16);
-  tc::load_tile<32, 32, 16, 32>(k_s, k, 0, 16);
-  tc::load_tile<32, 16, 16, 16>(v_s, v, 0, 16);
+  __shared__ mma::SmemTile<16, 32> q_s, k_s;
+  __shared__ mma::SmemTile<16, 16> v_s;
+  mma::load_tile<32, 32, 16, 32>(q_s, q, 0, 16);
+  mma::load_tile<32, 32, 16, 32>(k_s, k, 0, 16);
+  mma::load_tile<32, 16, 16, 16>(v_s, v, 0, 16);
   __syncthreads();
   const int lane = threadIdx.x;
   float s[2][4] = {};
   for (int ks = 0; ks < 2; ++ks) {
     std::uint32_t a[4];
-    tc::load_a(a, q_s, 0, ks, lane);
+    mma::load_a(a, q_s, 0, ks, lane);
     for (int nt = 0; nt < 2; ++nt) {
       std::uint32_t b[2];
-      tc::load_b_rows(b, k_s, 8 * nt, ks, lane);
-      tc::mma_bf16_16816(s[nt], a, b);
+      mma::load_b_rows(b, k_s, 8 * nt, ks, lane);
+      mma::mma_bf16_16816(s[nt], a, b);
     }
   }
   store_16x16(s_out, s[0], s[1], lane);
   std::uint32_t p[4];
-  tc::pack_accumulators(p, s[0], s[1]);
+  mma::pack_accumulators(p, s[0], s[1]);
   float o[2][4] = {};
   for (int nt = 0; nt < 2; ++nt) {
     std::uint32_t b[2];
-    tc::load_b_cols(b, v_s, 0, 8 * nt, lane);
-    tc::mma_bf16_16816(o[nt], p, b);
+    mma::load_b_cols(b, v_s, 0, 8 * nt, lane);
+    mma::mma_bf16_16816(o[nt], p, b);
   }
   store_16x16(o_out, o[0], o[1], lane);
 }

@@ -24,53 +24,7 @@ using gc::test::sh;
 using nlohmann::json;
 
 // d_model >= vocab, so the hand-made checkpoint can give every token its own direction.
-const char* const kSpec = R"toml([experiment]
-name = "anchor_e2e"
-seed = 5
-
-[model]
-vocab_size = 112
-d_model = 128
-n_layers = 2
-n_heads = 4
-n_kv_heads = 4
-d_ff = 64
-tie_embeddings = false
-
-[init]
-gamma = 0.5
-
-[optim]
-lr = 3e-3
-weight_decay = 0.0
-
-[train]
-seq_len = 9
-global_batch = 32
-micro_batch = 16
-steps = 40
-precision = "fp32"
-eval_every = 20
-eval_batches = 2
-checkpoint_every = 20
-
-[data]
-format = "anchor"
-
-[data.anchor]
-seed = 77
-train_sequences = 3000
-eval_sequences = 70
-
-[metrics.stable_rank]
-enabled = false
-
-[metrics.cosine_similarity]
-enabled = false
-
-[metrics.embedding_cosine]
-enabled = false
-)toml";
+const std::string kSpec = gc::test::fixture_spec("anchor.toml");
 
 constexpr int kVocab = 112, kDModel = 128;
 

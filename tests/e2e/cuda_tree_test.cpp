@@ -21,44 +21,13 @@ bool gpu_present() { return sh("nvidia-smi -L").status == 0; }
 
 using gc::test::read_text;
 
-const char* const kCudaFeatures = R"toml([experiment]
-name = "cuda_features"
-
-[model]
-vocab_size = 97
-d_model = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-head_dim = 16
-d_ff = 96
-qk_norm = true
-embedding_norm = true
-norm_placement = "sandwich"
-gated_attention = "headwise"
-norm_eps = 1e-12
-
-[init]
-gamma = 1.0
-
-[optim]
-lr = 1e-3
-
-[train]
-seq_len = 16
-global_batch = 2
-steps = 3
-precision = "bf16"
-
-[data]
-format = "synthetic"
-)toml";
+const std::string kCudaFeatures = gc::test::fixture_spec("cuda_features.toml");
 
 class CudaTree : public gc::test::TreeTest {};
 
 TEST_F(CudaTree, BuildsTheGpuEngineAndFallsBackWithoutAGpu) {
   if (!nvcc_found()) {
-    if (std::getenv("CI")) FAIL() << "CI must have the CUDA toolkit (nvcc) to compile the CUDA backend";
+    if (gc::test::in_ci()) FAIL() << "CI must have the CUDA toolkit (nvcc) to compile the CUDA backend";
     GTEST_SKIP() << "no nvcc on this machine";
   }
   // One architecture keeps CI's nvcc time down; the tree's default is every GPU from sm_80.
@@ -72,7 +41,7 @@ TEST_F(CudaTree, BuildsTheGpuEngineAndFallsBackWithoutAGpu) {
   ASSERT_TRUE(std::filesystem::exists(tree() / "parity"));
   // NCCL (multi-process training on GPUs): found where the toolkit ships it, and linked into train.
   const bool toolkit_nccl = std::filesystem::exists("/usr/local/cuda/include/nccl.h");
-  if (toolkit_nccl || std::getenv("CI")) {
+  if (toolkit_nccl || gc::test::in_ci()) {
     EXPECT_NE(read_text(tree() / "build.log").find("-- NCCL: "), std::string::npos) << "NCCL was not found";
     EXPECT_NE(sh("ldd " + (tree() / "train").string()).output.find("libnccl.so.2"), std::string::npos);
   }

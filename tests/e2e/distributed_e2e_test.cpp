@@ -31,42 +31,14 @@ using gc::test::max_rel_diff;
 using gc::test::sh;
 
 // 8 sequences per step in micro-batches of 4: two per step.
-const char* const kDataParallel = R"toml([experiment]
-name = "data_parallel"
-seed = 5
-
-[model]
-vocab_size = 64
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-gated_attention = "headwise"
-
-[optim]
-lr = 3e-3
-
-[train]
-seq_len = 32
-global_batch = 8
-micro_batch = 4
-steps = 20
-precision = "fp32"
-eval_every = 10
-eval_batches = 2
-checkpoint_every = 10
-log_every = 1
-
-[data]
-format = "synthetic"
-)toml";
+const std::string kDataParallel = gc::test::fixture_spec("data_parallel.toml");
 
 class DataParallel : public gc::test::TreeTest {
  protected:
   void SetUp() override {
     gc::test::TreeTest::SetUp();
     if (sh("command -v mpirun").status != 0) {
-      if (std::getenv("CI") != nullptr) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
+      if (gc::test::in_ci()) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
       GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
     }
   }

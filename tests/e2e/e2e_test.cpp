@@ -37,40 +37,7 @@ class Tree : public gc::test::TreeTest {
 
 
 // Every feature that adds tensors or code paths, in one small model.
-const char* const kAllFeatures = R"toml([experiment]
-name = "all_features"
-
-[model]
-vocab_size = 97
-d_model = 24
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-head_dim = 8
-d_ff = 40
-qk_norm = true
-embedding_norm = true
-norm_placement = "sandwich"
-gated_attention = "elementwise"
-embedding_scale = "sqrt(d_model)"
-logit_scale = 0.5
-norm_eps = 1e-12
-
-[init]
-gamma = 1.0
-
-[optim]
-lr = 1e-3
-
-[train]
-seq_len = 8
-global_batch = 2
-steps = 2
-precision = "fp32"
-
-[data]
-format = "synthetic"
-)toml";
+const std::string kAllFeatures = gc::test::fixture_spec("all_features.toml");
 
 TEST_F(Tree, GradientsMatchFiniteDifferencesWithEveryFeature) {
   const Outcome gen = generate(kAllFeatures);
@@ -107,39 +74,7 @@ TEST_F(Tree, GradientsMatchWithHeadwiseGateAndTiedEmbeddings) {
 
 // Real text with strong regularities: a short SentencePiece vocabulary is
 // trained on it, and a small model learns it within 60 steps.
-const char* const kSmallTraining = R"toml([experiment]
-name = "small_training"
-seed = 7
-
-[model]
-vocab_size = 64
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-gated_attention = "headwise"
-
-[optim]
-lr = 3e-3
-
-[schedule]
-warmup_steps = 5
-
-[train]
-seq_len = 32
-global_batch = 8
-micro_batch = 4
-steps = 60
-precision = "fp32"
-eval_every = 20
-eval_batches = 2
-checkpoint_every = 20
-log_every = 1
-
-[data]
-format = "text"
-train = "corpus.txt"
-)toml";
+const std::string kSmallTraining = gc::test::fixture_spec("small_training.toml");
 
 void write_corpus(const fs::path& file) {
   const char* subjects[] = {"the cat", "a dog", "the bird", "my friend", "the teacher", "a child"};

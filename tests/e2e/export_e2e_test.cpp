@@ -21,15 +21,11 @@ namespace {
 namespace fs = std::filesystem;
 
 using gc::test::Outcome;
+using gc::test::in_ci;
 using gc::test::sh;
 
 const std::string kPython = std::string(GCOMPILE_SOURCE_DIR) + "/.venv/bin/python";
 const std::string kCorpus = "/usr/share/doc/python3.11/html/_sources/tutorial";
-
-bool in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && *ci != '\0' && std::string(ci) != "false" && std::string(ci) != "0";
-}
 
 bool venv_ready() {
   static const bool ok = sh(kPython + " -c 'import transformers, safetensors, sentencepiece, torch'").status == 0;

@@ -42,44 +42,7 @@ using gc::test::sh;
 
 // 4 sequences per step in micro-batches of 2; three layers, each its own bucket (bucket_mb is
 // 1 KiB: smaller than a layer's gradients).
-const char* const kSpec = R"toml([experiment]
-name = "gpu_data_parallel"
-seed = 7
-
-[model]
-vocab_size = 64
-d_model = 32
-n_layers = 3
-n_heads = 2
-d_ff = 64
-
-[optim]
-lr = 3e-3
-
-[train]
-seq_len = 16
-global_batch = 4
-micro_batch = 2
-steps = 6
-precision = "PRECISION"
-eval_every = 3
-eval_batches = 1
-checkpoint_every = 3
-log_every = 1
-
-[data]
-format = "synthetic"
-
-[metrics]
-param_norm.interval = 2
-update_ratio.interval = 2
-stable_rank.interval = 3
-
-[distributed]
-backend = "BACKEND"
-zero_stage = ZERO
-bucket_mb = 0.0009765625
-)toml";
+const std::string kSpec = gc::test::fixture_spec("gpu_data_parallel.toml");
 
 std::string spec_text(const std::string& precision, int zero_stage, const std::string& backend = "auto") {
   std::string s = kSpec;
@@ -97,7 +60,7 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
     GTEST_SKIP() << "built without the CUDA emulator (GCOMPILE_CUDA_EMULATED_TESTS=OFF)";
 #else
     if (sh("command -v mpirun && command -v mpicxx").status != 0) {
-      if (std::getenv("CI") != nullptr) FAIL() << "mpirun or mpicxx is missing (scripts/setup installs Open MPI)";
+      if (gc::test::in_ci()) FAIL() << "mpirun or mpicxx is missing (scripts/setup installs Open MPI)";
       GTEST_SKIP() << "no Open MPI (apt install openmpi-bin libopenmpi-dev)";
     }
 #endif

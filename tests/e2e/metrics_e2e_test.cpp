@@ -21,57 +21,7 @@ using gc::test::read_jsonl;
 using gc::test::sh;
 using nlohmann::json;
 
-const char* const kSpec = R"toml([experiment]
-name = "metrics_e2e"
-
-[model]
-vocab_size = 64
-d_model = 32
-n_layers = 3
-n_heads = 4
-n_kv_heads = 2
-d_ff = 48
-norm_eps = 1e-12
-gated_attention = "headwise"
-
-[init]
-gamma = 1.0
-
-[optim]
-lr = 3e-3
-
-[train]
-seq_len = 16
-global_batch = 4
-steps = 20
-precision = "fp32"
-eval_every = 10
-eval_batches = 2
-checkpoint_every = 10
-
-[data]
-format = "synthetic"
-
-[metrics.sink_score]
-interval = 5
-layers = [1]
-
-[metrics.stable_rank]
-interval = 10
-classes = ["attn_q", "mlp_down"]
-layers = [0, 2]
-
-[metrics.cosine_similarity]
-interval = 10
-classes = ["attn_q"]
-image_steps = [0, 20]
-
-[metrics.logit_std]
-enabled = false
-
-[metrics.grad_norm]
-interval = 4
-)toml";
+const std::string kSpec = gc::test::fixture_spec("metrics.toml");
 
 
 // metric name -> step -> record
@@ -122,8 +72,8 @@ TEST_F(Metrics, TrainRecordsTheScheduledMetricsAndAnalyzeReproducesAndComparesTh
   EXPECT_EQ(steps_of(records.at("grad_norm")), (std::set<std::int64_t>{1, 4, 8, 12, 16, 20}));
   EXPECT_EQ(steps_of(records.at("initial_loss")), (std::set<std::int64_t>{0}));
   EXPECT_EQ(records.count("logit_std"), 0u);
-  // A disabled metric's code is pruned from the generated trainer.
-  const std::string trainer = sh("cat " + (tree() / "src/train/trainer_impl.hpp").string()).output;
+  // A disabled metric's code is pruned from the generated trainer (its metrics schedule).
+  const std::string trainer = sh("cat " + (tree() / "src/train/metrics_schedule.hpp").string()).output;
   EXPECT_EQ(trainer.find("kLogitStdEvery"), std::string::npos);
   EXPECT_NE(trainer.find("kSinkScoreEvery"), std::string::npos);
 

@@ -33,48 +33,7 @@ class MoeTree : public gc::test::TreeTest {
 
 // Sigmoid scoring, renormalized weights, shared experts, the balancing loss,
 // a dense layer between MoE layers (layer_interval 2), sandwich norms.
-const char* const kMoeGradients = R"toml([experiment]
-name = "moe_gradients"
-
-[model]
-arch = "moe"
-vocab_size = 97
-d_model = 24
-n_layers = 4
-n_heads = 4
-n_kv_heads = 2
-d_ff = 40
-norm_placement = "sandwich"
-gated_attention = "headwise"
-norm_eps = 1e-12
-
-[moe]
-n_dense_layers = 1
-layer_interval = 2
-n_experts = 5
-top_k = 2
-n_shared_experts = 1
-expert_d_ff = 12
-router_scoring = "sigmoid"
-norm_topk_prob = true
-load_balance = "aux_loss"
-load_balance_coef = 0.3
-
-[init]
-gamma = 0.5
-
-[optim]
-lr = 1e-3
-
-[train]
-seq_len = 8
-global_batch = 2
-steps = 2
-precision = "fp32"
-
-[data]
-format = "synthetic"
-)toml";
+const std::string kMoeGradients = gc::test::fixture_spec("moe_gradients.toml");
 
 TEST_F(MoeTree, GradientsMatchFiniteDifferencesWithEveryMoeFeature) {
   const Outcome gen = generate(kMoeGradients);
@@ -91,53 +50,7 @@ TEST_F(MoeTree, GradientsMatchFiniteDifferencesWithEveryMoeFeature) {
 }
 
 // Softmax routing with the auxiliary-loss-free bias, on text-free synthetic data.
-const char* const kMoeAuxFree = R"toml([experiment]
-name = "moe_aux_free"
-seed = 3
-
-[model]
-arch = "moe"
-vocab_size = 64
-d_model = 32
-n_layers = 2
-n_heads = 4
-d_ff = 64
-
-[moe]
-n_experts = 8
-top_k = 2
-expert_d_ff = 16
-load_balance = "aux_free"
-load_balance_coef = 0.01
-
-[optim]
-lr = 3e-3
-
-[train]
-seq_len = 32
-global_batch = 8
-micro_batch = 4
-steps = 40
-precision = "fp32"
-eval_every = 20
-eval_batches = 2
-checkpoint_every = 20
-log_every = 1
-
-[data]
-format = "synthetic"
-
-[metrics.stable_rank]
-classes = ["expert_up", "router"]
-interval = 20
-
-[metrics.cosine_similarity]
-classes = ["expert_down"]
-interval = 20
-
-[metrics.moe_routing]
-interval = 1
-)toml";
+const std::string kMoeAuxFree = gc::test::fixture_spec("moe_aux_free.toml");
 
 using gc::test::read_text;
 
@@ -279,44 +192,7 @@ TEST_F(MoeParity, CudaBackendMatchesTheCpuUnderTheEmulatorInFp32) {
 
 // bf16: d_model 64 (in a narrower model the per-tensor error of bf16 rounding
 // alone approaches the tolerance), pre-norm, every expert selected.
-const char* const kMoeParityBf16 = R"toml([experiment]
-name = "moe_parity_bf16"
-
-[model]
-arch = "moe"
-vocab_size = 97
-d_model = 64
-n_layers = 3
-n_heads = 4
-n_kv_heads = 2
-d_ff = 96
-
-[moe]
-n_dense_layers = 1
-n_experts = 6
-top_k = 6
-n_shared_experts = 1
-expert_d_ff = 32
-router_scoring = "sigmoid"
-norm_topk_prob = true
-load_balance = "aux_loss"
-load_balance_coef = 0.3
-
-[init]
-gamma = 0.5
-
-[optim]
-lr = 1e-3
-
-[train]
-seq_len = 16
-global_batch = 2
-steps = 2
-precision = "bf16"
-
-[data]
-format = "synthetic"
-)toml";
+const std::string kMoeParityBf16 = gc::test::fixture_spec("moe_parity_bf16.toml");
 
 TEST_F(MoeParity, CudaBackendMatchesTheCpuUnderTheEmulatorInBf16) {
   const Outcome gen = generate(kMoeParityBf16, /*build=*/false);

@@ -64,8 +64,7 @@ class Reference : public gc::test::TreeTest {
     if (!torch_available()) {
       // In CI the oracle must run: scripts/setup installs python3-torch, so a
       // missing torch is a broken setup, not a reason to skip.
-      const char* ci = std::getenv("CI");
-      if (ci != nullptr && *ci != '\0' && std::string(ci) != "false" && std::string(ci) != "0") {
+      if (gc::test::in_ci()) {
         FAIL() << "CI is set and " << kPython << " cannot import torch and numpy: the PyTorch oracle must not be "
                << "skipped in CI (scripts/setup installs python3-torch)";
       }

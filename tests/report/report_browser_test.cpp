@@ -20,6 +20,7 @@ namespace gc::report {
 namespace {
 
 namespace fs = std::filesystem;
+using gc::test::in_ci;
 using gc::test::sh;
 
 // Measures every plot after layout and writes the result as JSON into the DOM.
@@ -55,11 +56,6 @@ const char* const kProbeScript = R"js(
 })();
 </script>
 )js";
-
-bool in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && std::string(ci) == "true";
-}
 
 std::string find_chromium() {
   for (const char* name : {"chromium", "chromium-browser"}) {
