@@ -44,6 +44,23 @@ inline AllocationStats& allocation_stats() {
   return stats;
 }
 
+// Bytes copied device → host through DeviceBuffer::download and copy_to_host: the trainer
+// reports what its metrics copied (metrics_device_to_host_bytes), so the cost of measuring on a
+// GPU is counted on every run, under the emulator too.
+struct TransferStats {
+  std::int64_t device_to_host_bytes = 0;
+};
+inline TransferStats& transfer_stats() {
+  static TransferStats stats;
+  return stats;
+}
+
+// cudaMemcpy device → host, counted.
+inline void copy_to_host(void* host, const void* device, std::size_t bytes) {
+  GC_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+  transfer_stats().device_to_host_bytes += std::int64_t(bytes);
+}
+
 // An owning device allocation of n elements of T (no copy, moves only). The
 // backend allocates every buffer before the training loop starts.
 template <typename T>
@@ -85,9 +102,7 @@ class DeviceBuffer {
   void upload(const T* host, std::size_t n, std::size_t offset = 0) {
     GC_CUDA_CHECK(cudaMemcpy(ptr_ + offset, host, n * sizeof(T), cudaMemcpyHostToDevice));
   }
-  void download(T* host, std::size_t n, std::size_t offset = 0) const {
-    GC_CUDA_CHECK(cudaMemcpy(host, ptr_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost));
-  }
+  void download(T* host, std::size_t n, std::size_t offset = 0) const { copy_to_host(host, ptr_ + offset, n * sizeof(T)); }
   void zero() {
     if (n_ > 0) GC_CUDA_CHECK(cudaMemsetAsync(ptr_, 0, n_ * sizeof(T)));
   }

@@ -333,7 +333,7 @@ double sum_squares(const T* x, std::int64_t n, double* scratch) {
   launch(detail::buffer_chunk_squares_kernel<T>, unsigned(chunks), detail::kNormThreads, 0, scratch, x, n);
   launch(detail::sum_partials_kernel<>, 1, 1, 0, scratch + chunks, scratch, chunks);
   double total = 0.0;
-  GC_CUDA_CHECK(cudaMemcpy(&total, scratch + chunks, sizeof(double), cudaMemcpyDeviceToHost));
+  gc::rt::cuda::copy_to_host(&total, scratch + chunks, sizeof(double));
   return total;
 }
 

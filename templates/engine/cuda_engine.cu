@@ -272,6 +272,7 @@ class CudaEngine final : public ModelEngine<CudaModel> {
   }
   std::int64_t device_allocated_peak() const override { return gc::rt::cuda::allocation_stats().peak_bytes; }
   std::int64_t device_allocations() const override { return gc::rt::cuda::allocation_stats().allocations; }
+  std::int64_t device_to_host_bytes() const override { return gc::rt::cuda::transfer_stats().device_to_host_bytes; }
 
  protected:
   CudaModel& model() override { return model_; }
@@ -326,7 +327,7 @@ class CudaEngine final : public ModelEngine<CudaModel> {
     v_.zero();
   }
   static void download_floats(float* host, const float* device, std::size_t n) {
-    GC_CUDA_CHECK(cudaMemcpy(host, device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    gc::rt::cuda::copy_to_host(host, device, n * sizeof(float));
   }
   // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's shard of a device array.
   void gather_shard(float* all, const float* shard_device) {

@@ -137,6 +137,8 @@ class EngineTelemetry {
   virtual std::int64_t device_used_bytes() const { return 0; }
   virtual std::int64_t device_allocated_peak() const { return 0; }
   virtual std::int64_t device_allocations() const { return 0; }
+  // Bytes this process has copied from the device to the host so far (0 on the CPU).
+  virtual std::int64_t device_to_host_bytes() const { return 0; }
 };
 
 class Engine : public EngineStep, public EngineState, public EngineDistribution, public EngineTelemetry {};

@@ -84,7 +84,7 @@ template <typename T>
 std::vector<double> fetch(const T* device, std::size_t n) {
   std::vector<T> host(n);
   GC_CUDA_CHECK(cudaDeviceSynchronize());
-  GC_CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
+  gc::rt::cuda::copy_to_host(host.data(), device, n * sizeof(T));
   std::vector<double> out(n);
   for (std::size_t i = 0; i < n; ++i) out[i] = double(to_float(host[i]));
   return out;

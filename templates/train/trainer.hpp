@@ -111,6 +111,8 @@ class Trainer {
   gc::rt::Batch batch_;                         // the micro-batch being trained on, reused
   std::vector<std::int32_t> inputs_, targets_;  // its inputs and targets, reused
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
+  std::int64_t metrics_device_to_host_bytes_ = 0;  // copied from a GPU by measuring (summary record)
+  std::int64_t measurements_ = 0;                  // measure() calls that measured something
 };
 
 }  // namespace gcm

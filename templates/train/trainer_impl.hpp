@@ -172,6 +172,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
   std::map<int, std::vector<float>> before;  // tracked tensors before the update
+  const std::int64_t copied_before = engine_->device_to_host_bytes();  // update ratios' copies
   if (records_.update_ratio_due(s)) {
     for (int i = 0; i < kNumParams; ++i) {
       if (!kUpdateRatioTensors[i]) continue;
@@ -179,6 +180,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
       engine_->download_tensor(i, before[i].data());
     }
   }
+  metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;
   engine_->finish_step(learning_rate(step), s);
   host_.mark_stale();
   if (read) {
@@ -199,6 +201,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
     std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
     std::vector<float> after;
+    const std::int64_t copied_after_step = engine_->device_to_host_bytes();
     for (const auto& [i, old] : before) {
       after.resize(old.size());
       engine_->download_tensor(i, after.data());
@@ -210,6 +213,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
       }
     }
     Json values = Json::object();
+    metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_after_step;
     for (const auto& [cls, sums] : update) values[cls] = sums.second > 0.0 ? std::sqrt(sums.first / sums.second) : 0.0;
     step_records_.push_back({{"step", s}, {"metric", "update_ratio"}, {"values", values}});
   }

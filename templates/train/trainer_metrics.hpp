@@ -50,6 +50,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
   if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
   const auto t0 = Clock::now();
+  const std::int64_t copied_before = engine_->device_to_host_bytes();
   metrics::ActivationMetrics activations(due);
   if (eval_due || initial_loss || due.any_activation()) {
     const double val = evaluate(due.any_activation() ? &activations : nullptr);
@@ -76,6 +77,8 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
     for (const Json& r : metrics::weight_records(s, host_.params(), due, top_tokens_, opt_.run_dir)) log.write(r);
   }
   metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;
+  ++measurements_;
 }
 
 // AdamW moments one rank holds as planned: the whole flat array, or rank 0's ZeRO-1 shard
@@ -134,6 +137,10 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
     r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1);
     r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
+    // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
+    // the run's measurements (docs/metrics.md, "On a GPU").
+    r["metrics_device_to_host_bytes"] = metrics_device_to_host_bytes_;
+    r["measurements"] = measurements_;
   }
   log.write(r);
 }

@@ -132,6 +132,20 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   EXPECT_EQ(s["grad_reductions_per_step"], 5) << s.dump();
   EXPECT_EQ(s["optimizer_bytes"], s["planned_optimizer_bytes"]);
   EXPECT_NE(s.value("device", "").find("CUDA backend"), std::string::npos) << s.dump();
+  // What measuring copied from the GPU, counted: at step 0 every forward buffer of the validation
+  // batch (the activation metrics are still computed on the host from copies), the weights at
+  // each weight-metric step (0, 2, 3, 4, 6) and the update-ratio tensors; at least the residual
+  // stream of the 3 layers (2 × 16 rows × 32 floats each). Without metrics only the validation
+  // losses of steps 3 and 6 are measured, which copy next to nothing.
+  const auto s1 = summary(dir_ / "one");
+  EXPECT_EQ(s1["measurements"], 5) << s1.dump();
+  EXPECT_GT(s1["metrics_device_to_host_bytes"].get<double>(), 3.0 * 2 * 16 * 32 * 4) << s1.dump();
+  const Outcome plain = train(tree, "--out " + (dir_ / "plain").string() + " --no-metrics");
+  ASSERT_EQ(plain.status, 0) << plain.output;
+  const auto s0 = summary(dir_ / "plain");
+  EXPECT_EQ(s0["measurements"], 2) << s0.dump();
+  EXPECT_LT(100.0 * s0["metrics_device_to_host_bytes"].get<double>(), s1["metrics_device_to_host_bytes"].get<double>())
+      << s0.dump();
   // NCCL cannot put two ranks on one GPU: two ranks on a one-GPU machine are refused up front.
   const Outcome crowded = train(tree, "--out " + (dir_ / "crowded").string(), 2, "cuda", 1);
   EXPECT_NE(crowded.status, 0);
