@@ -315,7 +315,7 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
 
 // The CUDA engine's small device tables (AdamW's per-tensor table of 24 bytes a row, per-tensor
 // Σ g² and its chunk partials in double, the step's loss accumulators, the step verdict of
-// train/step_verdict.hpp: 48 bytes) and the largest scratch
+// step_verdict.hpp: 48 bytes) and the largest scratch
 // buffer runtime/cuda/blaslt.hpp allocates while it times algorithms for an accumulating GEMM
 // (β = 1: a copy of the output, if at most 64 MiB). Accumulating outputs: the fp32 weight
 // gradients (an expert stack's per expert; gate and up together) and the activation gradients dx

@@ -12,7 +12,7 @@
 //
 // Gradient clipping: sum_of_squares sums in double over fixed-size chunks (per-chunk partials
 // added serially in chunk order), so a tensor's Σ g² does not depend on the thread count; the
-// global norm and the clip multiplier come from train/step_verdict.hpp's judge_step, which
+// global norm and the clip multiplier come from step_verdict.hpp's judge_step, which
 // both engines share.
 #pragma once
 

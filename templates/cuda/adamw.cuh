@@ -28,7 +28,7 @@
 // the result is bitwise identical run to run; it matches the CPU to ~1e-15
 // relative (not bitwise: the order inside a chunk differs).
 //
-// The step's end without the host: judge_step_on_device runs train/step_verdict.hpp's
+// The step's end without the host: judge_step_on_device runs step_verdict.hpp's
 // judge_step (global norm from the per-tensor sums, clip multiplier, stop on a non-finite loss
 // or norm) in one device thread, and adamw_step_judged reads the multiplier and the stop from
 // that verdict, so the host queues a whole step without reading anything back.
@@ -43,7 +43,7 @@
 #include <cstdint>
 
 #include "common.cuh"
-#include "train/step_verdict.hpp"
+#include "step_verdict.hpp"
 
 namespace gcm::cuda {
 
@@ -211,7 +211,7 @@ __global__ void sum_partials_kernel(double* __restrict__ out, const double* __re
   *out = total;
 }
 
-// The step's verdict from the loss and the per-tensor Σ g² (train/step_verdict.hpp), by one thread.
+// The step's verdict from the loss and the per-tensor Σ g² (step_verdict.hpp), by one thread.
 template <int kUnused = 0>
 __global__ void judge_step_kernel(StepVerdict* __restrict__ verdict, const double* __restrict__ loss,
                                   const double* __restrict__ squares, int num_tensors, double max_norm,
@@ -290,7 +290,7 @@ void adamw_step_judged(float* master, T* working, float* m, float* v, const floa
 }
 
 // *verdict_device = judge_step(*verdict_device, *loss_device, squares_device[0, num_tensors), ...):
-// the global norm, clip multiplier and stop of train/step_verdict.hpp, on the device. Stream 0,
+// the global norm, clip multiplier and stop of step_verdict.hpp, on the device. Stream 0,
 // asynchronous. Launch: one thread.
 inline void judge_step_on_device(StepVerdict* verdict_device, const double* loss_device, const double* squares_device,
                                  int num_tensors, double max_norm, std::int64_t step) {

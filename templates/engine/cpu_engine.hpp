@@ -16,7 +16,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
-#include "train/step_verdict.hpp"
+#include "step_verdict.hpp"
 #include "train/zero.hpp"
 
 namespace gcm {

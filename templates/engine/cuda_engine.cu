@@ -8,7 +8,7 @@
 // reduction stay fp32.
 //
 // A step waits for nothing: the loss accumulates on the device, finish_step queues the
-// gradient norms, the step's verdict (norm, clip, stop: train/step_verdict.hpp) and AdamW
+// gradient norms, the step's verdict (norm, clip, stop: step_verdict.hpp) and AdamW
 // reading it, and the host reads the values back (read_step) only when it logs, records or
 // saves.
 //

@@ -27,7 +27,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
-#include "train/step_verdict.hpp"
+#include "step_verdict.hpp"
 
 namespace gcm {
 
@@ -55,7 +55,7 @@ class EngineStep {
   virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
   // Ends step t (t ≥ 1) after its micro-batches (and reduce_grads): the step's loss summed over
   // the ranks, each tensor's Σ g² (fixed summation order: repeatable), the verdict of
-  // train/step_verdict.hpp (global norm, clip multiplier for max norm kGradClip, stop), and
+  // step_verdict.hpp (global norm, clip multiplier for max norm kGradClip, stop), and
   // AdamW with η = lr · lr_mult on every tensor, unless the run has stopped. The CUDA engine
   // queues all of it on the GPU and returns without waiting.
   virtual void finish_step(double lr, std::int64_t t) = 0;

@@ -1,5 +1,5 @@
 #include "cpu/adamw.hpp"
-#include "train/step_verdict.hpp"
+#include "step_verdict.hpp"
 
 #include <gtest/gtest.h>
 
