@@ -26,11 +26,6 @@ class HostState {
     on_device_ = true;
     params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
   }
-  // The CPU backend's model (created before any other large allocation).
-  Model<float>& create_host_model() {
-    model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
-    return *model_;
-  }
   bool on_device() const { return on_device_; }
 
   // Whole moments, zero (a fresh or resumed run; under ZeRO-1 only while loading or saving).
@@ -86,9 +81,10 @@ class HostState {
     return out;
   }
 
-  // The host model the activation metrics read: the training model on the CPU;
-  // on a GPU, built on first use to receive the device's activations.
-  Model<float>& metrics_model() {
+  // The host model, built on first use: on the CPU the training model (built first, before any
+  // other large allocation), which the activation metrics read too; on a GPU the model that
+  // receives the device's activations for the metrics.
+  Model<float>& host_model() {
     if (!model_) model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
     return *model_;
   }

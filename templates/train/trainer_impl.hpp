@@ -117,7 +117,7 @@ inline void Trainer::choose_engine() {
   }
 #endif
   check_host_memory();
-  Model<float>& model = host_.create_host_model();
+  Model<float>& model = host_.host_model();
   engine_ = std::make_unique<CpuEngine>(model, host_.m(), host_.v());
 }
 

@@ -17,7 +17,7 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   for (const auto& batch : val_batches_) {
     batch.split(inputs_, targets_);
     total += engine_->forward_loss(inputs_.data(), targets_.data());
-    if (metrics) metrics->add_batch(engine_->activations(host_.metrics_model()));
+    if (metrics) metrics->add_batch(engine_->activations(host_.host_model()));
   }
   engine_->track_logit_moments(false);
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
@@ -27,7 +27,7 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
 inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
   const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
     engine_->forward_loss(inputs, targets);
-    const Model<float>& model = engine_->activations(host_.metrics_model());
+    const Model<float>& model = engine_->activations(host_.host_model());
     if (!model.keeps_logits()) {  // the anchor task's vocabulary is small: this does not happen
       throw gc::rt::RuntimeError("anchor evaluation needs every row's logits, but the LM head runs in chunks of " +
                                  std::to_string(model.head_rows()) + " rows");

@@ -19,7 +19,6 @@ namespace {
 using ct::bf16;
 using ct::DeviceBuffer;
 
-using ct::bitwise_equal;
 using ct::download_double;
 using ct::expect_close;
 using ct::rounded;
