@@ -22,6 +22,7 @@
 #include "analysis/token_compare.hpp"
 #include "config.hpp"
 #include "metrics/collector.hpp"
+#include "metrics/host_ops.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/atomic_file.hpp"
@@ -167,13 +168,14 @@ int run_metrics(const Args& a) {
     std::fprintf(stderr, "analyze: note: no embedding_cosine (training data unreadable: %s)\n", e.what());
   }
   gcm::metrics::ActivationMetrics activations(due);
+  gcm::metrics::HostMetricOps ops;
   double loss = 0.0;
   model.zero_grads();
   for (const auto& batch : batches) {
     const auto inputs = batch.inputs(), targets = batch.targets();
     // Cross-entropy alone, as train logs val_loss (forward adds the MoE balancing loss).
     loss += (model.forward(inputs.data(), targets.data()) - model.aux_loss()) / double(batches.size());
-    activations.add_batch(model);
+    activations.add_batch(model, ops);
     model.backward(1.0 / double(batches.size()));
   }
   std::vector<Json> records = {{{"step", step}, {"val_loss", loss}, {"tokens", std::int64_t(batches.size()) *
@@ -183,7 +185,8 @@ int run_metrics(const Args& a) {
     gcm::accumulate_moe_window(model);
     Json routing = gcm::moe_record(gcm::take_moe_stats(model, [&](int l) {
                                      const auto& scores = model.moe_layer(l).scores;
-                                     return gcm::router_entropy(scores.data(), std::int64_t(scores.size()) / gcm::kExperts);
+                                     return ops.router_entropy(scores.data(), std::int64_t(scores.size()) / gcm::kExperts,
+                                                               gcm::kExperts);
                                    }),
                                    step, model.aux_loss());
     routing["data"] = "validation";
@@ -196,7 +199,8 @@ int run_metrics(const Args& a) {
   });
   records.push_back({{"step", step}, {"metric", "grad_norm"}, {"values", grads}, {"data", "validation"}});
   if (due.cosine_images) fs::create_directories(a.images);
-  for (auto& r : gcm::metrics::weight_records(step, model.params.data(), due, top_tokens, a.images)) records.push_back(r);
+  gcm::metrics::HostWeightStats weights(model.params.data());
+  for (auto& r : gcm::metrics::weight_records(step, weights, due, top_tokens, a.images)) records.push_back(r);
   std::string text;
   for (const auto& r : records) text += gc::rt::metrics_line(r) + "\n";
   emit(a.out, text);

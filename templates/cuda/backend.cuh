@@ -162,6 +162,9 @@ class Backend {
     return targets_.data();
   }
 
+  // The backend's cuBLASLt (the weight metrics' cosine products share its workspace).
+  BlasLt& blas() { return blas_; }
+
   // y[N,out] = x[N,in] · W[out,in]^T
   void linear_forward(T* y, const T* x, const T* W, int N, int in, int out) {
     blas_.gemm(false, true, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);

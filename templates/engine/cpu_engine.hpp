@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +15,7 @@
 #include "config.hpp"
 #include "cpu/adamw.hpp"
 #include "engine/engine.hpp"
+#include "metrics/host_ops.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -21,7 +24,7 @@
 
 namespace gcm {
 
-class CpuEngine final : public ModelEngine<Model<float>> {
+class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps> {
  public:
   CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v) : model_(model), m_(m), v_(v) {
     readout_.squares.resize(std::size_t(kNumParams));
@@ -69,9 +72,6 @@ class CpuEngine final : public ModelEngine<Model<float>> {
   }
   void download(float*, float*, float*) override {}
   void gather_moments(float* m, float* v) override { zero_->gather_moments(m, v); }
-  void download_tensor(int i, float* out) override {
-    std::copy(model_.param(i), model_.param(i) + kParams[i].numel, out);
-  }
 
   // Distribution: one MPI collective per step.
   void join(const gc::rt::Comm& comm, int zero_stage) override {
@@ -91,7 +91,26 @@ class CpuEngine final : public ModelEngine<Model<float>> {
 
   // Telemetry.
   std::string describe() const override { return "CPU backend"; }
-  const Model<float>& activations(Model<float>&) override { return model_; }
+  // Update ratios: the tracked tensors' values before the step, beside the model.
+  void snapshot_tensors(const bool* mask) override {
+    for (int i = 0; i < kNumParams; ++i) {
+      if (mask[i]) snapshot_[i].assign(model_.param(i), model_.param(i) + kParams[i].numel);
+    }
+  }
+  std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
+    std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
+    for (int i = 0; i < kNumParams; ++i) {
+      if (!mask[i]) continue;
+      const std::vector<float>& old = snapshot_.at(i);
+      const float* now = model_.param(i);
+      for (std::size_t j = 0; j < old.size(); ++j) {
+        const double d = double(now[j]) - double(old[j]);
+        out[std::size_t(i)][0] += d * d;
+        out[std::size_t(i)][1] += double(old[j]) * double(old[j]);
+      }
+    }
+    return out;
+  }
   std::int64_t optimizer_bytes() const override {
     return zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4);
   }
@@ -99,17 +118,16 @@ class CpuEngine final : public ModelEngine<Model<float>> {
  protected:
   Model<float>& model() override { return model_; }
   const Model<float>& model() const override { return model_; }
-  const float* router_scores_on_host(int layer, std::int64_t& n) override {
-    const auto& scores = model_.moe_layer(layer).scores;
-    n = std::int64_t(scores.size());
-    return scores.data();
-  }
+  metrics::HostMetricOps& metric_ops() override { return ops_; }
+  const float* logits_of(std::vector<float>&) override { return model_.logits(); }
 
  private:
   Model<float>& model_;
   std::vector<float>& m_;
   std::vector<float>& v_;
   StepReadout readout_;
+  metrics::HostMetricOps ops_;
+  std::map<int, std::vector<float>> snapshot_;  // update ratios: tensors before the step
   double step_loss_ = 0.0;                  // Σ loss_scale · cross-entropy since zero_grads
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1

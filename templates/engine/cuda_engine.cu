@@ -31,6 +31,7 @@
 //                 all-gather moves equal blocks, so the flat parameter (and
 //                 gradient) arrays get a zero tail up to ranks × shard elements.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -43,6 +44,9 @@
 #include "cuda/adamw.cuh"
 #include "cuda/backend.cuh"
 #include "cuda/init.cuh"
+#include "cuda/metric_ops.cuh"
+#include "cuda/update_ratio.cuh"
+#include "cuda/weight_stats.cuh"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -62,7 +66,7 @@ using ComputeType = std::conditional_t<kPrecision == Precision::bf16, cuda::bf16
 using CudaModel = BasicModel<cuda::Backend<ComputeType>>;
 inline constexpr bool kSeparateMaster = !std::is_same_v<ComputeType, float>;
 
-class CudaEngine final : public ModelEngine<CudaModel> {
+class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
  public:
   // The optimizer state is allocated by the first initialize or upload, after join has decided
   // how much of it this rank holds (so the allocation peak is the rank's own).
@@ -137,13 +141,6 @@ class CudaEngine final : public ModelEngine<CudaModel> {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
     gather_shard(m, m_.data());
     gather_shard(v, v_.data());
-  }
-  // Under ZeRO-1 a collective: each rank contributes the part of the tensor in its shard.
-  void download_tensor(int i, float* out) override {
-    GC_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto [a, b] = shard_.overlap(i);
-    if (b > a) download_floats(out + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo), std::size_t(b - a));
-    if (sharded()) comm_->allgather_inplace(out, shard_.tensor_counts(i));
   }
   void zero_grads() override {
     model_.zero_grads();
@@ -243,27 +240,38 @@ class CudaEngine final : public ModelEngine<CudaModel> {
   }
   int last_step_reductions() const override { return reductions_; }
 
-  // Copies every forward buffer of the last batch into the host model
-  // (converted to fp32), so the metrics measure the GPU's own activations.
-  const Model<float>& activations(Model<float>& host) override {
-    std::vector<float*> targets;
-    host.visit_forward_buffers([&](auto& buf) { targets.push_back(buf.data()); });
-    std::size_t i = 0;
-    GC_CUDA_CHECK(cudaDeviceSynchronize());
-    model_.visit_forward_buffers([&](auto& buf) {
-      using U = std::remove_reference_t<decltype(*buf.data())>;
-      float* out = targets.at(i++);
-      if (buf.empty()) return;
-      if constexpr (std::is_same_v<U, float>) {
-        buf.download(out, buf.size());
-      } else {
-        staging_.resize(buf.size());
-        buf.download(staging_.data(), buf.size());
-        for (std::size_t j = 0; j < staging_.size(); ++j) out[j] = cuda::to_float(staging_[j]);
-      }
-    });
-    model_.logit_moments.download(host.logit_moments.data(), host.logit_moments.size());
-    return host;
+  // The metrics' device scratch, sized for this model and the plan's tensors (after join, so
+  // that the update ratios' copy covers this rank's shard only).
+  void prepare_metrics(int top_tokens) override {
+    metric_ops_.prepare(model_.rows(), kHeads);
+    weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(cuda::WeightStatsSizes::of_plan(top_tokens),
+                                                              model_.backend().blas());
+    snapshot_mask_ = kUpdateRatioTensors;
+    snapshot_.prepare(update_parts(snapshot_mask_));
+  }
+  // The fp32 weights whole on this rank: the masters without ZeRO-1; under ZeRO-1 in fp32 the
+  // parameters (all-gathered after every step). Under ZeRO-1 in bf16 a rank holds only its shard
+  // of the masters: nullptr (the host state is gathered instead).
+  metrics::WeightStats* weight_stats() override {
+    const float* whole = whole_fp32_weights(model_.params);
+    if (whole == nullptr) return nullptr;
+    if (!weight_stats_) prepare_metrics(0);
+    weight_stats_->bind(whole);
+    return weight_stats_.get();
+  }
+  void snapshot_tensors(const bool* mask) override {
+    if (mask != snapshot_mask_) {  // not the plan's tracked tensors: sized now
+      snapshot_mask_ = mask;
+      snapshot_.prepare(update_parts(mask));
+    }
+    snapshot_.keep(master_shard());
+  }
+  std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
+    std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
+    if (mask != snapshot_mask_) throw gc::rt::RuntimeError("update_sums: no snapshot of these tensors was taken");
+    snapshot_.sums(master_shard(), out);
+    if (sharded()) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
+    return out;
   }
   std::int64_t device_used_bytes() const override {
     std::size_t free = 0, total = 0;
@@ -277,14 +285,19 @@ class CudaEngine final : public ModelEngine<CudaModel> {
  protected:
   CudaModel& model() override { return model_; }
   const CudaModel& model() const override { return model_; }
-  // The router's fp32 scores copied down after the queued work.
-  const float* router_scores_on_host(int layer, std::int64_t& n) override {
-    const auto& scores = model_.moe_layer(layer).scores;
-    scores_host_.resize(scores.size());
+  cuda::MetricOps& metric_ops() override { return metric_ops_; }
+  const float* logits_of(std::vector<float>& staging) override {
+    const std::size_t n = std::size_t(model_.rows()) * kVocab;
+    staging.resize(n);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    scores.download(scores_host_.data(), scores_host_.size());
-    n = std::int64_t(scores_host_.size());
-    return scores_host_.data();
+    if constexpr (std::is_same_v<ComputeType, float>) {
+      gc::rt::cuda::copy_to_host(staging.data(), model_.logits(), n * sizeof(float));
+    } else {
+      staging_.resize(n);
+      gc::rt::cuda::copy_to_host(staging_.data(), model_.logits(), n * sizeof(ComputeType));
+      for (std::size_t j = 0; j < n; ++j) staging[j] = cuda::to_float(staging_[j]);
+    }
+    return staging.data();
   }
 
  private:
@@ -313,6 +326,23 @@ class CudaEngine final : public ModelEngine<CudaModel> {
       for (std::size_t j = 0; j < n; ++j) staging_[j] = cuda::from_float<ComputeType>(host[j]);
       params.upload(staging_.data(), n);
     }
+  }
+  template <typename Params>
+  const float* whole_fp32_weights(Params& params) {
+    if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
+      return params.data();  // fp32: the parameters are the masters, whole on every rank
+    } else {
+      return sharded() ? nullptr : master_.data();
+    }
+  }
+  // Each tracked tensor's part of this rank's shard of the masters (all of it without ZeRO-1).
+  std::vector<cuda::UpdateSnapshot::Part> update_parts(const bool* mask) const {
+    std::vector<cuda::UpdateSnapshot::Part> parts;
+    for (int i = 0; i < kNumParams; ++i) {
+      const auto [a, b] = shard_.overlap(i);
+      if (mask[i] && b > a) parts.push_back({i, a - shard_.lo, b - a});
+    }
+    return parts;
   }
   // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
@@ -418,7 +448,10 @@ class CudaEngine final : public ModelEngine<CudaModel> {
 
   CudaModel model_;
   std::vector<ComputeType> staging_;  // bf16 activations (or weights) on their way between host and device
-  std::vector<float> scores_host_;     // an MoE layer's router scores on their way to the host
+  cuda::MetricOps metric_ops_;         // the activation metrics' reductions
+  std::unique_ptr<cuda::DeviceWeightStats> weight_stats_;  // the weight metrics', on the masters
+  cuda::UpdateSnapshot snapshot_;      // update ratios: the tracked tensors before a step
+  const bool* snapshot_mask_ = nullptr;
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;

@@ -17,6 +17,7 @@
 // the balancing term, the MoE hooks).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,9 +25,12 @@
 #include <vector>
 
 #include "config.hpp"
+#include "metrics/activation_metrics.hpp"
+#include "metrics/weight_stats.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/error.hpp"
 #include "step_verdict.hpp"
 
 namespace gcm {
@@ -79,8 +83,6 @@ class EngineState {
   virtual void upload(const float* params, const float* m, const float* v) = 0;
   // Engine → host state. m and v may be null (parameters only).
   virtual void download(float* params, float* m, float* v) = 0;
-  // One tensor's parameters to the host (update-ratio tracking).
-  virtual void download_tensor(int i, float* out) = 0;
   // Under ZeRO-1: the moments reach rank 0 (m and v whole arrays there, nullptr elsewhere).
   virtual void gather_moments(float*, float*) {}
   // The aux_free selection biases a checkpoint keeps (one vector per MoE layer).
@@ -98,8 +100,8 @@ class EngineState {
 // shard), after which finish_step sees the global batch.
 // Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
 // moments reach rank 0 through gather_moments, and on a GPU download(params,
-// nullptr, nullptr) and download_tensor are collectives as well (download
-// fills rank 0's params only).
+// nullptr, nullptr) and update_sums are collectives as well (download fills
+// rank 0's params only).
 class EngineDistribution {
  public:
   virtual ~EngineDistribution() = default;
@@ -122,10 +124,25 @@ class EngineTelemetry {
   // While on, forward_loss also sums the logits' moments (the logit_std metric of a model
   // that does not keep its logits: BasicModel::track_logit_moments).
   virtual void track_logit_moments(bool on) = 0;
-  // After forward_loss: the activations of that batch as a host model holds
-  // them, for the activation metrics. Returns the model to read (on the CPU,
-  // the engine's own; on a GPU, `host` after copying every forward buffer).
-  virtual const Model<float>& activations(Model<float>& host) = 0;
+  // Sizes the metrics' scratch (on a GPU: device memory, allocated here and not in the loop);
+  // top_tokens: the embedding cosine's row count (0 when it is off).
+  virtual void prepare_metrics(int /*top_tokens*/) {}
+  // After forward_loss: that batch's activation metrics added to `into`, computed where the
+  // activations lie (on a GPU, reduced on the device: a few numbers per layer come back).
+  virtual void measure_activations(metrics::ActivationMetrics& into) = 0;
+  // After forward_loss with a model that keeps every row's logits: those logits [N, V] readable
+  // on the host (the anchor task's accuracies; its vocabulary is small). `staging` may hold them.
+  virtual const float* logits_on_host(std::vector<float>& staging) = 0;
+  // The weight metrics' view of the current weights where they lie (metrics/weight_stats.hpp),
+  // or nullptr when they must be read from the host state (the CPU backend, whose host state is
+  // the engine's; a GPU whose fp32 masters are sharded by ZeRO-1 under bf16).
+  virtual metrics::WeightStats* weight_stats() { return nullptr; }
+  // Update ratios: snapshot_tensors(mask) before finish_step keeps the tensors `mask` selects;
+  // update_sums(mask) after it returns for each tensor (kParams order, zero outside the mask)
+  // Σ (θ_after − θ_before)² and Σ θ_before² over the whole tensor (under ZeRO-1 every rank calls
+  // it: the shards' sums are added over the ranks).
+  virtual void snapshot_tensors(const bool* mask) = 0;
+  virtual std::vector<std::array<double, 2>> update_sums(const bool* mask) = 0;
   // The routing statistics since the previous take (MoE; empty for a dense model).
   virtual std::vector<MoeLayerStats> moe_take_stats() = 0;
   // Bytes of the model's buffers besides parameters and gradients.
@@ -144,9 +161,19 @@ class EngineTelemetry {
 class Engine : public EngineStep, public EngineState, public EngineDistribution, public EngineTelemetry {};
 
 // What both engines do alike on their model M (a BasicModel on the CPU or the CUDA backend).
-template <typename M>
+// Ops: the backend's statistics for the activation metrics (metrics::HostMetricOps or
+// cuda::MetricOps).
+template <typename M, typename Ops>
 class ModelEngine : public Engine {
  public:
+  void measure_activations(metrics::ActivationMetrics& into) override { into.add_batch(model(), metric_ops()); }
+  const float* logits_on_host(std::vector<float>& staging) override {
+    if (!model().keeps_logits()) {  // the anchor task's vocabulary is small: this does not happen
+      throw gc::rt::RuntimeError("anchor evaluation needs every row's logits, but the LM head runs in chunks of " +
+                                 std::to_string(model().head_rows()) + " rows");
+    }
+    return logits_of(staging);
+  }
   double last_aux_loss() const override { return model().aux_loss(); }
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) override {
     return model().forward(inputs, targets) - model().aux_loss();
@@ -166,9 +193,8 @@ class ModelEngine : public Engine {
   std::vector<MoeLayerStats> moe_take_stats() override {
     if constexpr (kMoe) {
       return take_moe_stats(model(), [this](int l) {
-        std::int64_t n = 0;
-        const float* scores = router_scores_on_host(l, n);
-        return router_entropy(scores, n / kExperts);
+        const auto& scores = model().moe_layer(l).scores;  // [N, E], fp32 on both backends
+        return metric_ops().router_entropy(scores.data(), std::int64_t(scores.size()) / kExperts, kExperts);
       });
     }
     return {};
@@ -182,8 +208,9 @@ class ModelEngine : public Engine {
  protected:
   virtual M& model() = 0;
   virtual const M& model() const = 0;
-  // MoE layer l's router scores (fp32, n values) readable on the host, for the router entropy.
-  virtual const float* router_scores_on_host(int layer, std::int64_t& n) = 0;
+  virtual Ops& metric_ops() = 0;
+  // The model's logits [N, V] on the host (keeps_logits()).
+  virtual const float* logits_of(std::vector<float>& staging) = 0;
 };
 
 // Defined in engine/cuda_engine.cu, so only in a tree built with the CUDA backend

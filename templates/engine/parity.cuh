@@ -7,7 +7,8 @@
 //
 // Errors are relative: ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (‖cuda − cpu‖₂ where cpu is all zero), and
 // for the logits also the worst row (one token's V logits), so an error confined to a few tokens
-// is not averaged away. fp32 is held to 1e-5 (measured under the emulator: under 1.2e-6 on every
+// is not averaged away. Every metric is computed by both backends from these activations and
+// weights too (engine/metrics_parity.cuh). fp32 is held to 1e-5 (measured under the emulator: under 1.2e-6 on every
 // coverage spec); bf16 to 3e-2 (below).
 #pragma once
 
@@ -19,6 +20,7 @@
 
 #include "config.hpp"
 #include "cuda/backend.cuh"
+#include "engine/metrics_parity.cuh"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/cuda/check.hpp"
@@ -32,6 +34,7 @@ struct ParityReport {
   double rel_logits = 0.0;
   double worst_row_logits = 0.0;  // max over rows of the row's relative error
   std::vector<double> rel_grads;  // per parameter tensor, in kParams order (the worse of the two CUDA models)
+  MetricsParity metrics;          // every metric on both backends (engine/metrics_parity.cuh)
 
   double rel_loss() const { return std::fabs(loss_cuda - loss_cpu) / std::fabs(loss_cpu); }
   // The largest gradient error and its tensor's index (0 when there are no tensors).
@@ -44,7 +47,8 @@ struct ParityReport {
   bool pass(double tolerance) const {
     return rel_logits <= tolerance && worst_row_logits <= tolerance && max_rel_grad() <= tolerance &&
            std::fabs(loss_cuda - loss_cpu) <= tolerance * std::fabs(loss_cpu) &&
-           std::fabs(loss_cuda_chunked - loss_cpu) <= tolerance * std::fabs(loss_cpu);
+           std::fabs(loss_cuda_chunked - loss_cpu) <= tolerance * std::fabs(loss_cpu) && metrics.worst <= tolerance &&
+           metrics.worst_pixel <= tolerance;
   }
 };
 
@@ -125,8 +129,20 @@ ParityReport model_parity(int batch, int seq_len) {
   report.precision = std::is_same_v<T, float> ? "fp32" : "bf16";
   cpu.zero_grads();
   gpu.zero_grads();
+  cpu.track_logit_moments(true);  // logit_std of a model whose LM head runs in chunks
+  gpu.track_logit_moments(true);
   report.loss_cpu = cpu.forward(tokens.data(), targets.data());
   report.loss_cuda = gpu.forward(tokens.data(), targets.data());
+  // The metrics, from these activations and weights (fp32 weights on the device: the
+  // parameters under fp32, the rounded values under bf16).
+  if constexpr (std::is_same_v<T, float>) {
+    report.metrics = metrics_parity(cpu, gpu, gpu.params.data(), metric_error_floor<T>());
+  } else {
+    DeviceBuffer<float> fp32_weights;
+    fp32_weights.resize(cpu.params.size());
+    fp32_weights.upload(cpu.params.data(), cpu.params.size());
+    report.metrics = metrics_parity(cpu, gpu, fp32_weights.data(), metric_error_floor<T>());
+  }
   const std::size_t n_logits = std::size_t(cpu.rows()) * kVocab;
   const std::vector<double> logits = fetch(gpu.logits(), n_logits);
   report.rel_logits = relative_error(logits, cpu.logits(), n_logits);

@@ -40,21 +40,35 @@ inline std::vector<std::uint8_t> heatmap_palette() {
   return rgb;
 }
 
-// Writes the k×k matrix (row-major) as an indexed PNG of side min(k, max_px).
-inline void write_heatmap_png(const std::string& path, const std::vector<float>& matrix, int k, int max_px = 512) {
+// Side of the heatmaps: a k×k matrix becomes min(k, kHeatmapPixels) pixels a side.
+inline constexpr int kHeatmapPixels = 512;
+
+// Pixel (y, x) of a side × side heatmap of a k×k matrix covers rows [⌊y·k/side⌋, ⌊(y+1)·k/side⌋)
+// and the same columns (cuda/weight_stats.cuh averages on the device with the same bounds).
+inline int heatmap_cell_begin(int pixel, int k, int side) { return int(std::int64_t(pixel) * k / side); }
+
+// The k×k matrix (row-major) block-averaged to side × side pixels, side = min(k, max_px).
+inline std::vector<float> block_average(const std::vector<float>& matrix, int k, int max_px = kHeatmapPixels) {
   const int side = std::min(k, max_px);
-  std::vector<std::uint8_t> level(std::size_t(side) * side);
+  std::vector<float> pixels(std::size_t(side) * side);
   for (int y = 0; y < side; ++y) {
-    const int r0 = int(std::int64_t(y) * k / side), r1 = int(std::int64_t(y + 1) * k / side);
+    const int r0 = heatmap_cell_begin(y, k, side), r1 = heatmap_cell_begin(y + 1, k, side);
     for (int x = 0; x < side; ++x) {
-      const int c0 = int(std::int64_t(x) * k / side), c1 = int(std::int64_t(x + 1) * k / side);
+      const int c0 = heatmap_cell_begin(x, k, side), c1 = heatmap_cell_begin(x + 1, k, side);
       double sum = 0.0;
       for (int r = r0; r < r1; ++r) {
         for (int c = c0; c < c1; ++c) sum += matrix[std::size_t(r) * k + c];
       }
-      level[std::size_t(y) * side + x] = std::uint8_t(heatmap_level(sum / double((r1 - r0) * (c1 - c0))));
+      pixels[std::size_t(y) * side + x] = float(sum / double((r1 - r0) * (c1 - c0)));
     }
   }
+  return pixels;
+}
+
+// Writes side × side pixels (block_average's output) as an indexed PNG.
+inline void write_heatmap_png(const std::string& path, const std::vector<float>& pixels, int side) {
+  std::vector<std::uint8_t> level(pixels.size());
+  for (std::size_t i = 0; i < pixels.size(); ++i) level[i] = std::uint8_t(heatmap_level(double(pixels[i])));
   static const std::vector<std::uint8_t> palette = heatmap_palette();
   gc::rt::write_png_indexed(path, side, side, palette, level);
 }

@@ -120,31 +120,27 @@ struct SpectralNorm {
   bool converged = false;
 };
 
-// ‖W‖₂ by Lanczos on the smaller Gram matrix (see the header comment).
-template <typename T>
-SpectralNorm spectral_norm(const T* W, int rows, int cols, double tol = 1e-10, int max_steps = 300) {
-  const bool row_gram = rows < cols;
-  const int n = row_gram ? rows : cols;
+// The Lanczos iteration of spectral_norm (see the header comment) over the vectors of an Ops
+// object, which holds the Gram operator: HostLanczos below on the host, cuda/weight_stats.cuh's
+// on the device (both backends run this loop; only the vector operations differ).
+//   ops.begin()             q = the start vector (detail::start_vector), the basis empty
+//   ops.extend_basis()      appends q to the basis
+//   ops.apply()             w = G q; returns q·w
+//   ops.reorthogonalize()   removes w's components along the basis, twice (Kahan-Parlett)
+//   ops.norm_w()            ‖w‖₂
+//   ops.advance(norm)       q = w / norm
+template <typename Ops>
+SpectralNorm lanczos_spectral_norm(Ops& ops, int n, double tol, int max_steps) {
   SpectralNorm out;
   if (n <= 0) return out;
   const int steps = std::min(max_steps, n);
-  std::vector<std::vector<double>> basis;
-  std::vector<double> alpha, beta, tmp, history;
-  std::vector<double> w(static_cast<std::size_t>(n));
-  std::vector<double> q(static_cast<std::size_t>(n));
-  detail::start_vector(q);
+  std::vector<double> alpha, beta, history;
+  ops.begin();
   for (int j = 0; j < steps; ++j) {
-    basis.push_back(q);
-    detail::gram_times(w.data(), q.data(), W, rows, cols, row_gram, tmp);
-    alpha.push_back(detail::dot(q.data(), w.data(), n));
-    // Full reorthogonalization (twice is enough, Kahan-Parlett) keeps the basis orthonormal.
-    for (int pass = 0; pass < 2; ++pass) {
-      for (const auto& b : basis) {
-        const double c = detail::dot(b.data(), w.data(), n);
-        for (int i = 0; i < n; ++i) w[i] -= c * b[i];
-      }
-    }
-    const double next = std::sqrt(detail::dot(w.data(), w.data(), n));
+    ops.extend_basis();
+    alpha.push_back(ops.apply());
+    ops.reorthogonalize();
+    const double next = ops.norm_w();
     const double theta = detail::largest_tridiagonal_eigenvalue(alpha, beta, int(alpha.size()));
     history.push_back(theta);
     out.iterations = j + 1;
@@ -156,9 +152,53 @@ SpectralNorm spectral_norm(const T* W, int rows, int cols, double tol = 1e-10, i
       break;
     }
     beta.push_back(next);
-    for (int i = 0; i < n; ++i) q[i] = w[i] / next;
+    ops.advance(next);
   }
   return out;
+}
+
+// The Gram operator of W[rows, cols] in host memory, for lanczos_spectral_norm: the smaller of
+// WᵀW and WWᵀ, never formed; modified Gram-Schmidt against the basis.
+template <typename T>
+class HostLanczos {
+ public:
+  HostLanczos(const T* W, int rows, int cols)
+      : W_(W), rows_(rows), cols_(cols), row_gram_(rows < cols), n_(row_gram_ ? rows : cols),
+        q_(std::size_t(n_)), w_(std::size_t(n_)) {}
+  int size() const { return n_; }
+  void begin() { detail::start_vector(q_); }
+  void extend_basis() { basis_.push_back(q_); }
+  double apply() {
+    detail::gram_times(w_.data(), q_.data(), W_, rows_, cols_, row_gram_, tmp_);
+    return detail::dot(q_.data(), w_.data(), n_);
+  }
+  void reorthogonalize() {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& b : basis_) {
+        const double c = detail::dot(b.data(), w_.data(), n_);
+        for (int i = 0; i < n_; ++i) w_[i] -= c * b[i];
+      }
+    }
+  }
+  double norm_w() const { return std::sqrt(detail::dot(w_.data(), w_.data(), n_)); }
+  void advance(double norm) {
+    for (int i = 0; i < n_; ++i) q_[i] = w_[i] / norm;
+  }
+
+ private:
+  const T* W_;
+  int rows_, cols_;
+  bool row_gram_;
+  int n_;
+  std::vector<std::vector<double>> basis_;
+  std::vector<double> q_, w_, tmp_;
+};
+
+// ‖W‖₂ by Lanczos on the smaller Gram matrix (see the header comment).
+template <typename T>
+SpectralNorm spectral_norm(const T* W, int rows, int cols, double tol = 1e-10, int max_steps = 300) {
+  HostLanczos<T> ops(W, rows, cols);
+  return lanczos_spectral_norm(ops, ops.size(), tol, max_steps);
 }
 
 template <typename T>
@@ -175,17 +215,19 @@ struct StableRank {
   bool converged = false;
 };
 
-// Seed 000 eq. 7.
-template <typename T>
-StableRank stable_rank(const T* W, int rows, int cols) {
-  const SpectralNorm s = spectral_norm(W, rows, cols);
+// Seed 000 eq. 7 from the spectral norm and ‖W‖_F².
+inline StableRank stable_rank_of(const SpectralNorm& s, double frobenius_sq) {
   StableRank out;
   out.sigma_max = s.sigma_max;
   out.iterations = s.iterations;
   out.converged = s.converged;
-  const double frob = frobenius_squared(W, std::int64_t(rows) * cols);
-  out.value = s.sigma_max > 0.0 ? frob / (s.sigma_max * s.sigma_max) : 0.0;
+  out.value = s.sigma_max > 0.0 ? frobenius_sq / (s.sigma_max * s.sigma_max) : 0.0;
   return out;
+}
+
+template <typename T>
+StableRank stable_rank(const T* W, int rows, int cols) {
+  return stable_rank_of(spectral_norm(W, rows, cols), frobenius_squared(W, std::int64_t(rows) * cols));
 }
 
 struct CosineStats {

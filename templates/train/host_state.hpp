@@ -81,9 +81,8 @@ class HostState {
     return out;
   }
 
-  // The host model, built on first use: on the CPU the training model (built first, before any
-  // other large allocation), which the activation metrics read too; on a GPU the model that
-  // receives the device's activations for the metrics.
+  // The host model, built on first use: the CPU engine's training model (built first, before
+  // any other large allocation). On a GPU nothing builds it: the metrics are reduced on the device.
   Model<float>& host_model() {
     if (!model_) model_ = std::make_unique<Model<float>>(kMicroBatch, kSeqLen);
     return *model_;

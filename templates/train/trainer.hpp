@@ -103,6 +103,7 @@ class Trainer {
   const StepReadout* readout_ = nullptr;  // the engine's values of the last step read
   double last_aux_loss_ = 0.0;  // MoE balancing loss of the last step (mean over micro-batches)
   std::vector<int> top_tokens_;      // embedding_cosine: the most frequent training tokens
+  std::vector<float> anchor_logits_;  // the anchor task's logits on their way from a GPU
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
   std::vector<double> step_seconds_;  // wall time of each step of this process (summary)
   std::int64_t peak_device_bytes_ = 0;

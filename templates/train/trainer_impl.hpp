@@ -4,6 +4,7 @@
 
 #include "train/trainer.hpp"  // self-contained when parsed alone
 
+#include <array>
 #include <filesystem>
 
 namespace gcm {
@@ -66,6 +67,7 @@ inline Trainer::Trainer(const TrainOptions& options)
   if constexpr (kEmbeddingCosineOn) {
     top_tokens_ = metrics::most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
   }
+  if (opt_.metrics) engine_->prepare_metrics(int(top_tokens_.size()));
 }
 
 
@@ -171,16 +173,8 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   }
   const std::int64_t s = step + 1;  // steps completed after this one
   step_records_.clear();
-  std::map<int, std::vector<float>> before;  // tracked tensors before the update
-  const std::int64_t copied_before = engine_->device_to_host_bytes();  // update ratios' copies
-  if (records_.update_ratio_due(s)) {
-    for (int i = 0; i < kNumParams; ++i) {
-      if (!kUpdateRatioTensors[i]) continue;
-      before[i].resize(std::size_t(kParams[i].numel));
-      engine_->download_tensor(i, before[i].data());
-    }
-  }
-  metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;
+  const bool update_ratio_due = records_.update_ratio_due(s);
+  if (update_ratio_due) engine_->snapshot_tensors(kUpdateRatioTensors);  // kept where the weights lie
   engine_->finish_step(learning_rate(step), s);
   host_.mark_stale();
   if (read) {
@@ -197,24 +191,22 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     engine_->moe_end_step();
     if (records_.moe_routing_due(s)) step_records_.push_back(moe_record(engine_->moe_take_stats(), s, last_aux_loss_));
   }
-  if (!before.empty()) {
+  if (update_ratio_due) {
     // ‖Δθ‖₂ / ‖θ‖₂ per class for this step's update (seed 001's checklist).
+    const std::int64_t copied_before = engine_->device_to_host_bytes();
+    const std::vector<std::array<double, 2>> sums = engine_->update_sums(kUpdateRatioTensors);
+    metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;
     std::map<std::string, std::pair<double, double>> update;  // class -> (Σ Δθ², Σ θ²) over its tensors
-    std::vector<float> after;
-    const std::int64_t copied_after_step = engine_->device_to_host_bytes();
-    for (const auto& [i, old] : before) {
-      after.resize(old.size());
-      engine_->download_tensor(i, after.data());
+    for (int i = 0; i < kNumParams; ++i) {
+      if (!kUpdateRatioTensors[i]) continue;
       auto& [delta, base] = update[kParams[i].cls];
-      for (std::size_t j = 0; j < old.size(); ++j) {
-        const double d = double(after[j]) - double(old[j]);
-        delta += d * d;
-        base += double(old[j]) * double(old[j]);
-      }
+      delta += sums[std::size_t(i)][0];
+      base += sums[std::size_t(i)][1];
     }
     Json values = Json::object();
-    metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_after_step;
-    for (const auto& [cls, sums] : update) values[cls] = sums.second > 0.0 ? std::sqrt(sums.first / sums.second) : 0.0;
+    for (const auto& [cls, totals] : update) {
+      values[cls] = totals.second > 0.0 ? std::sqrt(totals.first / totals.second) : 0.0;
+    }
     step_records_.push_back({{"step", s}, {"metric", "update_ratio"}, {"values", values}});
   }
   return true;
@@ -246,7 +238,8 @@ inline int Trainer::run() {
                             /*tensorboard=*/root);
   const auto start = Clock::now();
   const double tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
-  if (start_step_ == 0 && engine_->sharded() && opt_.metrics && metrics_due_at(0).any_weight()) {
+  if (start_step_ == 0 && engine_->sharded() && opt_.metrics && metrics_due_at(0).any_weight() &&
+      engine_->weight_stats() == nullptr) {
     host_.sync(*engine_, comm_, false);  // a collective under ZeRO-1 on GPUs: rank 0's weight metrics at step 0 read it
   }
   if (start_step_ == 0 && root) measure(0, false, log);
@@ -301,7 +294,9 @@ inline int Trainer::run() {
     if (engine_->sharded()) {
       // Rank 0 alone measures and saves, below, from state the ranks hold in shards: every rank
       // takes part in gathering what it will read.
-      const bool weights_due = opt_.metrics && metrics_due_at(step + 1).any_weight();
+      // (The weight metrics read the host state only where the engine cannot measure its own.)
+      const bool weights_due =
+          opt_.metrics && metrics_due_at(step + 1).any_weight() && engine_->weight_stats() == nullptr;
       if (save_due || weights_due || last) host_.sync(*engine_, comm_, save_due);
     }
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves

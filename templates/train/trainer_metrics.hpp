@@ -17,7 +17,7 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   for (const auto& batch : val_batches_) {
     batch.split(inputs_, targets_);
     total += engine_->forward_loss(inputs_.data(), targets_.data());
-    if (metrics) metrics->add_batch(engine_->activations(host_.host_model()));
+    if (metrics) engine_->measure_activations(*metrics);
   }
   engine_->track_logit_moments(false);
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
@@ -27,12 +27,7 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
 inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
   const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
     engine_->forward_loss(inputs, targets);
-    const Model<float>& model = engine_->activations(host_.host_model());
-    if (!model.keeps_logits()) {  // the anchor task's vocabulary is small: this does not happen
-      throw gc::rt::RuntimeError("anchor evaluation needs every row's logits, but the LM head runs in chunks of " +
-                                 std::to_string(model.head_rows()) + " rows");
-    }
-    return model.logits();
+    return engine_->logits_on_host(anchor_logits_);
   });
   log.write(anchor_record(s, scores));
   std::fprintf(stderr, "step %lld: anchor accuracy train %.3f test %.3f; held-out pair inferential %.3f symmetric %.3f\n",
@@ -73,8 +68,14 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
     }
   }
   if (due.any_weight()) {
-    host_.sync(*engine_, comm_, false);
-    for (const Json& r : metrics::weight_records(s, host_.params(), due, top_tokens_, opt_.run_dir)) log.write(r);
+    // Where the weights lie (on a GPU, its fp32 masters); else the host state.
+    if (metrics::WeightStats* on_device = engine_->weight_stats()) {
+      for (const Json& r : metrics::weight_records(s, *on_device, due, top_tokens_, opt_.run_dir)) log.write(r);
+    } else {
+      host_.sync(*engine_, comm_, false);
+      metrics::HostWeightStats on_host(host_.params());
+      for (const Json& r : metrics::weight_records(s, on_host, due, top_tokens_, opt_.run_dir)) log.write(r);
+    }
   }
   metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;

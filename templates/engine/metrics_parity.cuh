@@ -1,0 +1,134 @@
+// The metrics' parity (engine/parity.cuh runs it after the models' forward pass): every metric
+// of docs/metrics.md that a measurement computes, by the CPU reference (metrics::HostMetricOps,
+// metrics::HostWeightStats) and by the device (cuda::MetricOps, cuda::DeviceWeightStats) on the
+// same weights and the same batch, compared number by number; also the pixels of one
+// block-averaged cosine heatmap. The error of a number is |cuda − cpu| / max(|cpu|, floor): in
+// fp32 the floor (1e-3) keeps a signed mean near zero (the mean row cosine) from reading a
+// rounding difference as a large relative one. In bf16 it is 0.1: the device stores activations
+// with bf16's 2⁻⁹ relative rounding, so a statistic of small differences carries an absolute
+// error of that order (measured: residual flow 0.00121 against the fp32 CPU's 0.00164 on
+// tiny_bf16, whose layers move the stream by 0.16 % at initialization).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "config.hpp"
+#include "cuda/metric_ops.cuh"
+#include "cuda/weight_stats.cuh"
+#include "metrics/activation_metrics.hpp"
+#include "metrics/collector.hpp"
+#include "metrics/host_ops.hpp"
+#include "metrics/weight_stats.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+
+namespace gcm::cuda {
+
+struct MetricsParity {
+  double worst = 0.0;     // the largest error of any number (see the top comment)
+  std::string where;      // which: "metric/key"
+  double got = 0.0, ref = 0.0;  // its values: CUDA, CPU
+  int numbers = 0;        // how many numbers were compared
+  double worst_pixel = 0.0;  // the largest |cuda − cpu| of a heatmap pixel
+  double floor = 1e-3;       // of the relative error (metric_error_floor)
+};
+
+// The floor of the relative error (see the top comment).
+template <typename T>
+constexpr double metric_error_floor() {
+  return std::is_same_v<T, float> ? 1e-3 : 0.1;
+}
+
+namespace detail {
+
+inline void compare_numbers(const Json& got, const Json& ref, const std::string& where, MetricsParity& out) {
+  if (ref.is_number()) {
+    const double a = got.is_number() ? got.get<double>() : NAN, b = ref.get<double>();
+    const double e = std::fabs(a - b) / std::max(std::fabs(b), out.floor);
+    ++out.numbers;
+    if (!(e <= out.worst)) {  // NaN counts as the worst
+      out.worst = std::isnan(e) ? INFINITY : e;
+      out.where = where;
+      out.got = a;
+      out.ref = b;
+    }
+  } else if (ref.is_object()) {
+    for (auto it = ref.begin(); it != ref.end(); ++it) {
+      if (it.key() == "step") continue;
+      compare_numbers(got.contains(it.key()) ? got[it.key()] : Json(), it.value(), where + "/" + it.key(), out);
+    }
+  } else if (ref.is_array()) {
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      compare_numbers(i < got.size() ? got[i] : Json(), ref[i], where + "/" + std::to_string(i), out);
+    }
+  }
+}
+
+inline void compare_records(const std::vector<Json>& got, const std::vector<Json>& ref, MetricsParity& out) {
+  if (got.size() != ref.size()) {
+    out.worst = INFINITY;
+    out.where = "record count " + std::to_string(got.size()) + " vs " + std::to_string(ref.size());
+    return;
+  }
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    compare_numbers(got[i], ref[i], ref[i].value("metric", std::string("record")), out);
+  }
+}
+
+}  // namespace detail
+
+// cpu and gpu: the same model on both backends after forward() on the same batch (gpu keeping
+// its logits); weights: the fp32 weights both computed from, on the device.
+template <typename GpuModel>
+MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const float* weights, double floor) {
+  MetricsParity out;
+  out.floor = floor;
+  const metrics::MetricsDue due = metrics::MetricsDue::all();
+  // Activations: every layer's statistics from both backends' buffers.
+  metrics::ActivationMetrics on_cpu(due), on_gpu(due);
+  metrics::HostMetricOps host_ops;
+  MetricOps device_ops;
+  device_ops.prepare(gpu.rows(), kHeads);
+  on_cpu.add_batch(cpu, host_ops);
+  on_gpu.add_batch(gpu, device_ops);
+  detail::compare_records(on_gpu.records(0), on_cpu.records(0), out);
+  // Weights: stable rank, row cosine (every expert of a stacked tensor), the embedding's first
+  // rows as "top tokens", parameter norms.
+  std::vector<int> top_tokens;
+  for (int t = 0; t < std::min(kVocab, 48); ++t) top_tokens.push_back((t * 7) % kVocab);
+  WeightStatsSizes sizes = WeightStatsSizes::of_plan(int(top_tokens.size()));
+  // A heatmap that block-averages: 600 of the embedding's rows (with repeats when the
+  // vocabulary is smaller) make 512 × 512 pixels.
+  std::vector<int> many_rows;
+  for (int r = 0; r < 600; ++r) many_rows.push_back(int(std::int64_t(r) * 131 % kVocab));
+  sizes.add_cosine(int(many_rows.size()), kDModel);
+  BlasLt blas;
+  DeviceWeightStats device(sizes, blas);
+  device.bind(weights);
+  metrics::HostWeightStats host(cpu.params.data());
+  metrics::MetricsDue weights_due = due;
+  weights_due.sink_score = weights_due.attention_entropy = weights_due.activation_rms = false;
+  weights_due.rmsnorm_factor = weights_due.residual_flow = weights_due.logit_std = false;
+  detail::compare_records(metrics::weight_records(0, device, weights_due, top_tokens, ""),
+                          metrics::weight_records(0, host, weights_due, top_tokens, ""), out);
+  std::vector<float> pixels_gpu, pixels_cpu;
+  const metrics::CosineStats a = device.row_cosine(kParamEmbed, 0, many_rows, &pixels_gpu);
+  const metrics::CosineStats b = host.row_cosine(kParamEmbed, 0, many_rows, &pixels_cpu);
+  detail::compare_numbers(Json{a.mean_abs, a.mean, a.max_abs}, Json{b.mean_abs, b.mean, b.max_abs},
+                          "embedding row cosine, 600 rows", out);
+  if (pixels_gpu.size() != pixels_cpu.size()) {
+    out.worst_pixel = INFINITY;
+  } else {
+    for (std::size_t i = 0; i < pixels_cpu.size(); ++i) {
+      out.worst_pixel = std::max(out.worst_pixel, double(std::fabs(pixels_gpu[i] - pixels_cpu[i])));
+    }
+  }
+  return out;
+}
+
+}  // namespace gcm::cuda
