@@ -7,6 +7,7 @@
 
 #include "common/text.hpp"
 #include "common/version.hpp"
+#include "plan/metrics_scratch.hpp"
 #include "spec/schema.hpp"
 
 namespace gc {
@@ -192,8 +193,9 @@ void schedule_section(std::ostringstream& o, const Plan& plan) {
   o << ", gradients " << format_bytes(m.gradients) << ", AdamW moments " << format_bytes(m.optimizer) << " = "
     << format_bytes(m.total) << "\n";
   o << "Memory (CUDA backend, one GPU): model state + activations and scratch for a micro-batch of "
-    << plan.spec.train.micro_batch << "×" << plan.spec.train.seq_len << " tokens " << format_bytes(m.activations) << " = "
-    << format_bytes(m.device_total()) << "\n\n";
+    << plan.spec.train.micro_batch << "×" << plan.spec.train.seq_len << " tokens " << format_bytes(m.activations)
+    << " + metrics on the device " << format_bytes(m.metrics_scratch) << " = " << format_bytes(m.device_total())
+    << "\n\n";
 }
 
 void metrics_section(std::ostringstream& o, const Plan& plan) {
@@ -238,10 +240,12 @@ std::string explain_world(const Plan& plan, int world_size) {
   const double gpu_weights = weight_bytes * padded, gpu_grads = 4.0 * padded;
   const double gpu_masters = m.master_weights > 0 ? 4.0 * shard : 0.0;
   const double gpu_state = gpu_weights + gpu_masters + gpu_grads + moments;
+  // The metrics' device scratch, whose update-ratio copy covers rank 0's shard.
+  const double metrics = estimate_metrics_scratch_bytes(plan.spec, plan.params, 0, std::int64_t(shard));
   o << "  per GPU (NCCL): weights " << format_bytes(gpu_weights);
   if (gpu_masters > 0) o << ", fp32 masters " << format_bytes(gpu_masters);
   o << ", gradients " << format_bytes(gpu_grads) << ", AdamW moments " << format_bytes(moments) << how << " = "
-    << format_bytes(gpu_state) << "; with activations " << format_bytes(gpu_state + m.activations) << "\n";
+    << format_bytes(gpu_state) << "; with activations " << format_bytes(gpu_state + m.activations + metrics) << "\n";
   // The CPU backend holds everything in fp32 and shards the moments only.
   const double cpu_state = 8.0 * double(stored) + moments;
   o << "  per process (CPU backend, MPI): fp32 weights and gradients " << format_bytes(8.0 * double(stored))
@@ -311,7 +315,8 @@ nlohmann::ordered_json explain_json(const Plan& plan) {
                 {"attention_per_token", f.attention_per_token}, {"per_token", f.per_token}, {"per_step", f.per_step}};
   const auto& m = plan.memory;
   j["memory_bytes"] = {{"weights", m.weights}, {"master_weights", m.master_weights}, {"gradients", m.gradients},
-                       {"activations", m.activations}, {"device_total", m.device_total()},
+                       {"activations", m.activations}, {"metrics_scratch", m.metrics_scratch},
+                       {"device_total", m.device_total()},
                        {"optimizer", m.optimizer}, {"total", m.total}};
   const auto& sc = plan.schedule;
   j["schedule"] = {{"total_steps", sc.total_steps}, {"warmup_steps", sc.warmup_steps}, {"grad_accum", sc.grad_accum},

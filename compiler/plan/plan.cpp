@@ -1,6 +1,7 @@
 // Spec -> Plan: layer layout, the parameter table with numeric init stds,
 // optimizer groups, counts, FLOPs, memory and schedules.
 #include "plan/plan.hpp"
+#include "plan/metrics_scratch.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -359,6 +360,7 @@ MemoryEstimate estimate_memory(const Spec& spec, const std::vector<ParamEntry>& 
   mem.model_buffers = estimate_model_buffer_bytes(spec);
   mem.activations = mem.model_buffers + estimate_backend_scratch_bytes(spec) +
                     estimate_engine_scratch_bytes(spec, params, counts);
+  mem.metrics_scratch = estimate_metrics_scratch_bytes(spec, params, 0, counts.stored);
   return mem;
 }
 

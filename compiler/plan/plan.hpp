@@ -92,7 +92,10 @@ struct MemoryEstimate {
   // the same list the model allocates (templates/model/model_impl.hpp).
   double activations = 0.0;
   double model_buffers = 0.0;  // the model's share of `activations`
-  double device_total() const { return total + activations; }
+  // The in-loop metrics' device scratch (templates/metrics/device_scratch.hpp): reductions,
+  // Lanczos vectors, cosine blocks, the update ratios' copy of the tracked tensors.
+  double metrics_scratch = 0.0;
+  double device_total() const { return total + activations + metrics_scratch; }
 };
 
 struct SchedulePlan {

@@ -24,6 +24,7 @@
 #include "config.hpp"
 #include "cuda/common.cuh"
 #include "metrics/activation_stats.hpp"
+#include "metrics/device_scratch.hpp"
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 #include "vocabulary.hpp"
@@ -227,15 +228,11 @@ inline unsigned row_blocks(std::int64_t rows) { return unsigned((rows + kRowWarp
 // training (so a measurement allocates nothing on the device).
 class MetricOps {
  public:
-  // rows: the model's tokens per batch (N); heads: the attention heads.
-  void prepare(std::int64_t rows, int heads, std::int64_t router_rows = 0) {
-    const std::int64_t per_row = std::max<std::int64_t>({2 * rows, rows * heads, 2 * router_rows, 2});
-    if (std::int64_t(rows_.size()) < per_row) rows_.resize(std::size_t(per_row));
-    if (std::int64_t(totals_.size()) < std::max(heads, 3)) totals_.resize(std::size_t(std::max(heads, 3)));
-  }
-  // Device bytes prepare(rows, heads, router_rows) allocates (the memory plan's metrics scratch).
-  static std::int64_t scratch_bytes(std::int64_t rows, int heads, std::int64_t router_rows = 0) {
-    return 8 * (std::max<std::int64_t>({2 * rows, rows * heads, 2 * router_rows, 2}) + std::max(heads, 3));
+  // tokens: the model's rows per batch (N); heads: the attention heads (metrics/device_scratch.hpp).
+  void prepare(std::int64_t tokens, int heads) {
+    const metrics::ActivationScratch size = metrics::ActivationScratch::of(tokens, heads);
+    if (std::int64_t(rows_.size()) < size.rows) rows_.resize(std::size_t(size.rows));
+    if (std::int64_t(totals_.size()) < size.totals) totals_.resize(std::size_t(size.totals));
   }
 
   template <typename T>

@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "metrics/device_scratch.hpp"
 #include "runtime/cuda/check.hpp"
 
 namespace gcm::cuda {
 
 namespace detail {
 
-inline constexpr std::int64_t kDiffChunk = 65536;
+inline constexpr std::int64_t kDiffChunk = metrics::kNormChunk;
 inline constexpr int kDiffThreads = 256;
 
 // Block c: partial[2c] = Σ (now − before)², partial[2c+1] = Σ before² over chunk c of n elements.
@@ -64,24 +65,17 @@ class UpdateSnapshot {
     int tensor;
     std::int64_t begin, size;  // elements of the updated array
   };
-  // Sizes the copy for `parts` (before training: nothing is allocated in the loop).
+  // Sizes the copy for `parts` (before training: nothing is allocated in the loop), as
+  // metrics/device_scratch.hpp's UpdateScratch counts it.
   void prepare(const std::vector<Part>& parts) {
     parts_ = parts;
-    std::int64_t elements = 0, chunks = 0;
+    metrics::UpdateScratch size;
     for (const Part& p : parts) {
-      elements += p.size;
-      chunks = std::max(chunks, (p.size + detail::kDiffChunk - 1) / detail::kDiffChunk);
+      size.elements += p.size;
+      size.max_part = std::max(size.max_part, p.size);
     }
-    before_.resize(std::size_t(std::max<std::int64_t>(elements, 1)));
-    partial_.resize(std::size_t(2 * std::max<std::int64_t>(chunks, 1) + 2));
-  }
-  static std::int64_t bytes(const std::vector<Part>& parts) {
-    std::int64_t elements = 0, chunks = 0;
-    for (const Part& p : parts) {
-      elements += p.size;
-      chunks = std::max(chunks, (p.size + detail::kDiffChunk - 1) / detail::kDiffChunk);
-    }
-    return 4 * std::max<std::int64_t>(elements, 1) + 8 * (2 * std::max<std::int64_t>(chunks, 1) + 2);
+    before_.resize(std::size_t(size.before_floats()));
+    partial_.resize(std::size_t(size.partial_doubles()));
   }
   // Before the step: the parts of `weights` (asynchronous, on the default stream).
   void keep(const float* weights) {

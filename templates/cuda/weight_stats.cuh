@@ -20,20 +20,20 @@
 
 #include "cuda/adamw.cuh"
 #include "cuda/common.cuh"
+#include "metrics/device_scratch.hpp"
 #include "metrics/heatmap.hpp"
 #include "metrics/matrix_stats.hpp"
 #include "metrics/weight_stats.hpp"
 #include "plan.hpp"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
+#include "runtime/error.hpp"
 
 namespace gcm::cuda {
 
 namespace detail {
 
 inline constexpr int kVectorThreads = 256;
-inline constexpr int kLanczosSteps = 300;        // metrics::spectral_norm's max_steps
-inline constexpr int kCosineBlockRows = 512;      // rows of C per cuBLASLt product
 
 // y[r] = Σ_c W[r, c] x[c], one warp per row (double).
 template <typename = void>
@@ -177,74 +177,27 @@ inline unsigned blocks_of(std::int64_t n, int threads) { return unsigned(std::ma
 
 }  // namespace detail
 
-// What DeviceWeightStats holds on the device for the planned tensors: sized once (before
-// training), so that a measurement allocates nothing.
-struct WeightStatsSizes {
-  std::int64_t max_numel = 0;   // sum_squares scratch
-  int max_gram = 0;             // the largest min(rows, cols): Lanczos vectors
-  int max_side = 0;             // the largest max(rows, cols): the Gram products' intermediate
-  int max_cosine_rows = 0;      // k
-  std::int64_t max_unit = 0;    // k × cols floats
-  int max_cosine_cols = 0;
-
-  // From the plan: every tensor the weight metrics may measure, the embedding's top tokens included.
-  static WeightStatsSizes of_plan(int top_tokens) {
-    WeightStatsSizes s;
-    for (int i = 0; i < kNumParams; ++i) {
-      const ParamInfo& p = kParams[i];
-      s.max_numel = std::max(s.max_numel, p.numel);
-      if (p.rank < 2) continue;
-      const int rows = metrics::slice_rows(p), cols = metrics::slice_cols(p);
-      if (kStableRankTensors[i]) {
-        s.max_gram = std::max(s.max_gram, std::min(rows, cols));
-        s.max_side = std::max(s.max_side, std::max(rows, cols));
-      }
-      if (kCosineSimilarityTensors[i]) s.add_cosine(std::min(rows, metrics::kMaxCosineRows), cols);
-    }
-    if (top_tokens > 0) s.add_cosine(top_tokens, kDModel);
-    return s;
-  }
-  void add_cosine(int k, int cols) {
-    max_cosine_rows = std::max(max_cosine_rows, k);
-    max_cosine_cols = std::max(max_cosine_cols, cols);
-    max_unit = std::max(max_unit, std::int64_t(k) * cols);
-  }
-  // C's rows per product: whole pixel rows of at most kCosineBlockRows rows (at least one pixel row).
-  int block_rows() const {
-    const int side = std::min(max_cosine_rows, metrics::kHeatmapPixels);
-    const int per_pixel = side > 0 ? (max_cosine_rows + side - 1) / side : 1;
-    return std::max(per_pixel, detail::kCosineBlockRows / per_pixel * per_pixel);
-  }
-  std::int64_t bytes() const {
-    const std::int64_t doubles = std::int64_t(sum_squares_scratch_doubles(max_numel, 1)) +
-                                 std::int64_t(detail::kLanczosSteps) * max_gram + 3 * std::int64_t(max_gram) +
-                                 max_side + detail::kLanczosSteps + 4 + 3 * std::int64_t(max_cosine_rows);
-    const int side = std::min(max_cosine_rows, metrics::kHeatmapPixels);
-    const std::int64_t floats = max_unit + std::int64_t(block_rows()) * max_cosine_rows + std::int64_t(side) * side;
-    return 8 * doubles + 4 * floats + 4 * std::int64_t(max_cosine_rows);
-  }
-};
-
 // metrics/weight_stats.hpp over a device array of fp32 weights in kParams order (kOffsets):
 // the master weights, or the fp32 parameters themselves.
 class DeviceWeightStats final : public metrics::WeightStats {
  public:
-  DeviceWeightStats(const WeightStatsSizes& sizes, gc::rt::cuda::BlasLt& blas) : sizes_(sizes), blas_(blas) {
-    squares_.resize(sum_squares_scratch_doubles(sizes.max_numel, 1));
-    const std::size_t gram = std::size_t(std::max(sizes.max_gram, 1));
-    basis_.resize(std::size_t(detail::kLanczosSteps) * gram);
-    q_.resize(gram);
-    w_.resize(gram);
-    tmp_.resize(std::size_t(std::max(sizes.max_side, 1)));
-    coeff_.resize(std::size_t(detail::kLanczosSteps));
+  // Allocates what `sizes` says (metrics/device_scratch.hpp, which the memory plan counts).
+  DeviceWeightStats(const metrics::WeightScratch& sizes, gc::rt::cuda::BlasLt& blas) : sizes_(sizes), blas_(blas) {
+    if (std::size_t(sizes.norm_doubles()) < sum_squares_scratch_doubles(sizes.max_numel, 1)) {
+      throw gc::rt::RuntimeError("metrics/device_scratch.hpp: the Σ x² scratch is smaller than cuda/adamw.cuh needs");
+    }
+    squares_.resize(std::size_t(sizes.norm_doubles()));
+    basis_.resize(std::size_t(metrics::kLanczosSteps * sizes.gram()));
+    q_.resize(std::size_t(sizes.gram()));
+    w_.resize(std::size_t(sizes.gram()));
+    tmp_.resize(std::size_t(sizes.middle()));
+    coeff_.resize(std::size_t(metrics::kLanczosSteps));
     scalars_.resize(4);
-    const std::size_t k = std::size_t(std::max(sizes.max_cosine_rows, 1));
-    const int side = std::min(sizes.max_cosine_rows, metrics::kHeatmapPixels);
-    row_stats_.resize(3 * k);
-    row_ids_.resize(k);
+    row_stats_.resize(std::size_t(3 * sizes.k()));
+    row_ids_.resize(std::size_t(sizes.k()));
     unit_.resize(std::size_t(std::max<std::int64_t>(sizes.max_unit, 1)));
-    block_.resize(std::size_t(sizes.block_rows()) * k);
-    pixels_.resize(std::size_t(std::max(side, 1)) * std::size_t(std::max(side, 1)));
+    block_.resize(std::size_t(sizes.block_rows()) * std::size_t(sizes.k()));
+    pixels_.resize(std::size_t(sizes.side() * sizes.side()));
   }
   // The weights to measure next (a device array in kParams order).
   void bind(const float* weights) { weights_ = weights; }
@@ -257,7 +210,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
     const int rows = metrics::slice_rows(p), cols = metrics::slice_cols(p);
     const float* W = slice(tensor, matrix);
     Lanczos ops(*this, W, rows, cols);
-    const metrics::SpectralNorm s = metrics::lanczos_spectral_norm(ops, ops.size(), 1e-10, detail::kLanczosSteps);
+    const metrics::SpectralNorm s = metrics::lanczos_spectral_norm(ops, ops.size(), 1e-10, metrics::kLanczosSteps);
     return metrics::stable_rank_of(s, sum_squares(W, std::int64_t(rows) * cols, squares_.data()));
   }
   metrics::CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows,
@@ -331,7 +284,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
            std::int64_t(matrix) * metrics::slice_rows(p) * metrics::slice_cols(p);
   }
 
-  WeightStatsSizes sizes_;
+  metrics::WeightScratch sizes_;
   gc::rt::cuda::BlasLt& blas_;
   const float* weights_ = nullptr;
   gc::rt::cuda::DeviceBuffer<double> squares_, basis_, q_, w_, tmp_, coeff_, scalars_, row_stats_;

@@ -242,12 +242,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 
   // The metrics' device scratch, sized for this model and the plan's tensors (after join, so
   // that the update ratios' copy covers this rank's shard only).
-  void prepare_metrics(int top_tokens) override {
+  // Sizes: metrics/device_scratch.hpp, as the memory plan counts them.
+  void prepare_metrics() override {
     metric_ops_.prepare(model_.rows(), kHeads);
-    weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(cuda::WeightStatsSizes::of_plan(top_tokens),
-                                                              model_.backend().blas());
+    weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(
+        metrics::WeightScratch::of_plan(metrics::planned_top_tokens()), model_.backend().blas());
     snapshot_mask_ = kUpdateRatioTensors;
-    snapshot_.prepare(update_parts(snapshot_mask_));
+    snapshot_.prepare(kUpdateRatioOn ? update_parts(snapshot_mask_) : std::vector<cuda::UpdateSnapshot::Part>{});
   }
   // The fp32 weights whole on this rank: the masters without ZeRO-1; under ZeRO-1 in fp32 the
   // parameters (all-gathered after every step). Under ZeRO-1 in bf16 a rank holds only its shard
@@ -255,7 +256,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   metrics::WeightStats* weight_stats() override {
     const float* whole = whole_fp32_weights(model_.params);
     if (whole == nullptr) return nullptr;
-    if (!weight_stats_) prepare_metrics(0);
+    if (!weight_stats_) prepare_metrics();
     weight_stats_->bind(whole);
     return weight_stats_.get();
   }

@@ -124,9 +124,9 @@ class EngineTelemetry {
   // While on, forward_loss also sums the logits' moments (the logit_std metric of a model
   // that does not keep its logits: BasicModel::track_logit_moments).
   virtual void track_logit_moments(bool on) = 0;
-  // Sizes the metrics' scratch (on a GPU: device memory, allocated here and not in the loop);
-  // top_tokens: the embedding cosine's row count (0 when it is off).
-  virtual void prepare_metrics(int /*top_tokens*/) {}
+  // Allocates the metrics' scratch (on a GPU: device memory, metrics/device_scratch.hpp), here
+  // and not in the loop.
+  virtual void prepare_metrics() {}
   // After forward_loss: that batch's activation metrics added to `into`, computed where the
   // activations lie (on a GPU, reduced on the device: a few numbers per layer come back).
   virtual void measure_activations(metrics::ActivationMetrics& into) = 0;

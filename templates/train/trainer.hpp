@@ -31,6 +31,7 @@
 #include "train/moe_state.hpp"
 #include "train/zero.hpp"
 #include "metrics/collector.hpp"
+#include "metrics/device_scratch.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/checkpoint.hpp"

@@ -67,7 +67,7 @@ inline Trainer::Trainer(const TrainOptions& options)
   if constexpr (kEmbeddingCosineOn) {
     top_tokens_ = metrics::most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
   }
-  if (opt_.metrics) engine_->prepare_metrics(int(top_tokens_.size()));
+  if (opt_.metrics) engine_->prepare_metrics();
 }
 
 

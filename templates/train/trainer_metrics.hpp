@@ -91,13 +91,16 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
 // Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
 // model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
 // working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
-// the fp32 masters (bf16) and the AdamW moments of one shard.
+// the fp32 masters (bf16) and the AdamW moments of one shard, and the update ratios' copy of the
+// tracked tensors in that shard (metrics/device_scratch.hpp).
 inline std::int64_t planned_device_bytes(int ranks) {
   const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
   const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
   const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
   const std::int64_t whole_state = stored * (weight + master + 4 + 8);
-  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8);
+  const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
+                                   metrics::UpdateScratch::of_range(0, stored).bytes();
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy;
 }
 
 // One closing record for benchmarks: the median step time over this

@@ -56,7 +56,7 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
 
   cpu.initialize(gcm::kSeed);
   gpu->initialize(gcm::kSeed);
-  gpu->prepare_metrics(0);
+  gpu->prepare_metrics();
   std::vector<float> params(total), gm(total), gv(total);
   gpu->download(params.data(), gm.data(), gv.data());
   std::string name;
