@@ -97,6 +97,15 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
   on_cpu.add_batch(cpu, host_ops);
   on_gpu.add_batch(gpu, device_ops);
   detail::compare_records(on_gpu.records(0), on_cpu.records(0), out);
+  if constexpr (kMoe) {  // the routing records' router entropy, per MoE layer
+    for (int l = 0; l < kLayers; ++l) {
+      if (!is_moe_layer(l)) continue;
+      const std::int64_t rows = cpu.rows();
+      detail::compare_numbers(Json(device_ops.router_entropy(gpu.moe_layer(l).scores.data(), rows, kExperts)),
+                              Json(host_ops.router_entropy(cpu.moe_layer(l).scores.data(), rows, kExperts)),
+                              "router_entropy/" + std::to_string(l), out);
+    }
+  }
   // Weights: stable rank, row cosine (every expert of a stacked tensor), the embedding's first
   // rows as "top tokens", parameter norms.
   std::vector<int> top_tokens;

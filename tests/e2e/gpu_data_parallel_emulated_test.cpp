@@ -132,14 +132,17 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   EXPECT_EQ(s["grad_reductions_per_step"], 5) << s.dump();
   EXPECT_EQ(s["optimizer_bytes"], s["planned_optimizer_bytes"]);
   EXPECT_NE(s.value("device", "").find("CUDA backend"), std::string::npos) << s.dump();
-  // What measuring copied from the GPU, counted: at step 0 every forward buffer of the validation
-  // batch (the activation metrics are still computed on the host from copies), the weights at
-  // each weight-metric step (0, 2, 3, 4, 6) and the update-ratio tensors; at least the residual
-  // stream of the 3 layers (2 × 16 rows × 32 floats each). Without metrics only the validation
-  // losses of steps 3 and 6 are measured, which copy next to nothing.
+  // What measuring copied from the GPU, counted: numbers only (the metrics are reduced on the
+  // device). Per measurement at most 4 KiB per layer: per validation batch each layer's per-head
+  // sink scores and entropies and a few doubles per statistic; per weight matrix its Lanczos
+  // scalars (16 bytes a step, at most min(rows, cols) = 32 steps here), its Σ x² and row cosine
+  // totals; per update-ratio step two doubles per tracked tensor. (The host path this replaced
+  // copied every forward buffer and every weight: over 140 KB per weight measurement here.)
   const auto s1 = summary(dir_ / "one");
   EXPECT_EQ(s1["measurements"], 5) << s1.dump();
-  EXPECT_GT(s1["metrics_device_to_host_bytes"].get<double>(), 3.0 * 2 * 16 * 32 * 4) << s1.dump();
+  const double layers = 3, copied = s1["metrics_device_to_host_bytes"].get<double>();
+  EXPECT_LT(copied, 5 * layers * 4096) << s1.dump();
+  EXPECT_GT(copied, 0.0) << s1.dump();
   const Outcome plain = train(tree, "--out " + (dir_ / "plain").string() + " --no-metrics");
   ASSERT_EQ(plain.status, 0) << plain.output;
   const auto s0 = summary(dir_ / "plain");
