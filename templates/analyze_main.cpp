@@ -15,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "config.hpp"
 #include "metrics/collector.hpp"
 #include "metrics/host_ops.hpp"
+#include "engine/cpu_engine.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/atomic_file.hpp"
@@ -43,6 +45,7 @@ using gcm::Json;
 
 const char* const kUsage =
     "usage: analyze metrics CHECKPOINT [-o FILE.jsonl] [--images DIR] [--batches N] [--val-data P] [--train-data P]\n"
+    "                          [--device cpu|cuda|auto]\n"
     "       analyze tokens CHECKPOINT -o FILE.safetensors [--batches N] [--val-data P]\n"
     "       analyze compare A B [-o FILE.json] [--tokens-out FILE.tsv] [--top N] [--context N]\n"
     "                           [--label-a NAME] [--label-b NAME] [--batches N] [--val-data P]\n"
@@ -56,11 +59,14 @@ const char* const kUsage =
     "            A and B: token files or checkpoints of this experiment.\n"
     "  anchor    data.format = \"anchor\" only: accuracy on seen pairs (train and test keys) and\n"
     "            on the held-out pair, inferential (composite) and symmetric (mirror's answer)\n"
+    "  --device D      metrics only: cpu, cuda or auto (default: the GPU when this tree has the CUDA\n"
+    "                  backend and one is usable, else the CPU); the same measurements either way\n"
     "  --batches N     validation batches (default: metrics the spec's eval_batches; tokens and\n"
     "                  compare the whole validation set, at most 2^20 tokens)\n";
 
 struct Args {
   std::string command, out, images, val_data = gcm::kValData, train_data = gcm::kTrainData, tokens_out;
+  std::string device = "auto";
   std::string label_a, label_b;
   std::vector<std::string> inputs;
   std::int64_t batches = 0;
@@ -98,6 +104,11 @@ Args parse(int argc, char** argv) {
       a.out = value();
     } else if (arg == "--images") {
       a.images = value();
+    } else if (arg == "--device") {
+      a.device = value();
+      if (a.device != "cpu" && a.device != "cuda" && a.device != "auto") {
+        throw UsageError("--device needs cpu, cuda or auto, not '" + a.device + "'");
+      }
     } else if (arg == "--val-data") {
       a.val_data = value();
     } else if (arg == "--train-data") {
@@ -155,9 +166,53 @@ void emit(const std::string& out, const std::string& text) {
   }
 }
 
+// The engine that measures: the CUDA engine (metrics reduced on the GPU: cuda/metric_ops.cuh,
+// cuda/weight_stats.cuh) or the CPU engine over a host model, both holding the checkpoint's
+// weights; the measurements below are the same code for both.
+struct Measurer {
+  std::unique_ptr<gcm::Model<float>> host;  // the CPU engine's model
+  std::vector<float> params, m, v;           // the weights on the host (the CUDA engine's upload), zero moments
+  std::unique_ptr<gcm::Engine> engine;
+  std::int64_t step = 0;
+};
+
+bool use_gpu(const std::string& device) {
+#ifdef GC_HAVE_CUDA
+  return device == "cuda" || (device == "auto" && gcm::cuda_available());
+#else
+  if (device == "cuda") {
+    throw RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc when it was configured)");
+  }
+  return false;
+#endif
+}
+
+Measurer open_measurer(const Args& a) {
+  Measurer out;
+#ifdef GC_HAVE_CUDA
+  if (use_gpu(a.device)) {
+    out.params.assign(std::size_t(gcm::kOffsets.at[gcm::kNumParams]), 0.0f);
+    std::vector<std::vector<float>> biases;
+    out.step = gcm::load_weights(a.inputs[0], out.params.data(), biases);
+    out.engine = gcm::make_cuda_engine(gcm::kMicroBatch, gcm::kSeqLen);
+    out.m.assign(out.params.size(), 0.0f);
+    out.engine->upload(out.params.data(), out.m.data(), out.m.data());
+    if (!biases.empty()) out.engine->set_moe_biases(biases);
+    out.engine->prepare_metrics();
+    return out;
+  }
+#endif
+  use_gpu(a.device);  // --device cuda without the CUDA backend: the error
+  out.host = std::make_unique<gcm::Model<float>>(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
+  out.step = load_weights(a.inputs[0], *out.host);
+  out.engine = std::make_unique<gcm::CpuEngine>(*out.host, out.m, out.v);
+  return out;
+}
+
 int run_metrics(const Args& a) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
-  const std::int64_t step = load_weights(a.inputs[0], model);
+  Measurer measurer = open_measurer(a);
+  gcm::Engine& engine = *measurer.engine;
+  const std::int64_t step = measurer.step;
   const auto batches = validation(a, gcm::kEvalBatches);
   gcm::metrics::MetricsDue due = gcm::metrics::MetricsDue::all();
   due.cosine_images = !a.images.empty();
@@ -168,39 +223,42 @@ int run_metrics(const Args& a) {
     std::fprintf(stderr, "analyze: note: no embedding_cosine (training data unreadable: %s)\n", e.what());
   }
   gcm::metrics::ActivationMetrics activations(due);
-  gcm::metrics::HostMetricOps ops;
   double loss = 0.0;
-  model.zero_grads();
+  engine.zero_grads();
+  engine.track_logit_moments(activations.needs_logit_moments());
+  engine.moe_begin_step();
   for (const auto& batch : batches) {
     const auto inputs = batch.inputs(), targets = batch.targets();
-    // Cross-entropy alone, as train logs val_loss (forward adds the MoE balancing loss).
-    loss += (model.forward(inputs.data(), targets.data()) - model.aux_loss()) / double(batches.size());
-    activations.add_batch(model, ops);
-    model.backward(1.0 / double(batches.size()));
+    // Cross-entropy alone, as train logs val_loss; then the batch's activations, and its
+    // routing loads joining the window (the backward's second forward routes the same tokens).
+    loss += engine.forward_loss(inputs.data(), targets.data()) / double(batches.size());
+    engine.measure_activations(activations);
+    engine.moe_accumulate_window();
+    engine.moe_begin_step();
+    engine.forward_backward(inputs.data(), targets.data(), 1.0 / double(batches.size()));
   }
   std::vector<Json> records = {{{"step", step}, {"val_loss", loss}, {"tokens", std::int64_t(batches.size()) *
                                                                                     gcm::kMicroBatch * gcm::kSeqLen}}};
   if constexpr (gcm::kMoe && gcm::kMoeRoutingOn) {
-    // Routing over the validation batches (the loads since the model was built), the last batch's entropy.
-    gcm::accumulate_moe_window(model);
-    Json routing = gcm::moe_record(gcm::take_moe_stats(model, [&](int l) {
-                                     const auto& scores = model.moe_layer(l).scores;
-                                     return ops.router_entropy(scores.data(), std::int64_t(scores.size()) / gcm::kExperts,
-                                                               gcm::kExperts);
-                                   }),
-                                   step, model.aux_loss());
+    // Routing over the validation batches, the last batch's entropy.
+    Json routing = gcm::moe_record(engine.moe_take_stats(), step, engine.last_aux_loss());
     routing["data"] = "validation";
     records.push_back(routing);
   }
   for (auto& r : activations.records(step)) records.push_back(r);
   // Gradient norms per class of the validation loss (training logs them per step instead).
-  const Json grads = gcm::metrics::per_class_norm(gcm::kGradNormTensors, [&](int i) {
-    return gcm::metrics::frobenius_squared(model.grad(i), gcm::kParams[i].numel);
-  });
+  const std::vector<double> squares = engine.gradient_squares();
+  const Json grads = gcm::metrics::per_class_norm(gcm::kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
   records.push_back({{"step", step}, {"metric", "grad_norm"}, {"values", grads}, {"data", "validation"}});
   if (due.cosine_images) fs::create_directories(a.images);
-  gcm::metrics::HostWeightStats weights(model.params.data());
-  for (auto& r : gcm::metrics::weight_records(step, weights, due, top_tokens, a.images)) records.push_back(r);
+  gcm::metrics::HostWeightStats on_host(measurer.host ? measurer.host->params.data() : measurer.params.data());
+  gcm::metrics::WeightStats* on_device = engine.weight_stats();
+  for (auto& r : gcm::metrics::weight_records(step, on_device ? *on_device : on_host, due, top_tokens, a.images)) {
+    records.push_back(r);
+  }
+  if (measurer.host == nullptr) {
+    std::fprintf(stderr, "analyze: measured on %s\n", engine.describe().c_str());
+  }
   std::string text;
   for (const auto& r : records) text += gc::rt::metrics_line(r) + "\n";
   emit(a.out, text);

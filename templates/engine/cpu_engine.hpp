@@ -16,6 +16,7 @@
 #include "cpu/adamw.hpp"
 #include "engine/engine.hpp"
 #include "metrics/host_ops.hpp"
+#include "metrics/matrix_stats.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -96,6 +97,11 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
     for (int i = 0; i < kNumParams; ++i) {
       if (mask[i]) snapshot_[i].assign(model_.param(i), model_.param(i) + kParams[i].numel);
     }
+  }
+  std::vector<double> gradient_squares() override {
+    std::vector<double> out(static_cast<std::size_t>(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = metrics::frobenius_squared(model_.grad(i), kParams[i].numel);
+    return out;
   }
   std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});

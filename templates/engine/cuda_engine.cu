@@ -267,6 +267,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     }
     snapshot_.keep(master_shard());
   }
+  std::vector<double> gradient_squares() override {
+    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
+                                 tensors_.data(), kNumParams, shard_.size());
+    std::vector<double> out(static_cast<std::size_t>(kNumParams));
+    squares_.download(out.data(), out.size());
+    return out;
+  }
   std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
     if (mask != snapshot_mask_) throw gc::rt::RuntimeError("update_sums: no snapshot of these tensors was taken");

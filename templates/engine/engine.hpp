@@ -143,6 +143,12 @@ class EngineTelemetry {
   // it: the shards' sums are added over the ranks).
   virtual void snapshot_tensors(const bool* mask) = 0;
   virtual std::vector<std::array<double, 2>> update_sums(const bool* mask) = 0;
+  // Each tensor's Σ g² of the gradients accumulated since zero_grads, without a step (./analyze:
+  // the gradient norms of the validation loss). One process only.
+  virtual std::vector<double> gradient_squares() = 0;
+  // MoE: the loads since moe_begin_step join the routing-record window (./analyze, which
+  // routes without stepping: no bias update). Nothing for a dense model.
+  virtual void moe_accumulate_window() = 0;
   // The routing statistics since the previous take (MoE; empty for a dense model).
   virtual std::vector<MoeLayerStats> moe_take_stats() = 0;
   // Bytes of the model's buffers besides parameters and gradients.
@@ -198,6 +204,11 @@ class ModelEngine : public Engine {
       });
     }
     return {};
+  }
+  void moe_accumulate_window() override {
+    if constexpr (kMoe) {
+      accumulate_moe_window(model());
+    }
   }
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
     sum_moe_loads(model(), [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });

@@ -18,15 +18,17 @@
 
 namespace gcm {
 
-// The model's parameters as checkpoint buffers (weights only).
-inline std::vector<gc::rt::ParamBuffers> weight_buffers(Model<float>& model) {
+// A flat fp32 parameter array (kOffsets) as checkpoint buffers (weights only).
+inline std::vector<gc::rt::ParamBuffers> weight_buffers(float* params) {
   std::vector<gc::rt::ParamBuffers> buffers;
   for (int i = 0; i < kNumParams; ++i) {
     const ParamInfo& p = kParams[i];
-    buffers.push_back({p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.param(i), nullptr, nullptr});
+    buffers.push_back(
+        {p.name, std::vector<std::int64_t>(p.shape, p.shape + p.rank), params + kOffsets.at[i], nullptr, nullptr});
   }
   return buffers;
 }
+inline std::vector<gc::rt::ParamBuffers> weight_buffers(Model<float>& model) { return weight_buffers(model.params.data()); }
 
 // The aux_free selection biases, one vector per MoE layer in layer order,
 // from an export's biases by layer (zeros for a layer the export lacks).
@@ -58,13 +60,19 @@ inline std::vector<std::vector<float>> selection_biases(const std::map<int, std:
 
 // Loads the weights (checked against this tree's spec hash and shapes) and,
 // for aux_free MoE routing, the selection biases; returns the checkpoint's step.
-inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
+inline std::int64_t load_weights(const std::string& path, float* params, std::vector<std::vector<float>>& biases) {
   const std::string dir = gc::rt::resolve_checkpoint(path);
-  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, weight_buffers(model), kSpecHash);
+  const gc::rt::CheckpointState state = gc::rt::load_checkpoint(dir, weight_buffers(params), kSpecHash);
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
-    set_moe_biases(model, moe_bias_from_json(state.extra.value("moe_bias", Json::object()), dir + "/" + gc::rt::kStateFile));
+    biases = moe_bias_from_json(state.extra.value("moe_bias", Json::object()), dir + "/" + gc::rt::kStateFile);
   }
   return state.step;
+}
+inline std::int64_t load_weights(const std::string& path, Model<float>& model) {
+  std::vector<std::vector<float>> biases;
+  const std::int64_t step = load_weights(path, model.params.data(), biases);
+  if (!biases.empty()) set_moe_biases(model, biases);
+  return step;
 }
 
 // Loads the weights of a `gcompile export` directory (runtime/hf_import.hpp).

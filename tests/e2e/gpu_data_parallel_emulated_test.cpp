@@ -18,8 +18,11 @@
 //   losses as one reading every step, and finds a non-finite step at its next read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -108,6 +111,76 @@ std::vector<nlohmann::json> metric(const fs::path& run, const std::string& name)
 
 const fs::path kLast = fs::path("checkpoints") / "step_000006";
 
+// The metric records of a run (or an analyze output) at one step, in order.
+std::vector<nlohmann::json> metric_records(const fs::path& jsonl, std::int64_t step) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : read_jsonl(jsonl)) {
+    if (r.contains("metric") && r.value("step", std::int64_t(-1)) == step) out.push_back(r);
+  }
+  return out;
+}
+
+// The largest |got − ref| / max(|ref|, 1e-3) over every number of the records (engine/
+// metrics_parity.cuh's measure), and where.
+void worst_difference(const nlohmann::json& got, const nlohmann::json& ref, const std::string& where, double& worst,
+                      std::string& at) {
+  if (ref.is_number()) {
+    const double e = got.is_number() ? std::fabs(got.get<double>() - ref.get<double>()) /
+                                           std::max(std::fabs(ref.get<double>()), 1e-3)
+                                     : 1e30;
+    if (e > worst) {
+      worst = e;
+      at = where;
+    }
+  } else if (ref.is_object() || ref.is_array()) {
+    for (auto it = ref.begin(); it != ref.end(); ++it) {
+      const std::string key = ref.is_object() ? it.key() : std::to_string(std::distance(ref.begin(), it));
+      if (key == "step") continue;
+      const nlohmann::json none;
+      const nlohmann::json& other = ref.is_object() ? (got.contains(key) ? got[key] : none)
+                                                    : (std::size_t(std::distance(ref.begin(), it)) < got.size()
+                                                           ? got[std::size_t(std::distance(ref.begin(), it))]
+                                                           : none);
+      worst_difference(other, *it, where + "/" + key, worst, at);
+    }
+  }
+}
+
+// Every metric of a GPU measurement equals the CPU's (same weights, same batches) within 1e-5.
+void expect_same_metrics(const std::vector<nlohmann::json>& gpu, const std::vector<nlohmann::json>& cpu,
+                         const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  ASSERT_GT(cpu.size(), 5u) << what;
+  double worst = 0.0;
+  std::string at;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_EQ(gpu[i].value("metric", ""), cpu[i].value("metric", "")) << what;
+    worst_difference(gpu[i], cpu[i], cpu[i].value("metric", ""), worst, at);
+  }
+  EXPECT_LT(worst, 1e-5) << what << ": " << at;
+  std::printf("[kernel-error] %-48s %.3e (%s)\n", what.c_str(), worst, at.c_str());
+}
+
+// The step-0 metrics of a training run on the emulated GPU and on the CPU (the same initial
+// weights and validation batch), and ./analyze metrics of the CPU run's last checkpoint with
+// --device cuda and --device cpu.
+void expect_metrics_match_cpu(const fs::path& tree, const fs::path& gpu_run, const fs::path& dir) {
+  const Outcome cpu = gc::test::sh("OMP_NUM_THREADS=1 " + (tree / "train").string() + " --device cpu --out " +
+                                   (dir / "cpu").string());
+  ASSERT_EQ(cpu.status, 0) << cpu.output;
+  expect_same_metrics(metric_records(gpu_run / "metrics.jsonl", 0), metric_records(dir / "cpu" / "metrics.jsonl", 0),
+                      "train step 0, cuda vs cpu");
+  const std::string analyze = (tree / "analyze").string() + " metrics " + (dir / "cpu").string() + " --device ";
+  const Outcome on_gpu = gc::test::sh("GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 GC_CUDA_EMULATOR_DEVICES=1 " + analyze +
+                                      "cuda -o " + (dir / "analyze_gpu.jsonl").string());
+  ASSERT_EQ(on_gpu.status, 0) << on_gpu.output;
+  EXPECT_NE(on_gpu.output.find("analyze: measured on CUDA backend"), std::string::npos) << on_gpu.output;
+  const Outcome on_cpu = gc::test::sh("OMP_NUM_THREADS=1 " + analyze + "cpu -o " + (dir / "analyze_cpu.jsonl").string());
+  ASSERT_EQ(on_cpu.status, 0) << on_cpu.output;
+  expect_same_metrics(metric_records(dir / "analyze_gpu.jsonl", 6), metric_records(dir / "analyze_cpu.jsonl", 6),
+                      "analyze metrics, cuda vs cpu");
+}
+
 TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitForBit) {
   const fs::path tree = build("zero0", spec_text("fp32", 0));
   ASSERT_FALSE(HasFailure());
@@ -156,6 +229,7 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
                                 "on one GPU"),
             std::string::npos)
       << crowded.output;
+  expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 
 // One GPU process whose host reads a step's values only when it logs, records or saves (here
@@ -290,6 +364,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     EXPECT_EQ(s["allocations_in_loop"], 0) << run << ": " << s.dump();
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
   }
+  expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 
 }  // namespace
