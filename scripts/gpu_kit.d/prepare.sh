@@ -69,7 +69,7 @@ while read -r name spec _role data_from; do
     copied=$(py copy-data "$kit/trees/$name") || die "$name: $copied"
     echo "$name: data $copied" >> "$log"
   fi
-done < <(py trees)
+done < <(py trees "$mode")
 
 # The bench trees (bench/gpu_vs_torch --prepare writes them, their synthetic tokens inside).
 mapfile -t bench < <(py bench-specs "$kit")
@@ -122,6 +122,6 @@ EOF
 chmod +x "$kit/run"
 cmd=$(py command "$kit" "$budget_s" "$timeout_s") || die "$cmd"
 size=$(py check-kit "$kit") || die "$size"
-note "prepared $kit ($size, $mode): $(grep -c . < <(py trees)) trees + ${#bench[@]} bench tree(s), references, kernel tests"
+note "prepared $kit ($size, $mode): $(grep -c . < <(py trees "$mode")) trees + ${#bench[@]} bench tree(s), references, kernel tests"
 note "on the GPU machine: $cmd   (carry [\"$kit\"], timeout_s $timeout_s; $kit/command.txt)"
 exit 0

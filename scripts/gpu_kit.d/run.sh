@@ -138,6 +138,9 @@ for t in "${PARITY_TREES[@]}"; do wanted "$t" && add_need "$t:parity"; done
 { wanted train_fp32 || wanted repeat || wanted memcheck; } && add_need tiny:train
 wanted train_bf16 && add_need tiny_bf16:train
 wanted moe_train && add_need moe_tiny:train
+metrics_tree=metrics_0.1b
+[ "$emulate" = 0 ] || metrics_tree=tiny  # a 0.1B step takes minutes under the emulator
+wanted metrics_overhead && add_need "$metrics_tree:train"
 bench_trees=()
 for d in "$trees"/bench_*/; do [ -f "$d/CMakeLists.txt" ] && bench_trees+=("$(basename "$d")"); done
 if wanted bench; then for b in "${bench_trees[@]}"; do add_need "$b:train"; done; fi
@@ -288,6 +291,35 @@ if wanted repeat; then
 fi
 wanted moe_train && TOL=$TOL_CURVE train_row moe_train moe_tiny moe_tiny moe_tiny "$STEPS_MOE" "$long" curve \
   "$kit/reference/moe_tiny_cpu.json"
+
+# ---------------------------------------------------------------------------------------------
+# metrics_overhead: the default [metrics] (reduced on the GPU) against --no-metrics, same tree
+# ---------------------------------------------------------------------------------------------
+if wanted metrics_overhead; then
+  limit=$(cap 150)
+  steps=$(py kit-value "$kit" steps.metrics)
+  data_args=()
+  [ ! -f "$trees/$metrics_tree/data/train.bin" ] ||
+    data_args=(--train-data "$trees/$metrics_tree/data/train.bin" --val-data "$trees/$metrics_tree/data/val.bin")
+  if ! built "$metrics_tree" train; then row metrics_overhead SKIP "$metrics_tree/train not built"
+  elif [ "$limit" -le 0 ]; then row metrics_overhead SKIP "out of time"
+  else
+    mkdir -p "$logs/runs"
+    row_start=$SECONDS detail=""
+    timed $((limit / 2)) "$logs/metrics_overhead.log" "$trees/$metrics_tree/train" --device cuda --steps "$steps" \
+      --log-every 10 --no-checkpoint --out "$work/runs/metrics_on" "${data_args[@]}" &&
+      timed $((limit / 2)) "$logs/metrics_overhead.log" "$trees/$metrics_tree/train" --device cuda --steps "$steps" \
+        --log-every 10 --no-checkpoint --no-metrics --out "$work/runs/metrics_off" "${data_args[@]}"
+    rc=$?
+    took=$((SECONDS - row_start))
+    cp "$work/runs/metrics_on/metrics.jsonl" "$logs/runs/metrics_on.metrics.jsonl" 2> /dev/null
+    cp "$work/runs/metrics_off/metrics.jsonl" "$logs/runs/metrics_off.metrics.jsonl" 2> /dev/null
+    if [ "$rc" -eq 0 ] && detail=$(py metrics-overhead "$logs/runs/metrics_on.metrics.jsonl" \
+                                      "$logs/runs/metrics_off.metrics.jsonl"); then
+      row metrics_overhead PASS "$metrics_tree, $steps steps: $detail" "$took"
+    else row metrics_overhead FAIL "${detail:-} ($(why "$rc" "$logs/metrics_overhead.log"))" "$took"; fi
+  fi
+fi
 
 # ---------------------------------------------------------------------------------------------
 # bench: gcompile against torch.compile + SDPA on the 0.1B and 1.5B specs (emulated: a smoke run
