@@ -241,7 +241,9 @@ std::string explain_world(const Plan& plan, int world_size) {
   const double gpu_masters = m.master_weights > 0 ? 4.0 * shard : 0.0;
   const double gpu_state = gpu_weights + gpu_masters + gpu_grads + moments;
   // The metrics' device scratch, whose update-ratio copy covers rank 0's shard.
-  const double metrics = estimate_metrics_scratch_bytes(plan.spec, plan.params, 0, std::int64_t(shard));
+  // Under bf16 a ZeRO-1 rank assembles one tensor's masters at a time for the weight metrics.
+  const double metrics = estimate_metrics_scratch_bytes(plan.spec, plan.params, 0, std::int64_t(shard)) +
+                         (zero1 && m.master_weights > 0 ? estimate_master_gather_bytes(plan.spec, plan.params) : 0.0);
   o << "  per GPU (NCCL): weights " << format_bytes(gpu_weights);
   if (gpu_masters > 0) o << ", fp32 masters " << format_bytes(gpu_masters);
   o << ", gradients " << format_bytes(gpu_grads) << ", AdamW moments " << format_bytes(moments) << how << " = "

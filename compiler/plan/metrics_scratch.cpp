@@ -64,28 +64,28 @@ double weight_bytes(const Spec& spec, const std::vector<ParamEntry>& params) {
   return double(8 * doubles + 4 * floats + 4 * kk);
 }
 
-double update_bytes(const Spec& spec, const std::vector<ParamEntry>& params, std::int64_t lo, std::int64_t hi) {
-  std::int64_t elements = 0, max_part = 0;
-  if (const MetricSpec* m = enabled(spec, "update_ratio")) {
-    std::int64_t offset = 0;
-    for (const auto& p : params) {
-      const std::int64_t a = std::max(lo, offset), b = std::min(hi, offset + p.numel());
-      if (selects(*m, p) && b > a) {
-        elements += b - a;
-        max_part = std::max(max_part, b - a);
-      }
-      offset += (p.numel() + kTensorAlignElements - 1) / kTensorAlignElements * kTensorAlignElements;
-    }
-  }
-  const std::int64_t chunks = std::max<std::int64_t>((max_part + kNormChunk - 1) / kNormChunk, 1);
-  return double(4 * std::max<std::int64_t>(elements, 1) + 8 * (2 * chunks + 2));
+// Update ratios: chunk partials over the rank's part of the flat array, per-tensor sums and a
+// table of 24-byte rows (templates/cuda/update_ratio.cuh reads the weights in place).
+double update_bytes(const std::vector<ParamEntry>& params, std::int64_t lo, std::int64_t hi) {
+  const std::int64_t tensors = std::int64_t(params.size());
+  return double(8 * 2 * ((hi - lo) / kNormChunk + tensors + 1) + 16 * tensors + 24 * tensors);
 }
 
 }  // namespace
 
+double estimate_master_gather_bytes(const Spec& spec, const std::vector<ParamEntry>& params) {
+  if (!enabled(spec, "stable_rank") && !enabled(spec, "cosine_similarity") && !enabled(spec, "embedding_cosine") &&
+      !enabled(spec, "param_norm")) {
+    return 0.0;
+  }
+  std::int64_t largest = 0;
+  for (const auto& p : params) largest = std::max(largest, p.numel());
+  return 4.0 * double(largest);
+}
+
 double estimate_metrics_scratch_bytes(const Spec& spec, const std::vector<ParamEntry>& params, std::int64_t lo,
                                       std::int64_t hi) {
-  return activation_bytes(spec) + weight_bytes(spec, params) + update_bytes(spec, params, lo, hi);
+  return activation_bytes(spec) + weight_bytes(spec, params) + update_bytes(params, lo, hi);
 }
 
 }  // namespace gc

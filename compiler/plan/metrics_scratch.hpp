@@ -16,4 +16,8 @@ namespace gc {
 double estimate_metrics_scratch_bytes(const Spec& spec, const std::vector<ParamEntry>& params, std::int64_t lo,
                                       std::int64_t hi);
 
+// ZeRO-1 under bf16 over several GPUs: the scratch that assembles one tensor's fp32 masters for
+// the weight metrics (the largest tensor; 0 without weight metrics).
+double estimate_master_gather_bytes(const Spec& spec, const std::vector<ParamEntry>& params);
+
 }  // namespace gc

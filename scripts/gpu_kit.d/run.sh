@@ -164,8 +164,7 @@ emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g
   objects=$work/objects/$(basename "$1")_$2
   mkdir -p "$objects"
   if [ "$target" = parity ]; then
-    sources=("$tree/src/parity_main.cu" "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp" "$tree/runtime/comm.cpp"
-             "$tree/runtime/png.cpp" "$tree/runtime/atomic_file.cpp")
+    sources=("$tree/src/parity_main.cu" "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp" "$tree/runtime/comm.cpp")
   else
     sources=("$tree/src/engine/cuda_engine.cu" "$tree"/runtime/*.cpp "$tree/src/experiment.cpp" "$tree/src/plan_init.cpp"
              "$tree/src/train_main.cpp")

@@ -85,6 +85,21 @@ __device__ inline int last_tensor_at_or_before(const AdamWTensor* tensors, int n
   return lo - 1;
 }
 
+// One element's step: the new moments and the new θ. adamw_kernel applies it; the update-ratio
+// pass (cuda/update_ratio.cuh) evaluates it without writing, so both see the same values.
+struct AdamWElement {
+  float m, v, theta;
+};
+__device__ __forceinline__ AdamWElement adamw_element(float theta, float m, float v, float grad, const AdamWScalars& s,
+                                                      const AdamWTensor& tensor) {
+  const float g = s.grad_scale * grad;
+  const float mi = s.beta1 * m + s.one_minus_beta1 * g;
+  const float vi = s.beta2 * v + s.one_minus_beta2 * g * g;
+  const float adam = (mi / s.bias1) / (sqrtf(vi / s.bias2) + s.eps);
+  const float lr_t = s.lr * tensor.lr_mult;
+  return {mi, vi, theta - lr_t * adam - lr_t * tensor.weight_decay * theta};
+}
+
 // Block b owns flat elements [b·kAdamWChunk, (b+1)·kAdamWChunk); thread x of it
 // handles chunk_begin + x + k·kAdamWThreads for k < kAdamWPerThread (coalesced).
 // A thread's indices increase, so one binary search finds its first tensor and
@@ -110,17 +125,11 @@ __global__ void __launch_bounds__(kAdamWThreads)
     const AdamWTensor tensor = tensors[t];
     if (i >= tensor.offset + tensor.numel) continue;  // in a gap after tensor t
 
-    const float g = s.grad_scale * grad[i];
-    const float mi = s.beta1 * m[i] + s.one_minus_beta1 * g;
-    const float vi = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float theta = master[i];
-    const float adam = (mi / s.bias1) / (sqrtf(vi / s.bias2) + s.eps);
-    const float lr_t = s.lr * tensor.lr_mult;
-    const float updated = theta - lr_t * adam - lr_t * tensor.weight_decay * theta;
-    master[i] = updated;
-    if (working != nullptr) working[i] = from_float<T>(updated);
+    const AdamWElement e = adamw_element(master[i], m[i], v[i], grad[i], s, tensor);
+    m[i] = e.m;
+    v[i] = e.v;
+    master[i] = e.theta;
+    if (working != nullptr) working[i] = from_float<T>(e.theta);
   }
 }
 

@@ -162,6 +162,9 @@ __global__ void entropy_rows_kernel(double* __restrict__ per_row, const T* __res
   const int i = first + threadIdx.x;
   const int last = min(first + kEntropyQueries, seq_len) - 1;  // the block's last query reads keys 0 … last
   const T* qi = q + ((std::int64_t(b) * seq_len + min(i, seq_len - 1)) * heads + h) * head_dim;
+  float qv[kHeadDim];  // the query, in registers for every key
+#pragma unroll
+  for (int c = 0; c < head_dim; ++c) qv[c] = to_float(qi[c]);
   const double lse_i = i < seq_len ? double(lse[(std::int64_t(b) * heads + h) * seq_len + i]) : 0.0;
   double expected = 0.0;  // Σ_j P_ij s_ij
   for (int j0 = 0; j0 <= last; j0 += kEntropyKeys) {
@@ -175,7 +178,8 @@ __global__ void entropy_rows_kernel(double* __restrict__ per_row, const T* __res
       const int j = j0 + jj;
       if (j > i) break;
       float dot = 0.0f;
-      for (int c = 0; c < head_dim; ++c) dot = fmaf(to_float(qi[c]), key_tile[jj * head_dim + c], dot);
+#pragma unroll
+      for (int c = 0; c < head_dim; ++c) dot = fmaf(qv[c], key_tile[jj * head_dim + c], dot);
       const double s = scale * double(dot);
       expected += exp(s - lse_i) * s;
     }

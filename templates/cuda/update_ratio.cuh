@@ -1,113 +1,117 @@
-// Update ratios ‖Δθ‖₂ / ‖θ‖₂ (seed 001's checklist) on the device: the tracked tensors' fp32
-// master weights are copied aside (device to device) before the step, and after it each
-// tensor's Σ (θ_after − θ_before)² and Σ θ_before² are reduced on the device in a fixed order
-// (chunks of 65536 elements, one partial pair per chunk, the partials added in chunk order) and
-// copied back as two doubles. The CPU engine computes the same sums serially on the host.
+// Update ratios ‖Δθ‖₂ / ‖θ‖₂ (seed 001's checklist) on the device, without a copy of the
+// weights: at an update-ratio step, after the verdict and before AdamW, one read-only pass
+// evaluates the update AdamW is about to apply (detail::adamw_element, the kernel's own
+// arithmetic) and sums per tensor (θ_new − θ)² and θ² in double, in cuda/adamw.cuh's fixed
+// chunking (65536-element chunks from each tensor's start, one partial pair per chunk, the
+// partials added in chunk order). A stopped verdict sums nothing (no update). The host reads two
+// doubles per tensor. The CPU engine computes the same sums from a copy of the tracked tensors.
 #pragma once
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <vector>
 
+#include "cuda/adamw.cuh"
 #include "cuda/common.cuh"
-#include "metrics/device_scratch.hpp"
-#include "runtime/cuda/check.hpp"
+#include "step_verdict.hpp"
 
 namespace gcm::cuda {
 
 namespace detail {
 
-inline constexpr std::int64_t kDiffChunk = metrics::kNormChunk;
-inline constexpr int kDiffThreads = 256;
-
-// Block c: partial[2c] = Σ (now − before)², partial[2c+1] = Σ before² over chunk c of n elements.
-template <typename = void>
-__global__ void diff_squares_chunks_kernel(double* __restrict__ partial, const float* __restrict__ now,
-                                           const float* __restrict__ before, std::int64_t n) {
-  __shared__ double scratch[kWarp];
-  const std::int64_t begin = std::int64_t(blockIdx.x) * kDiffChunk;
-  const std::int64_t end = begin + kDiffChunk < n ? begin + kDiffChunk : n;
-  double diff = 0.0, base = 0.0;
+// Σ (θ_new − θ)² and Σ θ² over [begin, end) by the whole block, in a fixed order.
+__device__ inline void block_update_squares(double& diff, double& base, const float* __restrict__ master,
+                                            const float* __restrict__ m, const float* __restrict__ v,
+                                            const float* __restrict__ grad, std::int64_t begin, std::int64_t end,
+                                            const AdamWScalars& s, const AdamWTensor& tensor) {
+  __shared__ double scratch[32];
+  diff = 0.0;
+  base = 0.0;
   for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double b = double(before[i]), d = double(now[i]) - b;
+    const float theta = master[i];
+    const double d = double(adamw_element(theta, m[i], v[i], grad[i], s, tensor).theta) - double(theta);
     diff += d * d;
-    base += b * b;
+    base += double(theta) * double(theta);
   }
   diff = block_sum(diff, scratch);
   base = block_sum(base, scratch);
+}
+
+// tensor_chunk_squares_kernel's slots, two partials each (Σ Δθ², Σ θ²); a tensor of numel 0
+// (untracked) has no chunks.
+template <int kUnused = 0>
+__global__ void __launch_bounds__(kNormThreads)
+    update_chunk_squares_kernel(double* __restrict__ partial, const float* __restrict__ master,
+                                const float* __restrict__ m, const float* __restrict__ v,
+                                const float* __restrict__ grad, const AdamWTensor* __restrict__ tensors,
+                                int num_tensors, AdamWScalars s, const StepVerdict* __restrict__ verdict) {
+  const std::int64_t b = blockIdx.x;
+  if (verdict->stopped_at != 0) {  // no update: nothing moves
+    if (threadIdx.x == 0) partial[2 * b] = partial[2 * b + 1] = 0.0;
+    return;
+  }
+  s.grad_scale = float(verdict->clip);
+  int lo = 0, hi = num_tensors;  // last t with first_slot(t) ≤ b
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (first_slot(tensors[mid], mid) <= b) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const int t = lo - 1;
+  if (t < 0) return;
+  const AdamWTensor tensor = tensors[t];
+  const std::int64_t c = b - first_slot(tensor, t);
+  if (c >= chunk_count(tensor.numel)) return;
+  const std::int64_t begin = tensor.offset + c * kNormChunk;
+  const std::int64_t end = begin + kNormChunk < tensor.offset + tensor.numel ? begin + kNormChunk
+                                                                               : tensor.offset + tensor.numel;
+  double diff, base;
+  block_update_squares(diff, base, master, m, v, grad, begin, end, s, tensor);
   if (threadIdx.x == 0) {
-    partial[2 * std::int64_t(blockIdx.x)] = diff;
-    partial[2 * std::int64_t(blockIdx.x) + 1] = base;
+    partial[2 * b] = diff;
+    partial[2 * b + 1] = base;
   }
 }
 
-// out = the chunk partials added in chunk order (one thread).
-template <typename = void>
-__global__ void sum_pair_partials_kernel(double* __restrict__ out, const double* __restrict__ partial,
-                                         std::int64_t chunks) {
+// One thread per tensor: out[2t], out[2t+1] = its chunk partials added in chunk order.
+template <int kUnused = 0>
+__global__ void update_squares_finalize_kernel(double* __restrict__ out, const double* __restrict__ partial,
+                                               const AdamWTensor* __restrict__ tensors, int num_tensors) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= num_tensors) return;
+  const AdamWTensor tensor = tensors[t];
+  const std::int64_t first = first_slot(tensor, t), chunks = chunk_count(tensor.numel);
   double diff = 0.0, base = 0.0;
   for (std::int64_t c = 0; c < chunks; ++c) {
-    diff += partial[2 * c];
-    base += partial[2 * c + 1];
+    diff += partial[2 * (first + c)];
+    base += partial[2 * (first + c) + 1];
   }
-  out[0] = diff;
-  out[1] = base;
+  out[2 * t] = diff;
+  out[2 * t + 1] = base;
 }
 
 }  // namespace detail
 
-// The tensors' values before a step, and their update sums after it. `parts`: each tracked
-// tensor's range in the device array being updated (this rank's shard of it under ZeRO-1).
-class UpdateSnapshot {
- public:
-  struct Part {
-    int tensor;
-    std::int64_t begin, size;  // elements of the updated array
-  };
-  // Sizes the copy for `parts` (before training: nothing is allocated in the loop), as
-  // metrics/device_scratch.hpp's UpdateScratch counts it.
-  void prepare(const std::vector<Part>& parts) {
-    parts_ = parts;
-    metrics::UpdateScratch size;
-    for (const Part& p : parts) {
-      size.elements += p.size;
-      size.max_part = std::max(size.max_part, p.size);
-    }
-    before_.resize(std::size_t(size.before_floats()));
-    partial_.resize(std::size_t(size.partial_doubles()));
-  }
-  // Before the step: the parts of `weights` (asynchronous, on the default stream).
-  void keep(const float* weights) {
-    std::int64_t at = 0;
-    for (const Part& p : parts_) {
-      GC_CUDA_CHECK(cudaMemcpyAsync(before_.data() + at, weights + p.begin, std::size_t(p.size) * sizeof(float),
-                                    cudaMemcpyDeviceToDevice));
-      at += p.size;
-    }
-  }
-  // After the step: per tracked tensor {Σ Δθ², Σ θ_before²} over its part, into out[tensor].
-  void sums(const float* weights, std::vector<std::array<double, 2>>& out) {
-    std::int64_t at = 0;
-    for (const Part& p : parts_) {
-      const std::int64_t chunks = (p.size + detail::kDiffChunk - 1) / detail::kDiffChunk;
-      double pair[2] = {0.0, 0.0};
-      if (chunks > 0) {
-        launch(detail::diff_squares_chunks_kernel<>, unsigned(chunks), detail::kDiffThreads, 0, partial_.data() + 2,
-               weights + p.begin, before_.data() + at, p.size);
-        launch(detail::sum_pair_partials_kernel<>, 1, 1, 0, partial_.data(), partial_.data() + 2, chunks);
-        gc::rt::cuda::copy_to_host(pair, partial_.data(), sizeof pair);
-      }
-      out[std::size_t(p.tensor)][0] += pair[0];
-      out[std::size_t(p.tensor)][1] += pair[1];
-      at += p.size;
-    }
-  }
+// Doubles of partials update_squares_per_tensor needs for `total` elements and num_tensors rows.
+inline std::int64_t update_squares_scratch_doubles(std::int64_t total, int num_tensors) {
+  return 2 * (std::int64_t(sum_squares_scratch_doubles(total, num_tensors)));
+}
 
- private:
-  std::vector<Part> parts_;
-  gc::rt::cuda::DeviceBuffer<float> before_;
-  gc::rt::cuda::DeviceBuffer<double> partial_;
-};
+// out_device[2t], [2t+1] = Σ (θ_new − θ)², Σ θ² over tensor t, θ_new what AdamW with these
+// settings (and the verdict's clip) will write; before adamw_step_judged, on stream 0,
+// asynchronous. tensors_device: the AdamW table with numel 0 for tensors not to measure.
+inline void update_squares_per_tensor(double* out_device, double* partial, const float* master, const float* m,
+                                      const float* v, const float* grad, const AdamWTensor* tensors_device,
+                                      int num_tensors, std::int64_t total, double lr, double beta1, double beta2,
+                                      double eps, std::int64_t step, const StepVerdict* verdict_device) {
+  if (num_tensors <= 0) return;
+  const std::int64_t slots = (total > 0 ? total : 0) / detail::kNormChunk + num_tensors;
+  launch(detail::update_chunk_squares_kernel<>, unsigned(slots), detail::kNormThreads, 0, partial, master, m, v,
+         grad, tensors_device, num_tensors, detail::adamw_scalars(lr, beta1, beta2, eps, step, 1.0), verdict_device);
+  const int blocks = (num_tensors + detail::kFinalizeThreads - 1) / detail::kFinalizeThreads;
+  launch(detail::update_squares_finalize_kernel<>, blocks, detail::kFinalizeThreads, 0, out_device, partial,
+         tensors_device, num_tensors);
+}
 
 }  // namespace gcm::cuda

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "cuda/adamw.cuh"
@@ -199,11 +201,21 @@ class DeviceWeightStats final : public metrics::WeightStats {
     block_.resize(std::size_t(sizes.block_rows()) * std::size_t(sizes.k()));
     pixels_.resize(std::size_t(sizes.side() * sizes.side()));
   }
-  // The weights to measure next (a device array in kParams order).
-  void bind(const float* weights) { weights_ = weights; }
+  // The weights to measure next: a device array in kParams order, or a function that returns
+  // tensor i whole on this device (ZeRO-1 under bf16 assembles it from the ranks' shards; every
+  // rank then runs the same weight metrics in the same order).
+  using Gather = std::function<const float*(int tensor)>;
+  void bind(const float* weights) {
+    weights_ = weights;
+    gather_ = nullptr;
+  }
+  void bind(Gather gather) {
+    weights_ = nullptr;
+    gather_ = std::move(gather);
+  }
 
   double frobenius_squared(int tensor) override {
-    return sum_squares(weights_ + kOffsets.at[tensor], kParams[tensor].numel, squares_.data());
+    return sum_squares(whole(tensor), kParams[tensor].numel, squares_.data());
   }
   metrics::StableRank stable_rank(int tensor, int matrix) override {
     const ParamInfo& p = kParams[tensor];
@@ -278,15 +290,16 @@ class DeviceWeightStats final : public metrics::WeightStats {
     int n_, count_ = 0;
   };
 
-  const float* slice(int tensor, int matrix) const {
+  const float* whole(int tensor) { return weights_ != nullptr ? weights_ + kOffsets.at[tensor] : gather_(tensor); }
+  const float* slice(int tensor, int matrix) {
     const ParamInfo& p = kParams[tensor];
-    return weights_ + kOffsets.at[tensor] +
-           std::int64_t(matrix) * metrics::slice_rows(p) * metrics::slice_cols(p);
+    return whole(tensor) + std::int64_t(matrix) * metrics::slice_rows(p) * metrics::slice_cols(p);
   }
 
   metrics::WeightScratch sizes_;
   gc::rt::cuda::BlasLt& blas_;
   const float* weights_ = nullptr;
+  Gather gather_;
   gc::rt::cuda::DeviceBuffer<double> squares_, basis_, q_, w_, tmp_, coeff_, scalars_, row_stats_;
   gc::rt::cuda::DeviceBuffer<int> row_ids_;
   gc::rt::cuda::DeviceBuffer<float> unit_, block_, pixels_;

@@ -168,6 +168,12 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     }
 #endif
     cuda::judge_step_on_device(verdict_.data(), loss, squares_.data(), kNumParams, kGradClip, t);
+    if (update_due_) {  // update ratios: the update below, summed before it is applied
+      cuda::update_squares_per_tensor(update_sums_.data(), update_partial_.data(), master_shard(), m_.data(),
+                                      v_.data(), model_.grads.data() + shard_.lo, update_tensors_.data(), kNumParams,
+                                      shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t, verdict_.data());
+      update_due_ = false;
+    }
     ComputeType* working = nullptr;
     if constexpr (kSeparateMaster) {
       working = model_.params.data() + shard_.lo;
@@ -240,32 +246,41 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   int last_step_reductions() const override { return reductions_; }
 
-  // The metrics' device scratch, sized for this model and the plan's tensors (after join, so
-  // that the update ratios' copy covers this rank's shard only).
-  // Sizes: metrics/device_scratch.hpp, as the memory plan counts them.
+  // The metrics' device scratch, sized for this model and the plan's tensors (after join: the
+  // update-ratio pass covers this rank's shard). Sizes: metrics/device_scratch.hpp, as the
+  // memory plan counts them.
   void prepare_metrics() override {
     metric_ops_.prepare(model_.rows(), kHeads);
     weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(
         metrics::WeightScratch::of_plan(metrics::planned_top_tokens()), model_.backend().blas());
-    snapshot_mask_ = kUpdateRatioTensors;
-    snapshot_.prepare(kUpdateRatioOn ? update_parts(snapshot_mask_) : std::vector<cuda::UpdateSnapshot::Part>{});
+    static_assert(sizeof(cuda::AdamWTensor) == 24, "metrics/device_scratch.hpp counts 24-byte table rows");
+    const metrics::UpdateScratch updates = metrics::UpdateScratch::of_range(shard_.lo, shard_.hi);
+    update_partial_.resize(std::size_t(updates.partial_doubles()));
+    update_sums_.resize(2 * std::size_t(kNumParams));
+    update_tensors_.resize(std::size_t(kNumParams));
+    upload_update_table(kUpdateRatioTensors);
+    if (weight_metrics_collective()) gather_.resize(std::size_t(metrics::master_gather_bytes() / 4));
   }
   // The fp32 weights whole on this rank: the masters without ZeRO-1; under ZeRO-1 in fp32 the
   // parameters (all-gathered after every step). Under ZeRO-1 in bf16 a rank holds only its shard
-  // of the masters: nullptr (the host state is gathered instead).
+  // of the masters: each tensor is assembled on the device (gathered_master), a collective.
   metrics::WeightStats* weight_stats() override {
-    const float* whole = whole_fp32_weights(model_.params);
-    if (whole == nullptr) return nullptr;
     if (!weight_stats_) prepare_metrics();
-    weight_stats_->bind(whole);
+    if (const float* whole = whole_fp32_weights(model_.params)) {
+      weight_stats_->bind(whole);
+    } else {
+      gathered_ = -1;  // the weights changed since the last measurement
+      weight_stats_->bind([this](int i) { return gathered_master(i); });
+    }
     return weight_stats_.get();
   }
+  bool weight_metrics_collective() const override { return sharded() && kSeparateMaster; }
+  // Update ratios: the next finish_step sums, before AdamW, the update it applies
+  // (cuda/update_ratio.cuh; nothing is copied).
   void snapshot_tensors(const bool* mask) override {
-    if (mask != snapshot_mask_) {  // not the plan's tracked tensors: sized now
-      snapshot_mask_ = mask;
-      snapshot_.prepare(update_parts(mask));
-    }
-    snapshot_.keep(master_shard());
+    if (update_tensors_.empty()) prepare_metrics();
+    if (mask != update_mask_) upload_update_table(mask);
+    update_due_ = true;
   }
   std::vector<double> gradient_squares() override {
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
@@ -275,10 +290,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     return out;
   }
   std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
+    if (mask != update_mask_) throw gc::rt::RuntimeError("update_sums: the step measured other tensors");
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
-    if (mask != snapshot_mask_) throw gc::rt::RuntimeError("update_sums: no snapshot of these tensors was taken");
-    snapshot_.sums(master_shard(), out);
+    update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
     if (sharded()) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) {
+      if (!mask[i]) out[std::size_t(i)] = {0.0, 0.0};
+    }
     return out;
   }
   std::int64_t device_used_bytes() const override {
@@ -343,14 +361,39 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       return sharded() ? nullptr : master_.data();
     }
   }
-  // Each tracked tensor's part of this rank's shard of the masters (all of it without ZeRO-1).
-  std::vector<cuda::UpdateSnapshot::Part> update_parts(const bool* mask) const {
-    std::vector<cuda::UpdateSnapshot::Part> parts;
+  // Tensor i's fp32 masters whole on this rank (ZeRO-1 under bf16), a collective: each rank
+  // copies its part into the zeroed scratch and an all-reduce adds the parts (every element has
+  // one nonzero term: the sum is exact). The last tensor assembled is kept for the next call.
+  const float* gathered_master(int i) {
+#ifdef GC_HAVE_NCCL
+    if (gathered_ == i) return gather_.data();
+    const std::int64_t n = kParams[i].numel;
+    if (n > std::int64_t(gather_.size())) throw gc::rt::RuntimeError("weight metrics: no room to assemble " +
+                                                                     std::string(kParams[i].name));
+    GC_CUDA_CHECK(cudaMemsetAsync(gather_.data(), 0, std::size_t(n) * sizeof(float)));
+    const auto [a, b] = shard_.overlap(i);
+    if (b > a) {
+      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo),
+                                    std::size_t(b - a) * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    nccl_->all_reduce(gather_.data(), n, nullptr);
+    gathered_ = i;
+    return gather_.data();
+#else
+    throw gc::rt::RuntimeError("weight metrics: tensor " + std::to_string(i) + " is sharded but there is no NCCL");
+#endif
+  }
+  // The AdamW table of this rank's shard with numel 0 for the tensors `mask` leaves out: the
+  // update-ratio pass's.
+  void upload_update_table(const bool* mask) {
+    std::vector<cuda::AdamWTensor> table;
     for (int i = 0; i < kNumParams; ++i) {
       const auto [a, b] = shard_.overlap(i);
-      if (mask[i] && b > a) parts.push_back({i, a - shard_.lo, b - a});
+      table.push_back({std::min(a, shard_.hi) - shard_.lo, mask[i] ? std::max<std::int64_t>(0, b - a) : 0,
+                       float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
     }
-    return parts;
+    update_tensors_.upload(table.data(), table.size());
+    update_mask_ = mask;
   }
   // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
@@ -458,8 +501,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   std::vector<ComputeType> staging_;  // bf16 activations (or weights) on their way between host and device
   cuda::MetricOps metric_ops_;         // the activation metrics' reductions
   std::unique_ptr<cuda::DeviceWeightStats> weight_stats_;  // the weight metrics', on the masters
-  cuda::UpdateSnapshot snapshot_;      // update ratios: the tracked tensors before a step
-  const bool* snapshot_mask_ = nullptr;
+  // Update ratios: the pass's table (update_mask_'s tensors), its partials and per-tensor sums.
+  DeviceBuffer<cuda::AdamWTensor> update_tensors_;
+  DeviceBuffer<double> update_partial_, update_sums_;
+  const bool* update_mask_ = nullptr;
+  bool update_due_ = false;  // the next finish_step sums its update
+  DeviceBuffer<float> gather_;         // ZeRO-1 under bf16: one tensor's masters, assembled
+  int gathered_ = -1;                  // which tensor gather_ holds
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;

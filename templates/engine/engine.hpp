@@ -137,6 +137,9 @@ class EngineTelemetry {
   // or nullptr when they must be read from the host state (the CPU backend, whose host state is
   // the engine's; a GPU whose fp32 masters are sharded by ZeRO-1 under bf16).
   virtual metrics::WeightStats* weight_stats() { return nullptr; }
+  // Whether measuring the weights is a collective (ZeRO-1 under bf16 on GPUs: each tensor is
+  // assembled from the ranks' shards), so that every rank runs weight_records when rank 0 does.
+  virtual bool weight_metrics_collective() const { return false; }
   // Update ratios: snapshot_tensors(mask) before finish_step keeps the tensors `mask` selects;
   // update_sums(mask) after it returns for each tensor (kParams order, zero outside the mask)
   // Σ (θ_after − θ_before)² and Σ θ_before² over the whole tensor (under ZeRO-1 every rank calls

@@ -21,7 +21,6 @@
 #include "cuda/metric_ops.cuh"
 #include "cuda/weight_stats.cuh"
 #include "metrics/activation_metrics.hpp"
-#include "metrics/collector.hpp"
 #include "metrics/host_ops.hpp"
 #include "metrics/weight_stats.hpp"
 #include "model/model.hpp"
@@ -106,8 +105,8 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
                               "router_entropy/" + std::to_string(l), out);
     }
   }
-  // Weights: stable rank, row cosine (every expert of a stacked tensor), the embedding's first
-  // rows as "top tokens", parameter norms.
+  // Weights: Σx², stable rank, row cosine (every expert of a stacked tensor), the embedding's
+  // first rows as "top tokens".
   std::vector<int> top_tokens;
   for (int t = 0; t < std::min(kVocab, 48); ++t) top_tokens.push_back((t * 7) % kVocab);
   metrics::WeightScratch sizes = metrics::WeightScratch::of_plan(int(top_tokens.size()));
@@ -120,11 +119,31 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
   DeviceWeightStats device(sizes, blas);
   device.bind(weights);
   metrics::HostWeightStats host(cpu.params.data());
-  metrics::MetricsDue weights_due = due;
-  weights_due.sink_score = weights_due.attention_entropy = weights_due.activation_rms = false;
-  weights_due.rmsnorm_factor = weights_due.residual_flow = weights_due.logit_std = false;
-  detail::compare_records(metrics::weight_records(0, device, weights_due, top_tokens, ""),
-                          metrics::weight_records(0, host, weights_due, top_tokens, ""), out);
+  // Every matrix of every tensor the weight metrics may measure (each expert of a stacked tensor).
+  for (int i = 0; i < kNumParams; ++i) {
+    const std::string name = kParams[i].name;
+    detail::compare_numbers(Json(device.frobenius_squared(i)), Json(host.frobenius_squared(i)), name + "/Σx²", out);
+    if (kParams[i].rank < 2) continue;
+    const auto rows = metrics::cosine_rows(metrics::slice_rows(kParams[i]), metrics::kMaxCosineRows);
+    for (int e = 0; e < metrics::matrix_count(kParams[i]); ++e) {
+      const std::string at = name + "/" + std::to_string(e);
+      if (kStableRankTensors[i]) {
+        const metrics::StableRank a = device.stable_rank(i, e), b = host.stable_rank(i, e);
+        detail::compare_numbers(Json{a.value, a.sigma_max}, Json{b.value, b.sigma_max}, at + "/stable_rank", out);
+      }
+      if (kCosineSimilarityTensors[i]) {
+        const metrics::CosineStats a = device.row_cosine(i, e, rows, nullptr), b = host.row_cosine(i, e, rows, nullptr);
+        detail::compare_numbers(Json{a.mean_abs, a.mean, a.max_abs}, Json{b.mean_abs, b.mean, b.max_abs},
+                                at + "/row_cosine", out);
+      }
+    }
+  }
+  {
+    const metrics::CosineStats a = device.row_cosine(kParamEmbed, 0, top_tokens, nullptr);
+    const metrics::CosineStats b = host.row_cosine(kParamEmbed, 0, top_tokens, nullptr);
+    detail::compare_numbers(Json{a.mean_abs, a.mean, a.max_abs}, Json{b.mean_abs, b.mean, b.max_abs},
+                            "embedding_cosine", out);
+  }
   std::vector<float> pixels_gpu, pixels_cpu;
   const metrics::CosineStats a = device.row_cosine(kParamEmbed, 0, many_rows, &pixels_gpu);
   const metrics::CosineStats b = host.row_cosine(kParamEmbed, 0, many_rows, &pixels_cpu);

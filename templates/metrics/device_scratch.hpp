@@ -2,8 +2,8 @@
 // (activations), cuda/weight_stats.cuh (weights) and cuda/update_ratio.cuh (update ratios). The
 // CUDA classes allocate exactly these sizes, once, before training (Engine::prepare_metrics); the
 // memory plan counts the same (compiler/plan/metrics_scratch.cpp; kPlannedDeviceBytes and
-// `gcompile explain`), and train/trainer_metrics.hpp re-counts the update-ratio copy for a ZeRO-1
-// shard. Plain C++: the trainer reads it without the CUDA headers.
+// `gcompile explain`), and train/trainer_metrics.hpp re-counts the update-ratio partials for a
+// ZeRO-1 shard. Plain C++: the trainer reads it without the CUDA headers.
 #pragma once
 
 #include <algorithm>
@@ -82,27 +82,24 @@ struct WeightScratch {
   }
 };
 
-// Update ratios: the tracked tensors' elements within [lo, hi) of the flat array (a ZeRO-1
-// shard, or everything), and the chunk partials of the largest part.
+// Update ratios (cuda/update_ratio.cuh): a pass before AdamW over the flat array a rank updates
+// (its ZeRO-1 shard, or everything) sums each tensor's Δθ² and θ² into chunk partials; no copy
+// of the weights. Its table (one AdamWTensor row, 24 bytes, per tensor), partials and sums.
 struct UpdateScratch {
-  std::int64_t elements = 0, max_part = 0;
-  static UpdateScratch of_range(std::int64_t lo, std::int64_t hi) {
-    UpdateScratch s;
-    if (!kUpdateRatioOn) return s;
-    for (int i = 0; i < kNumParams; ++i) {
-      const std::int64_t a = std::max(lo, kOffsets.at[i]), b = std::min(hi, kOffsets.at[i] + kParams[i].numel);
-      if (!kUpdateRatioTensors[i] || b <= a) continue;
-      s.elements += b - a;
-      s.max_part = std::max(s.max_part, b - a);
-    }
-    return s;
-  }
-  std::int64_t before_floats() const { return std::max<std::int64_t>(elements, 1); }
-  std::int64_t partial_doubles() const {
-    return 2 * std::max<std::int64_t>((max_part + kNormChunk - 1) / kNormChunk, 1) + 2;
-  }
-  std::int64_t bytes() const { return 4 * before_floats() + 8 * partial_doubles(); }
+  std::int64_t elements = 0;
+  static UpdateScratch of_range(std::int64_t lo, std::int64_t hi) { return {hi - lo}; }
+  std::int64_t partial_doubles() const { return 2 * (elements / kNormChunk + kNumParams + 1); }
+  std::int64_t bytes() const { return 8 * partial_doubles() + 16 * std::int64_t(kNumParams) + 24 * kNumParams; }
 };
+
+// ZeRO-1 under bf16: a rank holds a shard of the fp32 masters, so the weight metrics assemble
+// each tensor on the device (cuda_engine.cu gathered_master): the largest tensor, in fp32.
+inline std::int64_t master_gather_bytes() {
+  if (!(kStableRankOn || kCosineSimilarityOn || kEmbeddingCosineOn || kParamNormOn)) return 0;
+  std::int64_t largest = 0;
+  for (int i = 0; i < kNumParams; ++i) largest = std::max(largest, kParams[i].numel);
+  return 4 * largest;
+}
 
 // The embedding cosine's rows as planned (a run may find fewer distinct tokens).
 inline int planned_top_tokens() { return kEmbeddingCosineOn ? std::min(kEmbeddingTopTokens, kVocab) : 0; }

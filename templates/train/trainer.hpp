@@ -88,6 +88,7 @@ class Trainer {
   // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
   // steps (s = 0: at initialization).
   double evaluate(metrics::ActivationMetrics* metrics = nullptr);
+  void join_weight_metrics(std::int64_t s);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);

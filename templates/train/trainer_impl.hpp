@@ -228,6 +228,17 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
   }
 }
 
+// A rank other than 0, at step s: when measuring the weights is a collective (ZeRO-1 under bf16
+// on GPUs: each tensor is assembled from the shards), it runs the same weight metrics as rank 0
+// measure() and discards them (no files: no heatmaps).
+inline void Trainer::join_weight_metrics(std::int64_t s) {
+  if (!opt_.metrics || !engine_->weight_metrics_collective()) return;
+  metrics::MetricsDue due = metrics_due_at(s);
+  if (!due.any_weight()) return;
+  due.cosine_images = false;
+  metrics::weight_records(s, *engine_->weight_stats(), due, top_tokens_, opt_.run_dir);
+}
+
 inline int Trainer::run() {
   namespace fs = std::filesystem;
   using Clock = std::chrono::steady_clock;
@@ -243,6 +254,7 @@ inline int Trainer::run() {
     host_.sync(*engine_, comm_, false);  // a collective under ZeRO-1 on GPUs: rank 0's weight metrics at step 0 read it
   }
   if (start_step_ == 0 && root) measure(0, false, log);
+  if (start_step_ == 0 && !root) join_weight_metrics(0);
   step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
   std::int64_t unread_from = start_step_;  // the first step queued since the last read
   auto unread_since = Clock::now();
@@ -307,6 +319,8 @@ inline int Trainer::run() {
         save(step + 1);
         host_.release_sharded_moments(*engine_);
       }
+    } else {
+      join_weight_metrics(step + 1);
     }
     unread_from = step + 1;
     unread_since = Clock::now();  // measuring and saving are not step time

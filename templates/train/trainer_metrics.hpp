@@ -92,7 +92,8 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
 // model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
 // working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
 // the fp32 masters (bf16) and the AdamW moments of one shard, and the update ratios' copy of the
-// tracked tensors in that shard (metrics/device_scratch.hpp).
+// tracked tensors in that shard, and under bf16 the scratch that assembles one tensor's masters
+// for the weight metrics (metrics/device_scratch.hpp).
 inline std::int64_t planned_device_bytes(int ranks) {
   const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
   const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
@@ -100,7 +101,8 @@ inline std::int64_t planned_device_bytes(int ranks) {
   const std::int64_t whole_state = stored * (weight + master + 4 + 8);
   const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
-  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy;
+  const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather;
 }
 
 // One closing record for benchmarks: the median step time over this

@@ -303,6 +303,14 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
     }
   }
   EXPECT_EQ(metric(dir_ / "two", "update_ratio").size(), metric(dir_ / "one", "update_ratio").size());
+  // Every metric at step 0 (the same weights): a rank holds a shard of the fp32 masters, so the
+  // ranks assemble each tensor on their GPUs for the weight metrics; nothing but numbers reaches
+  // the host (at most 4 KiB per layer per measurement, as one process).
+  expect_same_metrics(metric_records(dir_ / "two" / "metrics.jsonl", 0),
+                      metric_records(dir_ / "one" / "metrics.jsonl", 0), "step 0, ZeRO-1 bf16 on 2 ranks vs 1");
+  const auto copied = summary(dir_ / "two");
+  EXPECT_LT(copied["metrics_device_to_host_bytes"].get<double>(), copied["measurements"].get<double>() * 3 * 4096)
+      << copied.dump();
   // Half the moments on rank 0, as planned; the planned device bytes per rank are below one GPU's.
   const auto s1 = summary(dir_ / "one"), s2 = summary(dir_ / "two");
   EXPECT_EQ(s2["optimizer_bytes"], s2["planned_optimizer_bytes"]);

@@ -173,8 +173,7 @@ class MoeParity : public gc::test::TreeTest {
     const std::string build = "cd " + t + " && g++ -std=c++17 -O2 -fopenmp -DGC_CUDA_EMULATOR -Wno-unknown-pragmas -I" +
                               emu + " -I. -Isrc -Iruntime/third_party -x c++ src/parity_main.cu -x none " +
                               "src/plan_init.cpp src/experiment.cpp " + emu + "/src/cublaslt.cpp " + emu +
-                              "/src/runtime.cpp " + emu + "/src/streams.cpp " + emu + "/src/scheduler.cpp runtime/comm.cpp runtime/png.cpp runtime/atomic_file.cpp " +
-                              "-lopenblas -lz -o parity_emulated";
+                              "/src/runtime.cpp " + emu + "/src/streams.cpp " + emu + "/src/scheduler.cpp -lopenblas -o parity_emulated";
     const Outcome compiled = sh(build);
     if (compiled.status != 0) return compiled;
     return sh(t + "/parity_emulated");
