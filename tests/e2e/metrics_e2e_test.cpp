@@ -189,6 +189,15 @@ TEST_F(Metrics, TrainRecordsTheScheduledMetricsAndAnalyzeReproducesAndComparesTh
   EXPECT_EQ(run("analyze", "compare run").status, 2);
   EXPECT_EQ(run("analyze", "tokens run").status, 2);  // needs -o
   EXPECT_EQ(run("analyze", "metrics run --top x").status, 2);
+  const Outcome device = run("analyze", "metrics run --device gpu");
+  EXPECT_EQ(device.status, 2);
+  EXPECT_NE(device.output.find("--device needs cpu, cuda or auto, not 'gpu'"), std::string::npos) << device.output;
+  // No GPU here: --device cuda is refused naming why (no device, or a tree without the CUDA backend).
+  if (gc::test::sh("nvidia-smi -L").status != 0) {
+    const Outcome cuda = run("analyze", "metrics run --device cuda");
+    EXPECT_EQ(cuda.status, 1);
+    EXPECT_NE(cuda.output.find("--device cuda"), std::string::npos) << cuda.output;
+  }
 }
 
 }  // namespace
