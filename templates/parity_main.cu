@@ -4,7 +4,7 @@
 //
 //   {"precision": "fp32", "loss_cpu": x, "loss_cuda": x, "loss_cuda_chunked": x, "max_rel_logits": x,
 //    "worst_row_logits": x, "max_rel_grad": x, "worst_tensor": "...", "metrics_compared": n,
-//    "metrics_worst": x, "metrics_worst_at": "metric/key", "heatmap_worst_pixel": x, "tolerance": x, "pass": true}
+//    "metrics_worst": x, "metrics_worst_at": "metric/key", "heatmap_worst_level": n, "tolerance": x, "pass": true}
 //
 // Relative errors are ‖cuda − cpu‖₂ / ‖cpu‖₂ per tensor (engine/parity.cuh, which
 // tests/cuda/model_parity_test.cu runs too), and for the logits also the worst
@@ -41,11 +41,11 @@ int run(double tolerance) {
       "{\"precision\": \"%s\", \"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"loss_cuda_chunked\": %.9g, "
       "\"max_rel_logits\": %.3g, "
       "\"worst_row_logits\": %.3g, \"max_rel_grad\": %.3g, \"worst_tensor\": \"%s\", \"metrics_compared\": %d, "
-      "\"metrics_worst\": %.3g, \"metrics_worst_at\": \"%s\", \"metrics_worst_values\": [%.9g, %.9g], \"heatmap_worst_pixel\": %.3g, \"tolerance\": %g, "
+      "\"metrics_worst\": %.3g, \"metrics_worst_at\": \"%s\", \"metrics_worst_values\": [%.9g, %.9g], \"heatmap_worst_level\": %.0f, \"tolerance\": %g, "
       "\"pass\": %s}\n",
       r.precision, r.loss_cpu, r.loss_cuda, r.loss_cuda_chunked, r.rel_logits, r.worst_row_logits, r.max_rel_grad(),
       gcm::kParams[r.worst_grad()].name, r.metrics.numbers, r.metrics.worst, r.metrics.where.c_str(),
-      r.metrics.got, r.metrics.ref, r.metrics.worst_pixel, tolerance, pass ? "true" : "false");
+      r.metrics.got, r.metrics.ref, r.metrics.worst_level, tolerance, pass ? "true" : "false");
   return pass ? 0 : 1;
 }
 

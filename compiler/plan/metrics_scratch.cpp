@@ -60,8 +60,8 @@ double weight_bytes(const Spec& spec, const std::vector<ParamEntry>& params) {
   const std::int64_t side = std::max<std::int64_t>(pixel_side, 1), kk = std::max<std::int64_t>(k, 1);
   const std::int64_t doubles = max_numel / kNormChunk + 2 + kLanczosSteps * gram + 2 * gram + middle + kLanczosSteps +
                                4 + 3 * kk;
-  const std::int64_t floats = std::max<std::int64_t>(unit, 1) + block_rows * kk + side * side;
-  return double(8 * doubles + 4 * floats + 4 * kk);
+  const std::int64_t floats = std::max<std::int64_t>(unit, 1) + block_rows * kk;
+  return double(8 * doubles + 4 * floats + 4 * kk + side * side);  // + row ids (int), heatmap levels (bytes)
 }
 
 // Update ratios: chunk partials over the rank's part of the flat array, per-tensor sums and a

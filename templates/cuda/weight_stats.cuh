@@ -133,10 +133,11 @@ __global__ void cosine_row_stats_kernel(double* __restrict__ stats, const float*
 }
 
 // Pixels of heatmap rows y0 … y1 − 1 (side × side for the k×k matrix; metrics/heatmap.hpp's
-// bounds) from C's rows r0 = cell(y0) …: the mean of the cells, the diagonal counted as 1.
+// bounds) from C's rows r0 = cell(y0) …: the mean of the cells, the diagonal counted as 1, as
+// the palette level metrics/heatmap.hpp heatmap_levels gives the CPU's pixel (one byte).
 template <typename = void>
-__global__ void heatmap_pixels_kernel(float* __restrict__ pixels, const float* __restrict__ C, int r0, int y0, int y1,
-                                      int k, int side) {
+__global__ void heatmap_pixels_kernel(std::uint8_t* __restrict__ levels, const float* __restrict__ C, int r0, int y0,
+                                      int y1, int k, int side) {
   const int p = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = y0 + p / side, x = p % side;
   if (y >= y1) return;
@@ -148,7 +149,9 @@ __global__ void heatmap_pixels_kernel(float* __restrict__ pixels, const float* _
       sum += r == c ? 1.0 : double(fminf(fmaxf(C[std::int64_t(r - r0) * k + c], -1.0f), 1.0f));
     }
   }
-  pixels[std::int64_t(y) * side + x] = float(sum / double((rb - ra) * (cb - ca)));
+  double c = double(float(sum / double((rb - ra) * (cb - ca))));  // the CPU's float pixel
+  c = isnan(c) ? 0.0 : fmin(fmax(c, -1.0), 1.0);
+  levels[std::int64_t(y) * side + x] = std::uint8_t(lround((c + 1.0) * 0.5 * (metrics::kHeatmapLevels - 1)));
 }
 
 struct DoubleMaxOp {
@@ -199,7 +202,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
     row_ids_.resize(std::size_t(sizes.k()));
     unit_.resize(std::size_t(std::max<std::int64_t>(sizes.max_unit, 1)));
     block_.resize(std::size_t(sizes.block_rows()) * std::size_t(sizes.k()));
-    pixels_.resize(std::size_t(sizes.side() * sizes.side()));
+    levels_.resize(std::size_t(sizes.side() * sizes.side()));
   }
   // The weights to measure next: a device array in kParams order, or a function that returns
   // tensor i whole on this device (ZeRO-1 under bf16 assembles it from the ranks' shards; every
@@ -226,7 +229,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
     return metrics::stable_rank_of(s, sum_squares(W, std::int64_t(rows) * cols, squares_.data()));
   }
   metrics::CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows,
-                                  std::vector<float>* pixels) override;
+                                  std::vector<std::uint8_t>* levels) override;
 
  private:
   // The Gram operator of W on the device, for metrics::lanczos_spectral_norm.
@@ -302,11 +305,12 @@ class DeviceWeightStats final : public metrics::WeightStats {
   Gather gather_;
   gc::rt::cuda::DeviceBuffer<double> squares_, basis_, q_, w_, tmp_, coeff_, scalars_, row_stats_;
   gc::rt::cuda::DeviceBuffer<int> row_ids_;
-  gc::rt::cuda::DeviceBuffer<float> unit_, block_, pixels_;
+  gc::rt::cuda::DeviceBuffer<float> unit_, block_;
+  gc::rt::cuda::DeviceBuffer<std::uint8_t> levels_;
 };
 
 inline metrics::CosineStats DeviceWeightStats::row_cosine(int tensor, int matrix, const std::vector<int>& rows,
-                                                          std::vector<float>* pixels) {
+                                                          std::vector<std::uint8_t>* levels) {
   const int k = int(rows.size()), cols = metrics::slice_cols(kParams[tensor]);
   metrics::CosineStats out;
   out.rows_used = k;
@@ -330,9 +334,9 @@ inline metrics::CosineStats DeviceWeightStats::row_cosine(int tensor, int matrix
                block_.data(), k, gc::rt::cuda::BlasLt::Shape::varying_rows);
     launch(detail::cosine_row_stats_kernel<>, detail::blocks_of(std::int64_t(nb) * kWarp, detail::kVectorThreads),
            detail::kVectorThreads, 0, row_stats_.data(), block_.data(), r0, nb, k);
-    if (pixels) {
+    if (levels) {
       launch(detail::heatmap_pixels_kernel<>, detail::blocks_of(std::int64_t(y1 - y0) * side, detail::kVectorThreads),
-             detail::kVectorThreads, 0, pixels_.data(), block_.data(), r0, y0, y1, k, side);
+             detail::kVectorThreads, 0, levels_.data(), block_.data(), r0, y0, y1, k, side);
     }
   }
   launch(detail::cosine_totals_kernel<>, 1, detail::kVectorThreads, 0, scalars_.data(), row_stats_.data(), k);
@@ -342,9 +346,9 @@ inline metrics::CosineStats DeviceWeightStats::row_cosine(int tensor, int matrix
   out.mean = totals[0] / pairs;
   out.mean_abs = totals[1] / pairs;
   out.max_abs = totals[2];
-  if (pixels) {
-    pixels->resize(std::size_t(side) * side);
-    gc::rt::cuda::copy_to_host(pixels->data(), pixels_.data(), pixels->size() * sizeof(float));
+  if (levels) {
+    levels->resize(std::size_t(side) * side);
+    gc::rt::cuda::copy_to_host(levels->data(), levels_.data(), levels->size());
   }
   return out;
 }

@@ -1,7 +1,7 @@
 // The metrics' parity (engine/parity.cuh runs it after the models' forward pass): every metric
 // of docs/metrics.md that a measurement computes, by the CPU reference (metrics::HostMetricOps,
 // metrics::HostWeightStats) and by the device (cuda::MetricOps, cuda::DeviceWeightStats) on the
-// same weights and the same batch, compared number by number; also the pixels of one
+// same weights and the same batch, compared number by number; also the palette levels of one
 // block-averaged cosine heatmap. The error of a number is |cuda − cpu| / max(|cpu|, floor): in
 // fp32 the floor (1e-3) keeps a signed mean near zero (the mean row cosine) from reading a
 // rounding difference as a large relative one. In bf16 it is 0.1: the device stores activations
@@ -33,7 +33,9 @@ struct MetricsParity {
   std::string where;      // which: "metric/key"
   double got = 0.0, ref = 0.0;  // its values: CUDA, CPU
   int numbers = 0;        // how many numbers were compared
-  double worst_pixel = 0.0;  // the largest |cuda − cpu| of a heatmap pixel
+  // The largest |cuda − cpu| of a heatmap pixel's palette level (at most 1: an average that
+  // lies on a level boundary may round either way).
+  double worst_level = 0.0;
   double floor = 1e-3;       // of the relative error (metric_error_floor)
 };
 
@@ -144,16 +146,16 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
     detail::compare_numbers(Json{a.mean_abs, a.mean, a.max_abs}, Json{b.mean_abs, b.mean, b.max_abs},
                             "embedding_cosine", out);
   }
-  std::vector<float> pixels_gpu, pixels_cpu;
+  std::vector<std::uint8_t> pixels_gpu, pixels_cpu;  // palette levels
   const metrics::CosineStats a = device.row_cosine(kParamEmbed, 0, many_rows, &pixels_gpu);
   const metrics::CosineStats b = host.row_cosine(kParamEmbed, 0, many_rows, &pixels_cpu);
   detail::compare_numbers(Json{a.mean_abs, a.mean, a.max_abs}, Json{b.mean_abs, b.mean, b.max_abs},
                           "embedding row cosine, 600 rows", out);
   if (pixels_gpu.size() != pixels_cpu.size()) {
-    out.worst_pixel = INFINITY;
+    out.worst_level = INFINITY;
   } else {
     for (std::size_t i = 0; i < pixels_cpu.size(); ++i) {
-      out.worst_pixel = std::max(out.worst_pixel, double(std::fabs(pixels_gpu[i] - pixels_cpu[i])));
+      out.worst_level = std::max(out.worst_level, std::fabs(double(pixels_gpu[i]) - double(pixels_cpu[i])));
     }
   }
   return out;

@@ -65,11 +65,11 @@ inline std::vector<Json> weight_records(std::int64_t step, WeightStats& weights,
     image_dir = name;
     std::filesystem::create_directories(std::filesystem::path(run_dir) / image_dir);
   }
-  std::vector<float> pixels;
+  std::vector<std::uint8_t> levels;
   auto save_image = [&](const std::string& tensor, int k) {
     const std::string rel = image_dir + "/" + tensor + ".png";
     const int side = std::min(k, kHeatmapPixels);
-    metrics::write_heatmap_png((std::filesystem::path(run_dir) / rel).string(), pixels, side);
+    metrics::write_heatmap_png((std::filesystem::path(run_dir) / rel).string(), levels, side);
     out.push_back({{"step", step}, {"metric", "cosine_image"}, {"tensor", tensor}, {"path", rel}, {"rows", k}});
   };
   if (due.stable_rank) {
@@ -105,7 +105,7 @@ inline std::vector<Json> weight_records(std::int64_t step, WeightStats& weights,
       const ParamInfo& p = kParams[i];
       if (p.rank == 2) {
         const auto rows = metrics::cosine_rows(matrix_rows(p), kMaxCosineRows);
-        const CosineStats c = weights.row_cosine(i, 0, rows, due.cosine_images ? &pixels : nullptr);
+        const CosineStats c = weights.row_cosine(i, 0, rows, due.cosine_images ? &levels : nullptr);
         values[p.name] = c.mean_abs;
         mean[p.name] = c.mean;
         if (due.cosine_images) save_image(p.name, c.rows_used);
@@ -131,7 +131,7 @@ inline std::vector<Json> weight_records(std::int64_t step, WeightStats& weights,
   }
   if (due.embedding_cosine && !top_tokens.empty()) {
     // Seed 003 §5.3: the embeddings of the most frequent tokens.
-    const CosineStats c = weights.row_cosine(kParamEmbed, 0, top_tokens, due.cosine_images ? &pixels : nullptr);
+    const CosineStats c = weights.row_cosine(kParamEmbed, 0, top_tokens, due.cosine_images ? &levels : nullptr);
     out.push_back({{"step", step}, {"metric", "embedding_cosine"}, {"value", c.mean_abs}, {"mean", c.mean},
                    {"top_tokens", c.rows_used}});
     if (due.cosine_images) save_image("embedding_top_tokens", c.rows_used);

@@ -77,8 +77,8 @@ struct WeightScratch {
   std::int64_t bytes() const {
     const std::int64_t doubles = norm_doubles() + kLanczosSteps * gram() + 2 * gram() + middle() + kLanczosSteps + 4 +
                                  3 * k();
-    const std::int64_t floats = std::max<std::int64_t>(max_unit, 1) + std::int64_t(block_rows()) * k() + side() * side();
-    return 8 * doubles + 4 * floats + 4 * k();
+    const std::int64_t floats = std::max<std::int64_t>(max_unit, 1) + std::int64_t(block_rows()) * k();
+    return 8 * doubles + 4 * floats + 4 * k() + side() * side();  // + row ids (int), heatmap levels (bytes)
   }
 };
 

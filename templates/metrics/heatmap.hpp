@@ -65,12 +65,17 @@ inline std::vector<float> block_average(const std::vector<float>& matrix, int k,
   return pixels;
 }
 
-// Writes side × side pixels (block_average's output) as an indexed PNG.
-inline void write_heatmap_png(const std::string& path, const std::vector<float>& pixels, int side) {
+// The palette level of each pixel (one byte a pixel: what a GPU copies back).
+inline std::vector<std::uint8_t> heatmap_levels(const std::vector<float>& pixels) {
   std::vector<std::uint8_t> level(pixels.size());
   for (std::size_t i = 0; i < pixels.size(); ++i) level[i] = std::uint8_t(heatmap_level(double(pixels[i])));
+  return level;
+}
+
+// Writes side × side palette levels (heatmap_levels) as an indexed PNG.
+inline void write_heatmap_png(const std::string& path, const std::vector<std::uint8_t>& levels, int side) {
   static const std::vector<std::uint8_t> palette = heatmap_palette();
-  gc::rt::write_png_indexed(path, side, side, palette, level);
+  gc::rt::write_png_indexed(path, side, side, palette, levels);
 }
 
 }  // namespace gcm::metrics

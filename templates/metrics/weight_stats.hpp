@@ -36,9 +36,11 @@ class WeightStats {
   // Seed 000 eq. 7 of matrix `matrix` of tensor i (slice_rows × slice_cols).
   virtual StableRank stable_rank(int tensor, int matrix) = 0;
   // Seed 000 eq. 6 over the chosen rows of matrix `matrix` of tensor i (its rows of
-  // slice_cols values; a 2-D tensor's matrix_cols). When `pixels` is given it receives the
-  // cosine matrix (diagonal 1) block-averaged to side × side, side = min(rows.size(), kHeatmapPixels).
-  virtual CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows, std::vector<float>* pixels) = 0;
+  // slice_cols values; a 2-D tensor's matrix_cols). When `levels` is given it receives the
+  // heatmap: the cosine matrix (diagonal 1) block-averaged to side × side pixels, side =
+  // min(rows.size(), kHeatmapPixels), as palette levels (metrics/heatmap.hpp, one byte a pixel).
+  virtual CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows,
+                                 std::vector<std::uint8_t>* levels) = 0;
 };
 
 // The weights in host memory (kParams order, kOffsets), measured by matrix_stats.hpp.
@@ -52,11 +54,12 @@ class HostWeightStats final : public WeightStats {
     const ParamInfo& p = kParams[tensor];
     return metrics::stable_rank(slice(tensor, matrix), slice_rows(p), slice_cols(p));
   }
-  CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows, std::vector<float>* pixels) override {
+  CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows,
+                         std::vector<std::uint8_t>* levels) override {
     std::vector<float> full;
     const CosineStats c = row_cosine_stats(slice(tensor, matrix), slice_cols(kParams[tensor]), rows,
-                                           pixels ? &full : nullptr);
-    if (pixels) *pixels = block_average(full, c.rows_used);
+                                           levels ? &full : nullptr);
+    if (levels) *levels = heatmap_levels(block_average(full, c.rows_used));
     return c;
   }
 
