@@ -198,7 +198,7 @@ Measurer open_measurer(const Args& a) {
     out.m.assign(out.params.size(), 0.0f);
     out.engine->upload(out.params.data(), out.m.data(), out.m.data());
     if (!biases.empty()) out.engine->set_moe_biases(biases);
-    out.engine->prepare_metrics();
+    out.engine->prepare_metrics(/*every_metric=*/true);
     return out;
   }
 #endif
@@ -226,15 +226,15 @@ int run_metrics(const Args& a) {
   double loss = 0.0;
   engine.zero_grads();
   engine.track_logit_moments(activations.needs_logit_moments());
-  engine.moe_begin_step();
   for (const auto& batch : batches) {
     const auto inputs = batch.inputs(), targets = batch.targets();
     // Cross-entropy alone, as train logs val_loss; then the batch's activations, and its
-    // routing loads joining the window (the backward's second forward routes the same tokens).
+    // routing loads joining the window once (the backward's second forward routes the same
+    // tokens again: its loads are dropped by the next moe_begin_step).
+    engine.moe_begin_step();
     loss += engine.forward_loss(inputs.data(), targets.data()) / double(batches.size());
     engine.measure_activations(activations);
     engine.moe_accumulate_window();
-    engine.moe_begin_step();
     engine.forward_backward(inputs.data(), targets.data(), 1.0 / double(batches.size()));
   }
   std::vector<Json> records = {{{"step", step}, {"val_loss", loss}, {"tokens", std::int64_t(batches.size()) *

@@ -9,7 +9,7 @@ namespace gc {
 namespace {
 
 constexpr std::int64_t kLanczosSteps = 300, kCosineBlockRows = 512, kHeatmapPixels = 512, kNormChunk = 65536,
-                       kMaxCosineRows = 4096;
+                       kMaxCosineRows = 4096, kColumnChunkRows = 256;
 
 const MetricSpec* enabled(const Spec& spec, const std::string& name) {
   const auto it = spec.metrics.metrics.find(name);
@@ -58,8 +58,10 @@ double weight_bytes(const Spec& spec, const std::vector<ParamEntry>& params) {
   gram = std::max<std::int64_t>(gram, 1);
   middle = std::max<std::int64_t>(middle, 1);
   const std::int64_t side = std::max<std::int64_t>(pixel_side, 1), kk = std::max<std::int64_t>(k, 1);
-  const std::int64_t doubles = max_numel / kNormChunk + 2 + kLanczosSteps * gram + 2 * gram + middle + kLanczosSteps +
-                               4 + 3 * kk;
+  const std::int64_t column_partials = std::max((gram + kColumnChunkRows - 1) / kColumnChunkRows * middle,
+                                               (middle + kColumnChunkRows - 1) / kColumnChunkRows * gram);
+  const std::int64_t doubles = max_numel / kNormChunk + 2 + kLanczosSteps * gram + 2 * gram + middle + column_partials +
+                               kLanczosSteps + 4 + 3 * kk;
   const std::int64_t floats = std::max<std::int64_t>(unit, 1) + block_rows * kk;
   return double(8 * doubles + 4 * floats + 4 * kk + side * side);  // + row ids (int), heatmap levels (bytes)
 }

@@ -93,7 +93,7 @@ struct MemoryEstimate {
   double activations = 0.0;
   double model_buffers = 0.0;  // the model's share of `activations`
   // The in-loop metrics' device scratch (templates/metrics/device_scratch.hpp): reductions,
-  // Lanczos vectors, cosine blocks, the update ratios' copy of the tracked tensors.
+  // Lanczos vectors, cosine blocks, the update-ratio pass's partials.
   double metrics_scratch = 0.0;
   double device_total() const { return total + activations + metrics_scratch; }
 };

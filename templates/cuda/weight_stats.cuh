@@ -51,14 +51,28 @@ __global__ void matvec_rows_kernel(double* __restrict__ y, const float* __restri
   if (lane == 0) y[r] = s;
 }
 
-// y[c] = Σ_r W[r, c] x[r], one thread per column, rows in order (coalesced across the threads).
+// y = Wᵀx in two passes, so that a tall matrix keeps the GPU busy: partial[k·cols + c] =
+// Σ_{r in chunk k} W[r, c] x[r] (grid: column blocks × row chunks of kColumnChunkRows, one thread
+// per column, rows in order: coalesced across the threads), then y[c] = Σ_k partial[k·cols + c]
+// in chunk order.
 template <typename = void>
-__global__ void matvec_cols_kernel(double* __restrict__ y, const float* __restrict__ W, const double* __restrict__ x,
-                                   int rows, int cols) {
+__global__ void matvec_cols_partial_kernel(double* __restrict__ partial, const float* __restrict__ W,
+                                           const double* __restrict__ x, int rows, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const int r0 = int(blockIdx.y) * metrics::kColumnChunkRows;
+  const int r1 = min(rows, r0 + metrics::kColumnChunkRows);
+  double s = 0.0;
+  for (int r = r0; r < r1; ++r) s += double(W[std::int64_t(r) * cols + c]) * x[r];
+  partial[std::int64_t(blockIdx.y) * cols + c] = s;
+}
+template <typename = void>
+__global__ void sum_column_chunks_kernel(double* __restrict__ y, const double* __restrict__ partial, int chunks,
+                                         int cols) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   double s = 0.0;
-  for (int r = 0; r < rows; ++r) s += double(W[std::int64_t(r) * cols + c]) * x[r];
+  for (int k = 0; k < chunks; ++k) s += partial[std::int64_t(k) * cols + c];
   y[c] = s;
 }
 
@@ -196,6 +210,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
     q_.resize(std::size_t(sizes.gram()));
     w_.resize(std::size_t(sizes.gram()));
     tmp_.resize(std::size_t(sizes.middle()));
+    column_partials_.resize(std::size_t(sizes.column_partials()));
     coeff_.resize(std::size_t(metrics::kLanczosSteps));
     scalars_.resize(4);
     row_stats_.resize(std::size_t(3 * sizes.k()));
@@ -223,6 +238,10 @@ class DeviceWeightStats final : public metrics::WeightStats {
   metrics::StableRank stable_rank(int tensor, int matrix) override {
     const ParamInfo& p = kParams[tensor];
     const int rows = metrics::slice_rows(p), cols = metrics::slice_cols(p);
+    if (std::min(rows, cols) > sizes_.gram() || std::max(rows, cols) > sizes_.middle()) {
+      throw gc::rt::RuntimeError("stable rank of " + std::string(p.name) +
+                                 ": the matrix exceeds the metrics scratch planned on the device");
+    }
     const float* W = slice(tensor, matrix);
     Lanczos ops(*this, W, rows, cols);
     const metrics::SpectralNorm s = metrics::lanczos_spectral_norm(ops, ops.size(), 1e-10, metrics::kLanczosSteps);
@@ -252,15 +271,13 @@ class DeviceWeightStats final : public metrics::WeightStats {
     double apply() {
       const int inner = row_gram_ ? cols_ : rows_;
       if (row_gram_) {  // tmp = Wᵀq (cols), w = W tmp (rows)
-        launch(detail::matvec_cols_kernel<>, detail::blocks_of(inner, detail::kVectorThreads), detail::kVectorThreads, 0,
-               s_.tmp_.data(), W_, s_.q_.data(), rows_, cols_);
+        transposed_times(s_.tmp_.data(), s_.q_.data());
         launch(detail::matvec_rows_kernel<>, detail::blocks_of(std::int64_t(rows_) * kWarp, detail::kVectorThreads),
                detail::kVectorThreads, 0, s_.w_.data(), W_, s_.tmp_.data(), rows_, cols_);
       } else {  // tmp = W q (rows), w = Wᵀ tmp (cols)
         launch(detail::matvec_rows_kernel<>, detail::blocks_of(std::int64_t(inner) * kWarp, detail::kVectorThreads),
                detail::kVectorThreads, 0, s_.tmp_.data(), W_, s_.q_.data(), rows_, cols_);
-        launch(detail::matvec_cols_kernel<>, detail::blocks_of(cols_, detail::kVectorThreads), detail::kVectorThreads, 0,
-               s_.w_.data(), W_, s_.tmp_.data(), rows_, cols_);
+        transposed_times(s_.w_.data(), s_.tmp_.data());
       }
       return dot(s_.q_.data(), s_.w_.data());
     }
@@ -279,6 +296,15 @@ class DeviceWeightStats final : public metrics::WeightStats {
     }
 
    private:
+    // y[cols] = Wᵀx[rows] (matvec_cols_partial_kernel, then the chunks added in order).
+    void transposed_times(double* y, const double* x) {
+      const int chunks = (rows_ + metrics::kColumnChunkRows - 1) / metrics::kColumnChunkRows;
+      launch(detail::matvec_cols_partial_kernel<>,
+             dim3(detail::blocks_of(cols_, detail::kVectorThreads), unsigned(chunks)), detail::kVectorThreads, 0,
+             s_.column_partials_.data(), W_, x, rows_, cols_);
+      launch(detail::sum_column_chunks_kernel<>, detail::blocks_of(cols_, detail::kVectorThreads),
+             detail::kVectorThreads, 0, y, s_.column_partials_.data(), chunks, cols_);
+    }
     // a · b over n, by basis_dots_kernel with a as its one "basis vector".
     double dot(const double* a, const double* b) {
       launch(detail::basis_dots_kernel<>, 1, detail::kVectorThreads, 0, s_.scalars_.data(), a, b, n_);
@@ -303,7 +329,7 @@ class DeviceWeightStats final : public metrics::WeightStats {
   gc::rt::cuda::BlasLt& blas_;
   const float* weights_ = nullptr;
   Gather gather_;
-  gc::rt::cuda::DeviceBuffer<double> squares_, basis_, q_, w_, tmp_, coeff_, scalars_, row_stats_;
+  gc::rt::cuda::DeviceBuffer<double> squares_, basis_, q_, w_, tmp_, column_partials_, coeff_, scalars_, row_stats_;
   gc::rt::cuda::DeviceBuffer<int> row_ids_;
   gc::rt::cuda::DeviceBuffer<float> unit_, block_;
   gc::rt::cuda::DeviceBuffer<std::uint8_t> levels_;

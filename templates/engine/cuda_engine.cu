@@ -249,10 +249,11 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // The metrics' device scratch, sized for this model and the plan's tensors (after join: the
   // update-ratio pass covers this rank's shard). Sizes: metrics/device_scratch.hpp, as the
   // memory plan counts them.
-  void prepare_metrics() override {
+  void prepare_metrics(bool every_metric = false) override {
     metric_ops_.prepare(model_.rows(), kHeads);
-    weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(
-        metrics::WeightScratch::of_plan(metrics::planned_top_tokens()), model_.backend().blas());
+    const int top_tokens = every_metric ? std::min(kEmbeddingTopTokens, kVocab) : metrics::planned_top_tokens();
+    weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(metrics::WeightScratch::of_plan(top_tokens, every_metric),
+                                                              model_.backend().blas());
     static_assert(sizeof(cuda::AdamWTensor) == 24, "metrics/device_scratch.hpp counts 24-byte table rows");
     const metrics::UpdateScratch updates = metrics::UpdateScratch::of_range(shard_.lo, shard_.hi);
     update_partial_.resize(std::size_t(updates.partial_doubles()));

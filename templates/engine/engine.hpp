@@ -125,8 +125,8 @@ class EngineTelemetry {
   // that does not keep its logits: BasicModel::track_logit_moments).
   virtual void track_logit_moments(bool on) = 0;
   // Allocates the metrics' scratch (on a GPU: device memory, metrics/device_scratch.hpp), here
-  // and not in the loop.
-  virtual void prepare_metrics() {}
+  // and not in the loop: for the spec's metrics (train), or for every metric (./analyze).
+  virtual void prepare_metrics(bool /*every_metric*/ = false) {}
   // After forward_loss: that batch's activation metrics added to `into`, computed where the
   // activations lie (on a GPU, reduced on the device: a few numbers per layer come back).
   virtual void measure_activations(metrics::ActivationMetrics& into) = 0;

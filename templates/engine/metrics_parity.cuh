@@ -111,7 +111,7 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
   // first rows as "top tokens".
   std::vector<int> top_tokens;
   for (int t = 0; t < std::min(kVocab, 48); ++t) top_tokens.push_back((t * 7) % kVocab);
-  metrics::WeightScratch sizes = metrics::WeightScratch::of_plan(int(top_tokens.size()));
+  metrics::WeightScratch sizes = metrics::WeightScratch::of_plan(int(top_tokens.size()), /*every_metric=*/true);
   // A heatmap that block-averages: 600 of the embedding's rows (with repeats when the
   // vocabulary is smaller) make 512 × 512 pixels.
   std::vector<int> many_rows;

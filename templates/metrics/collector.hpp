@@ -108,7 +108,7 @@ inline std::vector<Json> weight_records(std::int64_t step, WeightStats& weights,
         const CosineStats c = weights.row_cosine(i, 0, rows, due.cosine_images ? &levels : nullptr);
         values[p.name] = c.mean_abs;
         mean[p.name] = c.mean;
-        if (due.cosine_images) save_image(p.name, c.rows_used);
+        if (due.cosine_images && c.rows_used >= 2) save_image(p.name, c.rows_used);
         continue;
       }
       // Experts: the mean over experts, and the first experts by name (no images).
@@ -134,7 +134,7 @@ inline std::vector<Json> weight_records(std::int64_t step, WeightStats& weights,
     const CosineStats c = weights.row_cosine(kParamEmbed, 0, top_tokens, due.cosine_images ? &levels : nullptr);
     out.push_back({{"step", step}, {"metric", "embedding_cosine"}, {"value", c.mean_abs}, {"mean", c.mean},
                    {"top_tokens", c.rows_used}});
-    if (due.cosine_images) save_image("embedding_top_tokens", c.rows_used);
+    if (due.cosine_images && c.rows_used >= 2) save_image("embedding_top_tokens", c.rows_used);
   }
   if (due.param_norm) {
     const Json values = per_class_norm(kParamNormTensors, [&](int i) { return weights.frobenius_squared(i); });

@@ -20,6 +20,7 @@ namespace gcm::metrics {
 inline constexpr int kLanczosSteps = 300;      // spectral_norm's max_steps, on both backends
 inline constexpr int kCosineBlockRows = 512;   // rows of a cosine matrix per GEMM on the device
 inline constexpr std::int64_t kNormChunk = 65536;  // cuda/adamw.cuh's chunk of a Σ x²
+inline constexpr int kColumnChunkRows = 256;       // rows per partial of Wᵀx in the Lanczos steps
 
 // Activation statistics: one double (or pair) per row of the largest per-row pass (a token's
 // moments, a query's sink score or entropy per head), and the few totals.
@@ -40,21 +41,23 @@ struct WeightScratch {
   int max_cosine_cols = 0;
   std::int64_t max_unit = 0;    // k × cols of the unit rows
 
-  // top_tokens: the embedding cosine's rows (0 when it is off).
-  static WeightScratch of_plan(int top_tokens) {
+  // top_tokens: the embedding cosine's rows (0 when it is off). every_metric: size for every
+  // weight metric whatever the spec enables (./analyze and ./parity measure them all).
+  static WeightScratch of_plan(int top_tokens, bool every_metric = false) {
+    const bool stable_rank = every_metric || kStableRankOn, cosine = every_metric || kCosineSimilarityOn;
     WeightScratch s;
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       s.max_numel = std::max(s.max_numel, p.numel);
       if (p.rank < 2) continue;
       const int rows = slice_rows(p), cols = slice_cols(p);
-      if (kStableRankOn && kStableRankTensors[i]) {
+      if (stable_rank && kStableRankTensors[i]) {
         s.max_gram = std::max(s.max_gram, std::min(rows, cols));
         s.max_side = std::max(s.max_side, std::max(rows, cols));
       }
-      if (kCosineSimilarityOn && kCosineSimilarityTensors[i]) s.add_cosine(std::min(rows, kMaxCosineRows), cols);
+      if (cosine && kCosineSimilarityTensors[i]) s.add_cosine(std::min(rows, kMaxCosineRows), cols);
     }
-    if (kEmbeddingCosineOn && top_tokens > 0) s.add_cosine(top_tokens, kDModel);
+    if ((every_metric || kEmbeddingCosineOn) && top_tokens > 0) s.add_cosine(top_tokens, kDModel);
     return s;
   }
   void add_cosine(int k, int cols) {
@@ -68,6 +71,12 @@ struct WeightScratch {
   std::int64_t middle() const { return std::max(max_side, 1); }
   std::int64_t k() const { return std::max(max_cosine_rows, 1); }
   std::int64_t side() const { return std::max(std::min(max_cosine_rows, kHeatmapPixels), 1); }
+  // Wᵀx's partials: row chunks × columns, for either orientation of a stable-rank matrix.
+  std::int64_t column_partials() const {
+    const std::int64_t chunks_of_gram = (gram() + kColumnChunkRows - 1) / kColumnChunkRows;
+    const std::int64_t chunks_of_middle = (middle() + kColumnChunkRows - 1) / kColumnChunkRows;
+    return std::max(chunks_of_gram * middle(), chunks_of_middle * gram());
+  }
   // C's rows per product: whole heatmap pixel rows, about kCosineBlockRows of them.
   int block_rows() const {
     const int pixel_side = std::min(max_cosine_rows, kHeatmapPixels);
@@ -75,8 +84,8 @@ struct WeightScratch {
     return std::max(per_pixel, kCosineBlockRows / per_pixel * per_pixel);
   }
   std::int64_t bytes() const {
-    const std::int64_t doubles = norm_doubles() + kLanczosSteps * gram() + 2 * gram() + middle() + kLanczosSteps + 4 +
-                                 3 * k();
+    const std::int64_t doubles = norm_doubles() + kLanczosSteps * gram() + 2 * gram() + middle() + column_partials() +
+                                 kLanczosSteps + 4 + 3 * k();
     const std::int64_t floats = std::max<std::int64_t>(max_unit, 1) + std::int64_t(block_rows()) * k();
     return 8 * doubles + 4 * floats + 4 * k() + side() * side();  // + row ids (int), heatmap levels (bytes)
   }

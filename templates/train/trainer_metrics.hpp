@@ -91,9 +91,9 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
 // Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
 // model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
 // working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
-// the fp32 masters (bf16) and the AdamW moments of one shard, and the update ratios' copy of the
-// tracked tensors in that shard, and under bf16 the scratch that assembles one tensor's masters
-// for the weight metrics (metrics/device_scratch.hpp).
+// the fp32 masters (bf16) and the AdamW moments of one shard, the update-ratio pass's partials
+// over that shard, and under bf16 the scratch that assembles one tensor's masters for the weight
+// metrics (metrics/device_scratch.hpp).
 inline std::int64_t planned_device_bytes(int ranks) {
   const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
   const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
