@@ -281,6 +281,13 @@ def parity(path, tol):
     detail = (f"logits {lg:.2e} (worst row {row:.2e}), grads {gr:.2e} (worst {r.get('worst_tensor', '?')}), "
               f"loss cpu {r.get('loss_cpu')} cuda {r.get('loss_cuda')}, tol {tol:g}")
     ok = all(math.isfinite(v) and v < tol for v in (lg, row, gr))
+    metrics, level = r.get("metrics_worst"), r.get("heatmap_worst_level")
+    if isinstance(metrics, (int, float)):
+        # Every metric computed on the device against the CPU's (engine/metrics_parity.cuh).
+        detail += (f"; {r.get('metrics_compared', '?')} metric numbers, worst {metrics:.2e} "
+                   f"({r.get('metrics_worst_at', '?')}), heatmap levels within {level}")
+        ok = ok and math.isfinite(metrics) and metrics < tol and isinstance(level, (int, float)) and level <= 1
+    ok = ok and r.get("pass", True) is True
     fail(detail) if not ok else print(detail)
 
 
