@@ -160,14 +160,12 @@ __device__ inline std::int64_t first_slot(const AdamWTensor& tensor, int t) { re
 
 __device__ inline std::int64_t chunk_count(std::int64_t numel) { return (numel + kNormChunk - 1) / kNormChunk; }
 
-// One block per slot (grid = ⌊total / C⌋ + num_tensors): block b finds the
-// tensor whose slots contain b and writes that chunk's partial to partial[b].
-// Unused slots write nothing. The exits are block-uniform, before any barrier.
-template <typename T>
-__global__ void __launch_bounds__(kNormThreads)
-    tensor_chunk_squares_kernel(double* __restrict__ partial, const T* __restrict__ x,
-                                const AdamWTensor* __restrict__ tensors, int num_tensors) {
-  const std::int64_t b = blockIdx.x;
+// The chunk slot b holds: its tensor t and its elements [begin, end), or t = −1 for an unused slot.
+struct SlotChunk {
+  int t;
+  std::int64_t begin, end;
+};
+__device__ inline SlotChunk chunk_of_slot(const AdamWTensor* __restrict__ tensors, int num_tensors, std::int64_t b) {
   int lo = 0, hi = num_tensors;  // last t with first_slot(t) ≤ b
   while (lo < hi) {
     const int mid = lo + (hi - lo) / 2;
@@ -178,14 +176,27 @@ __global__ void __launch_bounds__(kNormThreads)
     }
   }
   const int t = lo - 1;
-  if (t < 0) return;
+  if (t < 0) return {-1, 0, 0};
   const AdamWTensor tensor = tensors[t];
   const std::int64_t c = b - first_slot(tensor, t);
-  if (c >= chunk_count(tensor.numel)) return;
+  if (c >= chunk_count(tensor.numel)) return {-1, 0, 0};
   const std::int64_t begin = tensor.offset + c * kNormChunk;
   const std::int64_t end = begin + kNormChunk < tensor.offset + tensor.numel ? begin + kNormChunk
                                                                                : tensor.offset + tensor.numel;
-  const double s = block_sum_squares(x, begin, end);
+  return {t, begin, end};
+}
+
+// One block per slot (grid = ⌊total / C⌋ + num_tensors): block b finds the
+// tensor whose slots contain b and writes that chunk's partial to partial[b].
+// Unused slots write nothing. The exits are block-uniform, before any barrier.
+template <typename T>
+__global__ void __launch_bounds__(kNormThreads)
+    tensor_chunk_squares_kernel(double* __restrict__ partial, const T* __restrict__ x,
+                                const AdamWTensor* __restrict__ tensors, int num_tensors) {
+  const std::int64_t b = blockIdx.x;
+  const SlotChunk chunk = chunk_of_slot(tensors, num_tensors, b);
+  if (chunk.t < 0) return;
+  const double s = block_sum_squares(x, chunk.begin, chunk.end);
   if (threadIdx.x == 0) partial[b] = s;
 }
 

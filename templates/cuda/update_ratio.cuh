@@ -49,25 +49,10 @@ __global__ void __launch_bounds__(kNormThreads)
     return;
   }
   s.grad_scale = float(verdict->clip);
-  int lo = 0, hi = num_tensors;  // last t with first_slot(t) ≤ b
-  while (lo < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    if (first_slot(tensors[mid], mid) <= b) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  const int t = lo - 1;
-  if (t < 0) return;
-  const AdamWTensor tensor = tensors[t];
-  const std::int64_t c = b - first_slot(tensor, t);
-  if (c >= chunk_count(tensor.numel)) return;
-  const std::int64_t begin = tensor.offset + c * kNormChunk;
-  const std::int64_t end = begin + kNormChunk < tensor.offset + tensor.numel ? begin + kNormChunk
-                                                                               : tensor.offset + tensor.numel;
+  const SlotChunk chunk = chunk_of_slot(tensors, num_tensors, b);
+  if (chunk.t < 0) return;
   double diff, base;
-  block_update_squares(diff, base, master, m, v, grad, begin, end, s, tensor);
+  block_update_squares(diff, base, master, m, v, grad, chunk.begin, chunk.end, s, tensors[chunk.t]);
   if (threadIdx.x == 0) {
     partial[2 * b] = diff;
     partial[2 * b + 1] = base;
@@ -92,11 +77,6 @@ __global__ void update_squares_finalize_kernel(double* __restrict__ out, const d
 }
 
 }  // namespace detail
-
-// Doubles of partials update_squares_per_tensor needs for `total` elements and num_tensors rows.
-inline std::int64_t update_squares_scratch_doubles(std::int64_t total, int num_tensors) {
-  return 2 * (std::int64_t(sum_squares_scratch_doubles(total, num_tensors)));
-}
 
 // out_device[2t], [2t+1] = Σ (θ_new − θ)², Σ θ² over tensor t, θ_new what AdamW with these
 // settings (and the verdict's clip) will write; before adamw_step_judged, on stream 0,

@@ -16,7 +16,6 @@
 #include "cpu/adamw.hpp"
 #include "engine/engine.hpp"
 #include "metrics/host_ops.hpp"
-#include "metrics/matrix_stats.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -46,9 +45,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
     if (zero_) {
       readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
     } else {
-      for (int i = 0; i < kNumParams; ++i) {
-        readout_.squares[std::size_t(i)] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
-      }
+      gradient_squares_into(readout_.squares.data());
     }
     StepVerdict& verdict = readout_.verdict;
     judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
@@ -100,7 +97,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
   }
   std::vector<double> gradient_squares() override {
     std::vector<double> out(static_cast<std::size_t>(kNumParams));
-    for (int i = 0; i < kNumParams; ++i) out[std::size_t(i)] = metrics::frobenius_squared(model_.grad(i), kParams[i].numel);
+    gradient_squares_into(out.data());
     return out;
   }
   std::vector<std::array<double, 2>> update_sums(const bool* mask) override {
@@ -128,6 +125,10 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
   const float* logits_of(std::vector<float>&) override { return model_.logits(); }
 
  private:
+  // Σ g² per tensor (cpu::sum_of_squares: the chunked sum the CUDA engine reproduces).
+  void gradient_squares_into(double* out) const {
+    for (int i = 0; i < kNumParams; ++i) out[i] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+  }
   Model<float>& model_;
   std::vector<float>& m_;
   std::vector<float>& v_;

@@ -159,8 +159,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // parameters' all-gather.
   void finish_step(double lr, std::int64_t t) override {
     double* loss = model_.backend().deferred_loss();
-    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
-                                 tensors_.data(), kNumParams, shard_.size());
+    queue_gradient_squares();
 #ifdef GC_HAVE_NCCL
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 1, nullptr);
@@ -284,8 +283,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     update_due_ = true;
   }
   std::vector<double> gradient_squares() override {
-    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
-                                 tensors_.data(), kNumParams, shard_.size());
+    queue_gradient_squares();
     std::vector<double> out(static_cast<std::size_t>(kNumParams));
     squares_.download(out.data(), out.size());
     return out;
@@ -383,6 +381,11 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #else
     throw gc::rt::RuntimeError("weight metrics: tensor " + std::to_string(i) + " is sharded but there is no NCCL");
 #endif
+  }
+  // squares_ = Σ g² per tensor over this rank's shard (queued on stream 0).
+  void queue_gradient_squares() {
+    cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
+                                 tensors_.data(), kNumParams, shard_.size());
   }
   // The AdamW table of this rank's shard with numel 0 for the tensors `mask` leaves out: the
   // update-ratio pass's.
