@@ -368,16 +368,76 @@ def metrics_overhead(on_jsonl, off_jsonl, target="0.05"):
     s_off = next((r for r in reversed(off) if r.get("event") == "summary"), None)
     if not logs_on or s_on is None or s_off is None:
         fail("a run has no summary record")
-    measuring, elapsed = logs_on[-1].get("metrics_s", 0.0), s_on["elapsed_s"]
+    measuring = s_on.get("metrics_s", logs_on[-1].get("metrics_s", 0.0))
+    elapsed = s_on["elapsed_s"]
     share = measuring / elapsed if elapsed > 0 else float("nan")
     per = s_on.get("metrics_device_to_host_bytes", 0) / max(s_on.get("measurements", 1), 1)
-    met = "met" if share <= float(target) else "missed"
-    print(f"measuring {100 * share:.2f}% of the run ({measuring:.2f} s of {elapsed:.1f} s, "
-          f"{s_on.get('measurements', 0)} measurements, {per:,.0f} B copied per measurement; target "
-          f"<= {100 * float(target):.0f}% {met}); wall {s_on['elapsed_s']:.1f} s vs {s_off['elapsed_s']:.1f} s "
+    # The target holds for a run at the default intervals; a 100-step run is dominated by step 0's
+    # one-off measurement, so the verdict reads the 500-step projection when the records allow it.
+    m_on = [r for r in on if r.get("event") == "measurement"]
+    m_off = [r for r in off if r.get("event") == "measurement"]
+    projected = projected_share(m_on, m_off, s_on["step_ms_median"])
+    judged = projected if projected is not None else share
+    met = "met" if judged <= float(target) else "missed"
+    print(f"measuring {100 * share:.2f}% of this run ({measuring:.2f} s of {elapsed:.1f} s, "
+          f"{s_on.get('measurements', 0)} measurements, {per:,.0f} B copied per measurement); target "
+          f"<= {100 * float(target):.0f}% {met} ({'500-step projection' if projected is not None else 'this run'}); wall {s_on['elapsed_s']:.1f} s vs {s_off['elapsed_s']:.1f} s "
           f"with --no-metrics ({100 * (s_on['elapsed_s'] / s_off['elapsed_s'] - 1):+.1f}%); median step "
           f"{s_on['step_ms_median']:.1f} vs {s_off['step_ms_median']:.1f} ms; device peak "
-          f"{s_on.get('allocated_device_bytes_peak', 0) / 2**30:.2f} / plan {s_on.get('planned_device_bytes', 0) / 2**30:.2f} GiB")
+          f"{s_on.get('allocated_device_bytes_peak', 0) / 2**30:.2f} / plan {s_on.get('planned_device_bytes', 0) / 2**30:.2f} GiB"
+          + measurement_parts(m_on, m_off, s_on["step_ms_median"]))
+
+
+def measurement_parts(records, plain, step_ms):
+    """What the measurements cost, by kind (train's "measurement" records): step 0's (every metric
+    and the heatmaps), one with param_norm alone, one with the activation statistics, and from
+    them the share over 500 steps at the default intervals (weights every 500, activations every
+    100, param_norm every 10; step 0's weight cost standing for every weight measurement)."""
+    if not records:
+        return ""
+    first = next((r for r in records if r["step"] == 0), None)
+    _, act_s, norm_s = measurement_costs(records, plain)
+    acts = [r for r in records if r["step"] > 0 and r.get("activation_metrics")]
+    out = []
+    if first:
+        w = first.get("weights_parts", {})
+        out.append(f"step 0 {first['seconds']:.3f} s (validation and activations {first['validation_s']:.3f}, "
+                   f"weights {first['weights_s']:.3f}: stable rank {w.get('stable_rank_s', 0):.3f}, cosine "
+                   f"{w.get('cosine_s', 0):.3f}, Σx² {w.get('frobenius_s', 0):.3f})")
+    if norm_s is not None:
+        out.append(f"param_norm alone {1e3 * norm_s:.1f} ms")
+    if acts:
+        out.append(f"activations at step {acts[-1]['step']} {act_s:.3f} s over the plain validation")
+    share = projected_share(records, plain, step_ms)
+    if share is not None:
+        out.append(f"over 500 steps at the default intervals {100 * share:.2f}% of the run")
+    return "; " + "; ".join(out)
+
+
+def measurement_costs(records, plain):
+    """(step 0's weight metrics, the activation statistics of a later validation, param_norm
+    alone) in seconds, or None where the records lack one. The activations' cost is that
+    validation's time less the --no-metrics run's (`plain`) validation at the same step."""
+    first = next((r for r in records if r["step"] == 0), None)
+    norms = sorted(r["seconds"] for r in records
+                   if r["step"] > 0 and r.get("param_norm") and not r.get("activation_metrics")
+                   and not r.get("stable_rank") and not r.get("cosine_similarity"))
+    acts = [r for r in records if r["step"] > 0 and r.get("activation_metrics")]
+    act = None
+    if acts:
+        base = next((r["validation_s"] for r in plain if r["step"] == acts[-1]["step"]), 0.0)
+        act = max(acts[-1]["validation_s"] - base, 0.0)
+    return (first["weights_s"] if first else None, act, norms[len(norms) // 2] if norms else None)
+
+
+def projected_share(records, plain, step_ms):
+    """The share of 500 steps spent measuring at the default intervals: one weight measurement
+    (step 0's cost, heatmaps included: an upper bound), 5 activation ones, 50 param_norm ones."""
+    weights, acts, norm = measurement_costs(records, plain)
+    if weights is None or acts is None:
+        return None
+    cost = weights + 5 * acts + 50 * (norm or 0.0)
+    return cost / (cost + 500 * step_ms / 1e3)
 
 
 def attention_rows(ours, torch_jsonl):

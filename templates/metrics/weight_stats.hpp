@@ -6,6 +6,7 @@
 // stacked expert tensor [E, out, in] is E matrices (metrics/collector.hpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -69,6 +70,37 @@ class HostWeightStats final : public WeightStats {
     return params_ + kOffsets.at[tensor] + std::int64_t(matrix) * slice_rows(p) * slice_cols(p);
   }
   const float* params_;
+};
+
+// Another WeightStats, timed per kind of question (the trainer's measurement records). Each call
+// returns numbers on the host, so on a GPU its time includes the device work.
+class TimedWeightStats final : public WeightStats {
+  // Runs one question, adding its time to `seconds`.
+  template <class F>
+  static auto timed(double& seconds, F&& question) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto answer = question();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return answer;
+  }
+
+ public:
+  explicit TimedWeightStats(WeightStats& inner) : inner_(inner) {}
+  double frobenius_squared(int tensor) override {
+    return timed(frobenius_s, [&] { return inner_.frobenius_squared(tensor); });
+  }
+  StableRank stable_rank(int tensor, int matrix) override {
+    return timed(stable_rank_s, [&] { return inner_.stable_rank(tensor, matrix); });
+  }
+  CosineStats row_cosine(int tensor, int matrix, const std::vector<int>& rows,
+                         std::vector<std::uint8_t>* levels) override {
+    return timed(cosine_s, [&] { return inner_.row_cosine(tensor, matrix, rows, levels); });
+  }
+
+  double frobenius_s = 0.0, stable_rank_s = 0.0, cosine_s = 0.0;  // seconds inside each kind
+
+ private:
+  WeightStats& inner_;
 };
 
 }  // namespace gcm::metrics

@@ -45,10 +45,14 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
   if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
   const auto t0 = Clock::now();
+  const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const std::int64_t copied_before = engine_->device_to_host_bytes();
+  double validation_s = 0.0, anchor_s = 0.0, weights_s = 0.0;  // this measurement's parts (its record)
   metrics::ActivationMetrics activations(due);
   if (eval_due || initial_loss || due.any_activation()) {
+    const auto tv = Clock::now();
     const double val = evaluate(due.any_activation() ? &activations : nullptr);
+    validation_s = seconds_since(tv);
     if (eval_due) {
       log.write({{"step", s}, {"val_loss", val}});
       if (opt_.progress) std::fprintf(stderr, "\n");
@@ -64,22 +68,44 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   }
   if constexpr (kAnchorTask) {
     if (anchor_due) {
+      const auto ta = Clock::now();
       write_anchor_record(s, log);
+      anchor_s = seconds_since(ta);
     }
   }
+  const auto tw = Clock::now();
+  Json weight_parts = Json::object();
   if (due.any_weight()) {
     // Where the weights lie (on a GPU, its fp32 masters); else the host state.
-    if (metrics::WeightStats* on_device = engine_->weight_stats()) {
-      for (const Json& r : metrics::weight_records(s, *on_device, due, top_tokens_, opt_.run_dir)) log.write(r);
-    } else {
-      host_.sync(*engine_, comm_, false);
-      metrics::HostWeightStats on_host(host_.params());
-      for (const Json& r : metrics::weight_records(s, on_host, due, top_tokens_, opt_.run_dir)) log.write(r);
-    }
+    metrics::WeightStats* on_device = engine_->weight_stats();
+    if (!on_device) host_.sync(*engine_, comm_, false);
+    metrics::HostWeightStats on_host(on_device ? nullptr : host_.params());
+    metrics::TimedWeightStats timed(on_device ? *on_device : static_cast<metrics::WeightStats&>(on_host));
+    for (const Json& r : metrics::weight_records(s, timed, due, top_tokens_, opt_.run_dir)) log.write(r);
+    weight_parts = {{"frobenius_s", timed.frobenius_s}, {"stable_rank_s", timed.stable_rank_s}, {"cosine_s", timed.cosine_s}};
   }
-  metrics_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
-  metrics_device_to_host_bytes_ += engine_->device_to_host_bytes() - copied_before;
+  weights_s = due.any_weight() ? seconds_since(tw) : 0.0;
+  const double seconds = seconds_since(t0);
+  metrics_seconds_ += seconds;
+  const std::int64_t copied = engine_->device_to_host_bytes() - copied_before;
+  metrics_device_to_host_bytes_ += copied;
   ++measurements_;
+  // What this measurement cost, in parts (the GPU kit's metrics_overhead row reads them): the
+  // validation pass (with the activation statistics when due), the anchor task, the weight metrics.
+  log.write({{"step", s},
+             {"event", "measurement"},
+             {"seconds", seconds},
+             {"validation_s", validation_s},
+             {"anchor_s", anchor_s},
+             {"weights_s", weights_s},
+             {"weights_parts", weight_parts},
+             {"activation_metrics", due.any_activation()},
+             {"stable_rank", due.stable_rank},
+             {"cosine_similarity", due.cosine_similarity},
+             {"cosine_images", due.cosine_images},
+             {"embedding_cosine", due.embedding_cosine},
+             {"param_norm", due.param_norm},
+             {"device_to_host_bytes", copied}});
 }
 
 // AdamW moments one rank holds as planned: the whole flat array, or rank 0's ZeRO-1 shard
@@ -148,6 +174,7 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     r["metrics_device_to_host_bytes"] = metrics_device_to_host_bytes_;
     r["measurements"] = measurements_;
   }
+  r["metrics_s"] = metrics_seconds_;  // every measurement's time, the last one's included
   log.write(r);
 }
 
