@@ -27,6 +27,10 @@ int env_int(const char* name, int fallback) {
 void check(int rc, const char* what) {
   if (rc != MPI_SUCCESS) throw RuntimeError("MPI", std::string(what) + " failed (error " + std::to_string(rc) + ")");
 }
+
+// A Comm keeps its communicator as MPI's Fortran handle (an int in every MPI), so comm.hpp
+// needs no MPI header.
+MPI_Comm comm_of(int handle) { return MPI_Comm_f2c(MPI_Fint(handle)); }
 #endif
 
 }  // namespace
@@ -54,6 +58,7 @@ Comm::Comm() {
   mpi_ = true;
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  handle_ = int(MPI_Comm_c2f(MPI_COMM_WORLD));
   local_rank_ = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", env_int("MPI_LOCALRANKID", 0)));
 #else
   if (launched > 1) {
@@ -70,7 +75,7 @@ void Comm::allreduce_sum(float* data, std::int64_t n) const {
   // MPI counts are int: reduce in chunks below 2^30 elements.
   for (std::int64_t done = 0; mpi_ && size_ > 1 && done < n; done += std::int64_t(1) << 30) {
     const int count = int(std::min<std::int64_t>(n - done, std::int64_t(1) << 30));
-    check(MPI_Allreduce(MPI_IN_PLACE, data + done, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, data + done, count, MPI_FLOAT, MPI_SUM, comm_of(handle_)), "MPI_Allreduce");
   }
 #else
   (void)data;
@@ -81,7 +86,7 @@ void Comm::allreduce_sum(float* data, std::int64_t n) const {
 void Comm::allreduce_sum(double* data, std::int64_t n) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1 && n > 0) {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, MPI_SUM, comm_of(handle_)), "MPI_Allreduce");
   }
 #else
   (void)data;
@@ -92,7 +97,7 @@ void Comm::allreduce_sum(double* data, std::int64_t n) const {
 void Comm::allreduce_sum(std::int64_t* data, std::int64_t n) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1 && n > 0) {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_INT64_T, MPI_SUM, comm_of(handle_)), "MPI_Allreduce");
   }
 #else
   (void)data;
@@ -120,7 +125,7 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 void Comm::reduce_scatter_sum(float* shard, const float* in, const std::vector<int>& counts) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1) {
-    check(MPI_Reduce_scatter(in, shard, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+    check(MPI_Reduce_scatter(in, shard, counts.data(), MPI_FLOAT, MPI_SUM, comm_of(handle_)), "MPI_Reduce_scatter");
     return;
   }
 #endif
@@ -132,7 +137,7 @@ void Comm::allgather_inplace(float* all, const std::vector<int>& counts) const {
   if (mpi_ && size_ > 1) {
     const std::vector<int> displs = displacements(counts);
     check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, counts.data(), displs.data(), MPI_FLOAT,
-                         MPI_COMM_WORLD),
+                         comm_of(handle_)),
           "MPI_Allgatherv");
   }
 #else
@@ -146,7 +151,7 @@ void Comm::gather_to_root(float* all, const float* shard, const std::vector<int>
   if (mpi_ && size_ > 1) {
     const std::vector<int> displs = displacements(counts);
     check(MPI_Gatherv(shard, counts[std::size_t(rank_)], MPI_FLOAT, all, counts.data(), displs.data(), MPI_FLOAT, 0,
-                      MPI_COMM_WORLD),
+                      comm_of(handle_)),
           "MPI_Gatherv");
     return;
   }
@@ -154,13 +159,78 @@ void Comm::gather_to_root(float* all, const float* shard, const std::vector<int>
   for (int i = 0; i < counts[0]; ++i) all[i] = shard[i];
 }
 
+Comm Comm::split(int color) const {
+  Comm sub = *this;
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    MPI_Comm part;
+    check(MPI_Comm_split(comm_of(handle_), color, rank_, &part), "MPI_Comm_split");
+    check(MPI_Comm_rank(part, &sub.rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(part, &sub.size_), "MPI_Comm_size");
+    sub.handle_ = int(MPI_Comm_c2f(part));
+  }
+#else
+  (void)color;
+#endif
+  return sub;
+}
+
+#ifdef GC_HAVE_MPI
+namespace {
+
+// An element count as MPI's int, or an error naming what overflowed.
+int mpi_count(std::int64_t n, const char* what) {
+  if (n < 0 || n > std::int64_t(0x7fffffff)) {
+    throw RuntimeError("MPI", std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
+  }
+  return int(n);
+}
+
+}  // namespace
+#endif
+
+void Comm::alltoallv(const float* send, const std::vector<std::int64_t>& send_counts, float* recv,
+                     const std::vector<std::int64_t>& recv_counts) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    const std::size_t n = static_cast<std::size_t>(size_);
+    std::vector<int> sc(n), rc(n), sd(n), rd(n);
+    std::int64_t s_at = 0, r_at = 0;
+    for (int r = 0; r < size_; ++r) {
+      sc[std::size_t(r)] = mpi_count(send_counts[std::size_t(r)], "all-to-all");
+      rc[std::size_t(r)] = mpi_count(recv_counts[std::size_t(r)], "all-to-all");
+      sd[std::size_t(r)] = mpi_count(s_at, "all-to-all displacement");
+      rd[std::size_t(r)] = mpi_count(r_at, "all-to-all displacement");
+      s_at += send_counts[std::size_t(r)];
+      r_at += recv_counts[std::size_t(r)];
+    }
+    check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
+                        comm_of(handle_)),
+          "MPI_Alltoallv");
+    return;
+  }
+#endif
+  std::copy(send, send + send_counts[0], recv);
+  (void)recv_counts;
+}
+
+void Comm::allgather(const std::int64_t* mine, std::int64_t* all, int n) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    check(MPI_Allgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, comm_of(handle_)), "MPI_Allgather");
+    return;
+  }
+#endif
+  std::copy(mine, mine + n, all);
+}
+
 void Comm::broadcast(std::string& text) const {
 #ifdef GC_HAVE_MPI
   if (!mpi_ || size_ == 1) return;
   long long n = (long long)text.size();
-  check(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  check(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm_of(handle_)), "MPI_Bcast");
   text.resize(std::size_t(n));
-  if (n > 0) check(MPI_Bcast(text.data(), int(n), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  if (n > 0) check(MPI_Bcast(text.data(), int(n), MPI_CHAR, 0, comm_of(handle_)), "MPI_Bcast");
 #else
   (void)text;
 #endif
@@ -168,7 +238,7 @@ void Comm::broadcast(std::string& text) const {
 
 void Comm::barrier() const {
 #ifdef GC_HAVE_MPI
-  if (mpi_ && size_ > 1) check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+  if (mpi_ && size_ > 1) check(MPI_Barrier(comm_of(handle_)), "MPI_Barrier");
 #endif
 }
 

@@ -43,6 +43,15 @@ class Comm {
   void reduce_scatter_sum(float* shard, const float* in, const std::vector<int>& counts) const;
   void allgather_inplace(float* all, const std::vector<int>& counts) const;
   void gather_to_root(float* all, const float* shard, const std::vector<int>& counts) const;
+  // The ranks of this communicator with the same `color`, numbered in this one's rank order (a
+  // collective of every rank here; in a world of one, a copy).
+  Comm split(int color) const;
+  // Expert parallelism: rank r's send_counts[r] floats (consecutive in `send`, in rank order)
+  // go to rank r, and recv receives recv_counts[s] floats from each rank s in rank order.
+  void alltoallv(const float* send, const std::vector<std::int64_t>& send_counts, float* recv,
+                 const std::vector<std::int64_t>& recv_counts) const;
+  // Every rank's n values, in rank order, to every rank (`all` holds size() · n).
+  void allgather(const std::int64_t* mine, std::int64_t* all, int n) const;
   // Rank 0's string on every rank.
   void broadcast(std::string& text) const;
   void barrier() const;
@@ -55,6 +64,7 @@ class Comm {
   Comm();
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   bool mpi_ = false;
+  int handle_ = 0;  // MPI's Fortran handle of the communicator (MPI_COMM_WORLD for world())
 };
 
 // The micro-batches of one optimizer step that `rank` of `world` computes:

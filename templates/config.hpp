@@ -70,6 +70,9 @@ inline constexpr int kZeroStage = gc::knob<int>("distributed.zero_stage", 0);
 // distributed.bucket_mb: on GPUs, gradients are reduced in buckets of at least this many MiB of
 // fp32 while the backward pass goes on (engine/cuda_engine.cu).
 inline constexpr double kBucketMb = gc::knob<double>("distributed.bucket_mb", 25.0);
+// distributed.expert_parallel: ranks per expert-parallel group (model/expert_parallel.hpp;
+// train --expert-parallel overrides it).
+inline constexpr int kExpertParallel = gc::knob<int>("distributed.expert_parallel", 1);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)

@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR [--checkpoint C]]\n"
     "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
-    "             [--no-checkpoint] [--init-from HF_DIR] [--help]\n\n"
+    "             [--no-checkpoint] [--init-from HF_DIR] [--expert-parallel N] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -62,7 +62,10 @@ const char* const kUsage =
     "  --no-metrics     skip the in-loop analyses ([metrics]); losses and evaluation are still logged\n"
     "  --no-checkpoint  save no checkpoint (timing runs)\n"
     "  --init-from D    start a new run (step 0, fresh optimizer) from the weights of D, a directory\n"
-    "                   `gcompile export` wrote for a spec with the same tensors\n\n"
+    "                   `gcompile export` wrote for a spec with the same tensors\n"
+    "  --expert-parallel N  MoE on the CPU backend: split each layer's experts over groups of N\n"
+    "                   consecutive ranks (default: the spec's distributed.expert_parallel; N must\n"
+    "                   divide the world size; docs/distributed.md)\n\n"
     "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
     "them; NCCL on GPUs, one rank per GPU; MPI on the CPU; rank 0 logs and checkpoints):\n"
     "OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
@@ -161,6 +164,12 @@ int main(int argc, char** argv) {
       if (!value(v) || !parse_steps(v, options.log_every)) return usage_error("--log-every needs a positive integer");
     } else if (arg == "--init-from") {
       if (!value(options.init_from) || options.init_from.empty()) return usage_error("--init-from needs a directory");
+    } else if (arg == "--expert-parallel") {
+      std::int64_t n = 0;
+      if (!value(v) || !parse_steps(v, n) || n > 1'000'000) {
+        return usage_error("--expert-parallel needs a positive integer (ranks per expert-parallel group)");
+      }
+      options.expert_parallel = int(n);
     } else if (arg == "--no-metrics") {
       options.metrics = false;
     } else if (arg == "--no-checkpoint") {
@@ -209,7 +218,11 @@ int main(int argc, char** argv) {
       const std::string world =
           comm->distributed() ? ", data-parallel over " + std::to_string(comm->size()) + " processes (" +
                                     (trainer.on_device() ? "NCCL" : "MPI") +
-                                    (gcm::kZeroStage == 1 ? ", ZeRO-1" : "") + ")"
+                                    (gcm::kZeroStage == 1 ? ", ZeRO-1" : "") +
+                                    (options.expert_parallel > 1
+                                         ? ", experts over groups of " + std::to_string(options.expert_parallel)
+                                         : std::string()) +
+                                    ")"
                               : "";
       std::fprintf(stderr, "train: %s, %lld parameters, %s%s, run directory %s\n", gcm::kExperimentName,
                    (long long)gcm::kTotalParams, trainer.describe().c_str(), world.c_str(), options.run_dir.c_str());

@@ -252,6 +252,7 @@ std::string explain_world(const Plan& plan, int world_size) {
   const double cpu_state = 8.0 * double(stored) + moments;
   o << "  per process (CPU backend, MPI): fp32 weights and gradients " << format_bytes(8.0 * double(stored))
     << ", AdamW moments " << format_bytes(moments) << how << " = " << format_bytes(cpu_state) << "\n";
+  o << explain_experts(plan, world_size);
   return o.str();
 }
 

@@ -264,6 +264,16 @@ void add_distributed(Builder& b) {
                               Value::number(25.0)),
                           0.0, /*exclusive=*/true);
   example(bucket, "50");
+  example(at_least(with_default(b.add("distributed.expert_parallel", KeyType::integer,
+                                      "Expert parallelism (MoE, CPU backend): groups of this many consecutive "
+                                      "ranks share the experts, each rank owning a contiguous block (uneven "
+                                      "blocks allowed) and computing it for the whole group's tokens through "
+                                      "all-to-all exchanges; expert gradients are reduced over the ranks that own "
+                                      "the same block, the rest over all ranks. Must divide the world size and "
+                                      "not exceed moe.n_experts; train --expert-parallel N overrides it."),
+                                Value::integer(1)),
+                   1),
+          "8");
 }
 
 void add_preset_header(Builder& b) {

@@ -137,6 +137,7 @@ struct DistributedSpec {
   std::string backend;
   std::int64_t zero_stage = 0;
   double bucket_mb = 25.0;  // GPU gradient all-reduce buckets (zero_stage 0)
+  std::int64_t expert_parallel = 1;  // ranks per expert-parallel group (MoE)
 };
 
 struct Spec {

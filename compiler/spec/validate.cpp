@@ -459,6 +459,18 @@ void build_distributed(Reader& r, Spec& spec) {
   spec.distributed.backend = r.str("distributed.backend");
   spec.distributed.zero_stage = r.integer("distributed.zero_stage");
   spec.distributed.bucket_mb = r.number("distributed.bucket_mb");
+  spec.distributed.expert_parallel = r.integer("distributed.expert_parallel");
+  const std::int64_t ep = spec.distributed.expert_parallel;
+  if (ep > 1 && spec.model.arch != Arch::moe) {
+    r.diags().error(r.loc("distributed.expert_parallel"),
+                    "'distributed.expert_parallel' = " + std::to_string(ep) +
+                        " needs a mixture-of-experts model (model.arch = \"moe\"); a dense model has no experts to "
+                        "shard (leave it at 1)");
+  } else if (ep > 1 && spec.moe.n_experts > 0 && ep > spec.moe.n_experts) {
+    r.diags().error(r.loc("distributed.expert_parallel"),
+                    "'distributed.expert_parallel' (" + std::to_string(ep) + ") must not exceed 'moe.n_experts' (" +
+                        std::to_string(spec.moe.n_experts) + "): every rank of a group owns at least one expert");
+  }
 }
 
 void warn_ignored_moe_keys(const SpecDocument& doc, const Spec& spec, Diagnostics& diags) {

@@ -143,6 +143,10 @@ class Backend {
   void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
     cpu::moe_gather(xs, x, order, std::int64_t(N) * kTopK, dim, kTopK);
   }
+  // dst[p] = src[rows[p]] for p < n (expert parallelism: received rows to expert-major and back).
+  void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
+    cpu::moe_gather(dst, src, rows, n, dim, 1);
+  }
   void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
     cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);

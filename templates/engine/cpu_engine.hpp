@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.hpp"
 #include "cpu/adamw.hpp"
 #include "engine/engine.hpp"
+#include "engine/expert_groups.hpp"
 #include "metrics/host_ops.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
@@ -46,6 +48,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
       readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
     } else {
       gradient_squares_into(readout_.squares.data());
+      if (experts_) experts_->complete_squares(readout_.squares.data());
     }
     StepVerdict& verdict = readout_.verdict;
     judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
@@ -57,9 +60,13 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
-      cpu::adamw_step(model_.param(i), m_.data() + kOffsets.at[i], v_.data() + kOffsets.at[i], model_.grad(i),
-                      p.numel, hp, verdict.clip);
+      // Under expert parallelism an expert tensor's own block only (its owners update the rest).
+      const auto [a, b] = experts_ ? experts_->own_part(i)
+                                   : std::pair<std::int64_t, std::int64_t>{kOffsets.at[i], kOffsets.at[i] + p.numel};
+      cpu::adamw_step(model_.params.data() + a, m_.data() + a, v_.data() + a, model_.grads.data() + a, b - a, hp,
+                      verdict.clip);
     }
+    if (experts_) experts_->share_expert_blocks(model_.params.data());
   }
   const StepReadout& read_step() override { return readout_; }
 
@@ -76,13 +83,34 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
     comm_ = &comm;
     if (zero_stage == 1) zero_ = std::make_unique<ZeroOneOptimizer>(comm);
   }
-  // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; else Σ of everything.
+  // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; expert parallelism:
+  // the experts' blocks over their owners (engine/expert_groups.hpp); else Σ of everything.
   void reduce_grads() override {
     if (zero_) {
       zero_->reduce_gradients(model_.grads.data());
+    } else if (experts_) {
+      experts_->reduce_gradients(model_.grads.data());
     } else {
       comm_->allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
     }
+  }
+  // Expert parallelism over groups of group_ranks consecutive ranks (after join).
+  void split_experts(int group_ranks) override {
+    if constexpr (kMoe) {
+      experts_ = std::make_unique<ExpertGroups>(*comm_, group_ranks);
+      model_.attach_expert_exchange(&experts_->exchange());
+    }
+  }
+  // Before a checkpoint: the group's expert moments on every rank of it (rank 0 saves them).
+  void assemble_moments() override {
+    if (!experts_ || zero_) return;
+    experts_->share_expert_blocks(m_.data());
+    experts_->share_expert_blocks(v_.data());
+  }
+  ExchangeTotals expert_exchange_totals() const override {
+    if (!experts_) return {};
+    const MpiExpertExchange& x = experts_->exchange();
+    return {x.bytes_sent, x.seconds, x.exchanges};
   }
   bool sharded() const override { return zero_ != nullptr; }
   int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
@@ -138,6 +166,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
   double step_loss_ = 0.0;                  // Σ loss_scale · cross-entropy since zero_grads
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
+  std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1 (not under ZeRO-1's steps)
 };
 
 }  // namespace gcm

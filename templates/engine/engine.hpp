@@ -114,6 +114,22 @@ class EngineDistribution {
   // Σ over ranks of the step's expert loads (aux_free's update and the routing
   // records see the whole global batch).
   virtual void moe_allreduce_loads(const gc::rt::Comm&) = 0;
+  // Expert parallelism (distributed.expert_parallel; engine/expert_groups.hpp): after join, the
+  // MoE layers' experts are split over groups of group_ranks consecutive ranks. Only the CPU
+  // engine implements it (the trainer refuses it elsewhere before calling this).
+  virtual void split_experts(int /*group_ranks*/) {
+    throw gc::rt::RuntimeError("train", "expert parallelism is implemented for the CPU backend only");
+  }
+  // Before a checkpoint, on every rank: the expert moments of the group's blocks on every rank.
+  virtual void assemble_moments() {}
+  // What the expert exchanges moved: bytes this rank sent to other ranks, seconds inside them,
+  // how many (the summary record; zeros without expert parallelism).
+  struct ExchangeTotals {
+    std::int64_t bytes_sent = 0;
+    double seconds = 0.0;
+    std::int64_t exchanges = 0;
+  };
+  virtual ExchangeTotals expert_exchange_totals() const { return {}; }
 };
 
 // What the metrics, the logs and the summary record read.

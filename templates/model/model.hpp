@@ -122,6 +122,21 @@ class BasicModel {
   // so that a data-parallel engine can start reducing them while the rest of the backward pass
   // runs. Unset: nothing is called.
   std::function<void(int)> on_layer_grads_done;
+  // Expert parallelism (model/expert_parallel.hpp): from now on the training forward and
+  // backward run each MoE layer's experts on their owners in x's group, and the buffers for the
+  // rows this rank's experts compute grow to the group's dropless worst case (counted in
+  // buffer_bytes()). Evaluation forwards keep every expert local (the weights are replicated).
+  void attach_expert_exchange(ExpertExchange<Act>* x) {
+    if constexpr (kMoe && supports_expert_parallel<Backend>::value) {
+      expert_exchange_ = x;
+      allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), [this](auto& buf, std::int64_t n) {
+        buffer_bytes_ += (n - std::int64_t(buf.size())) * std::int64_t(sizeof(buf[0]));
+        Backend::allocate(buf, n);
+      });
+    } else {
+      (void)x;
+    }
+  }
   // The backend instance (its device state: the CUDA engine defers the loss through it).
   Backend& backend() { return ops_; }
   void zero_grads() { Backend::zero(grads); }
@@ -232,6 +247,8 @@ class BasicModel {
   std::vector<Layer> layers_;
   std::vector<MoeLayer<Backend>> moe_;  // per layer; allocated for MoE layers only
   MoeScratch<Backend> moe_scratch_;
+  ExpertExchange<Act>* expert_exchange_ = nullptr;  // expert parallelism (attach_expert_exchange)
+  bool exchange_experts_ = false;                   // the current forward is a training one
   Buffer<Act> h_final_, f_, logits_;
   // The stacked Q/K/V projection of the layer being run forward (detail::kQkvStacked): split into
   // each layer's RoPE(q), RoPE(k) and v at once, so one buffer serves every layer.

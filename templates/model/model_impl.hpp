@@ -233,7 +233,7 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_forward(ops_, moe_[std::size_t(l)], moe_scratch_, L.m.data(), L.b.data(), moe_params(l),
-                  [this](int i) { return param(i); }, N);
+                  [this](int i) { return param(i); }, N, exchange_experts_ ? expert_exchange_ : nullptr);
     } else {
       dense_mlp_forward(L, P);
     }
@@ -301,6 +301,7 @@ template <typename Backend>
 double BasicModel<Backend>::forward_impl(const std::int32_t* tokens, const std::int32_t* targets,
                                          const double* fused_loss_scale) {
   const int N = N_, D = kDModel;
+  exchange_experts_ = fused_loss_scale != nullptr;  // training: the experts run on their owners
   tokens_ = ops_.stage_tokens(tokens, N);
   targets_ = ops_.stage_targets(targets, N);
   ops_.embedding_forward(e_.data(), tokens_, param(kParamEmbed), N, D, double(kEmbeddingScale));
@@ -334,7 +335,8 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_backward(ops_, moe_[std::size_t(l)], moe_scratch_, dx_.data(), dm, L.b.data(), moe_params(l),
-                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, loss_scale);
+                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, loss_scale,
+                   expert_exchange_);
     } else {
       dense_mlp_backward(L, P, dm);
     }

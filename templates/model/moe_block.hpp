@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "model/expert_parallel.hpp"
 #include "plan.hpp"
 
 namespace gcm {
@@ -48,6 +49,12 @@ struct MoeLayer {
   std::vector<std::int64_t> load;         // assignments per expert since begin_moe_step (a step)
   std::vector<std::int64_t> window_load;  // steps' loads since the last routing record (metrics)
   double aux_loss = 0.0;                // L_aux of the last forward (0 unless aux_loss)
+  // Expert parallelism (model/expert_parallel.hpp; empty without it): the rows this rank's
+  // experts computed in expert-major order, the last training forward's route, and the
+  // permutation between the received (source-major) and the expert-major rows.
+  Buffer<Act> xe;
+  ExpertRoute route;
+  std::vector<std::int32_t> perm, unperm;
 };
 
 template <typename Backend>
@@ -58,6 +65,7 @@ struct MoeScratch {
   using Buffer = typename Backend::template Buffer<U>;
   Buffer<Stat> logits, dweight;  // router logits (then their gradient), dL/dw
   Buffer<Act> dys, des, deu, dew, dxs, dsu, dsw, dss;
+  Buffer<Act> xr, ye, dxe;  // expert parallelism: rows as exchanged, the experts' outputs, their dx
 };
 
 // Allocates a layer's buffers for N rows through `alloc(buffer, elements)`.
@@ -91,10 +99,69 @@ void allocate_moe_scratch(MoeScratch<Backend>& S, std::int64_t N, Alloc&& alloc)
   }
 }
 
-// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i.
+// Expert parallelism over a group of G ranks: the buffers that hold the rows this rank's
+// experts compute grow to the dropless worst case C = G · N · k rows (every assignment of the
+// group), and the exchange buffers appear. grow(buffer, elements) reallocates.
+template <typename Backend, typename Grow>
+void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch<Backend>& S, std::int64_t N, int G,
+                              Grow&& grow) {
+  const std::int64_t C = exchange_capacity_rows(N * kTopK, G), D = kDModel;
+  for (int l = 0; l < kLayers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    MoeLayer<Backend>& L = layers[std::size_t(l)];
+    grow(L.xe, C * D);
+    for (auto* buf : {&L.eu, &L.ew, &L.es}) grow(*buf, C * kExpertDff);
+    grow(L.perm, C);
+    grow(L.unperm, C);
+  }
+  for (auto* buf : {&S.xr, &S.ye, &S.dxe}) grow(*buf, C * D);
+  for (auto* buf : {&S.des, &S.deu, &S.dew}) grow(*buf, C * kExpertDff);
+}
+
+// The experts' part of the MoE forward under expert parallelism: xs (this rank's rows, sorted
+// by expert) to the experts' owners, the owned experts on the rows received, ys back.
+template <typename Backend, typename Weights>
+void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
+                                   Weights&& W, ExpertExchange<typename Backend::Act>& x) {
+  const int D = kDModel;
+  plan_expert_route(L.route, L.perm, L.unperm, L.offsets.data(), x);
+  const std::int64_t R = L.route.received;
+  const std::int64_t* off = L.route.local_offsets.data();
+  x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);  // dispatch
+  ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);                 // expert-major
+  ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+  ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, D, kExpertDff);
+  ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
+  ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+  ops.gather_rows(S.xr.data(), S.ye.data(), L.unperm.data(), R, D);                // source-major
+  x.exchange(S.xr.data(), L.route.recv_rows, L.ys.data(), L.route.send_rows, D);  // combine
+}
+
+// Its backward: dys to the owners, the owned experts' backward (their weight gradients here),
+// dxs back to the rows' own ranks.
+template <typename Backend, typename Weights, typename Grads>
+void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
+                                    Weights&& W, Grads&& G, ExpertExchange<typename Backend::Act>& x) {
+  const int D = kDModel;
+  const std::int64_t R = L.route.received;
+  const std::int64_t* off = L.route.local_offsets.data();
+  x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
+  ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);  // dL/dy, expert-major
+  ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+  ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
+  ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+  ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, D, kExpertDff,
+                              /*accumulate_dx=*/true);
+  ops.gather_rows(S.xr.data(), S.dxe.data(), L.unperm.data(), R, D);
+  x.exchange(S.xr.data(), L.route.recv_rows, S.dxs.data(), L.route.send_rows, D);
+}
+
+// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. With `exchange`
+// (a training forward under expert parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
 void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
-                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N) {
+                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N,
+                 ExpertExchange<typename Backend::Act>* exchange = nullptr) {
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
   ops.router_forward(S.logits.data(), b, W(P.router), N);
@@ -105,10 +172,16 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
   ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
   ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
   ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
-  ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
-  ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
-  ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
-  ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+  L.route.active = false;
+  if constexpr (supports_expert_parallel<Backend>::value) {
+    if (exchange != nullptr) moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
+  }
+  if (!L.route.active) {
+    ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
+    ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
+    ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+  }
   bool accumulate = false;
   if constexpr (kSharedDff > 0) {
     ops.linear_forward(L.su.data(), b, W(P.shared_gate), N, D, kSharedDff);
@@ -137,17 +210,26 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
 template <typename Backend, typename Weights, typename Grads>
 void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* db,
                   const typename Backend::Act* dm, const typename Backend::Act* b, const MoeParams& P, Weights&& W,
-                  Grads&& G, int N, double loss_scale) {
+                  Grads&& G, int N, double loss_scale, ExpertExchange<typename Backend::Act>* exchange = nullptr) {
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
   ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
-  ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
-                              kExpertDff, D);
-  ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
-  ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
-                              kExpertDff);
-  ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
-                              kExpertDff, /*accumulate_dx=*/true);
+  bool exchanged = false;
+  if constexpr (supports_expert_parallel<Backend>::value) {
+    if (L.route.active && exchange != nullptr) {
+      moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
+      exchanged = true;
+    }
+  }
+  if (!exchanged) {
+    ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
+                                kExpertDff, D);
+    ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
+                                kExpertDff);
+    ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
+                                kExpertDff, /*accumulate_dx=*/true);
+  }
   const double* aux_grad = nullptr;
   double aux[kExperts];
   if constexpr (kLoadBalance == LoadBalance::aux_loss) {

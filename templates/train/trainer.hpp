@@ -57,6 +57,7 @@ struct TrainOptions {
   bool metrics = true;          // false: no in-loop analyses (timing runs); losses are still logged
   bool checkpoints = true;      // false: save nothing (timing runs)
   std::int64_t log_every = kLogEvery;
+  int expert_parallel = kExpertParallel;  // ranks per expert-parallel group (--expert-parallel)
 };
 
 // The greedy sample at the end runs on the CPU; on a GPU run it is skipped above this size.

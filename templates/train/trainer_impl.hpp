@@ -10,9 +10,30 @@
 namespace gcm {
 
 
+// distributed.expert_parallel (or --expert-parallel): groups of G consecutive ranks share each
+// MoE layer's experts, so G must divide the world, and every rank of a group owns an expert.
+inline void check_expert_parallel(const gc::rt::Comm& comm, int G) {
+  if (G == 1) return;
+  const std::string what = "distributed.expert_parallel = " + std::to_string(G);
+  if (!kMoe) {
+    throw gc::rt::RuntimeError("train", what + " needs a mixture-of-experts model; this one is dense");
+  }
+  if (G > kExperts) {
+    throw gc::rt::RuntimeError("train", what + " exceeds the " + std::to_string(kExperts) +
+                                            " experts per layer: every rank of a group must own at least one");
+  }
+  if (comm.size() % G != 0) {
+    throw gc::rt::RuntimeError("train", what + " does not divide the world of " + std::to_string(comm.size()) +
+                                            (comm.size() == 1 ? " process" : " processes") +
+                                            ": launch a multiple of " + std::to_string(G) +
+                                            " ranks (mpirun -np), or pass --expert-parallel with a divisor");
+  }
+}
+
 // A data-parallel job splits every step's kGradAccum micro-batches among its
 // ranks (gc::rt::rank_owns_micro_batch); the global batch stays the spec's.
-inline void check_world(const gc::rt::Comm& comm) {
+inline void check_world(const gc::rt::Comm& comm, int expert_parallel) {
+  check_expert_parallel(comm, expert_parallel);
   if (!comm.distributed()) return;
   if constexpr (kDistributedNone) {
     throw gc::rt::RuntimeError("train", "launched as " + std::to_string(comm.size()) +
@@ -31,7 +52,7 @@ inline Trainer::Trainer(const TrainOptions& options)
       comm_(gc::rt::Comm::world()),
       records_{options.metrics, options.steps},
       train_(options.train_data, kVocab, sequence_layout()) {
-  check_world(comm_);
+  check_world(comm_, opt_.expert_parallel);
   choose_engine();  // first: the memory check precedes every large allocation
 #ifdef GC_HAVE_CUDA
   if (comm_.distributed() && host_.on_device()) {
@@ -51,6 +72,15 @@ inline Trainer::Trainer(const TrainOptions& options)
     }
   }
   if (comm_.distributed()) engine_->join(comm_, kZeroStage);
+  if (opt_.expert_parallel > 1) {
+    if (host_.on_device()) {
+      throw gc::rt::RuntimeError("train", "distributed.expert_parallel = " + std::to_string(opt_.expert_parallel) +
+                                              " runs on the CPU backend only in this version (the CUDA "
+                                              "backend's exchange is not written); use --device cpu, or "
+                                              "--expert-parallel 1 for data parallelism on GPUs");
+    }
+    engine_->split_experts(opt_.expert_parallel);
+  }
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
   if (!engine_->sharded() || opt_.resume || !opt_.init_from.empty()) host_.allocate_moments();
@@ -311,6 +341,7 @@ inline int Trainer::run() {
           opt_.metrics && metrics_due_at(step + 1).any_weight() && engine_->weight_stats() == nullptr;
       if (save_due || weights_due || last) host_.sync(*engine_, comm_, save_due);
     }
+    if (save_due) engine_->assemble_moments();  // expert parallelism: a collective of the group
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
       for (const Json& r : step_records_) log.write(r);
       report(step, loss, lr, grad_norm, tokens_per_step / dt, elapsed);

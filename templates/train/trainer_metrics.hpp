@@ -158,12 +158,27 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {
     r["world_size"] = comm_.size();
+    if (opt_.expert_parallel > 1) {
+      // What this rank's expert exchanges moved (docs/distributed.md measures the all-to-all).
+      const Engine::ExchangeTotals x = engine_->expert_exchange_totals();
+      r["expert_parallel"] = opt_.expert_parallel;
+      r["expert_exchange_bytes_sent"] = x.bytes_sent;
+      r["expert_exchange_s"] = x.seconds;
+      r["expert_exchanges"] = x.exchanges;
+    }
     // Gradient reductions in the last step: 1, or on GPUs the buckets (distributed.bucket_mb)
     // overlapped with the backward plus the tensors outside the layer stack.
     r["grad_reductions_per_step"] = engine_->last_step_reductions();
   }
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
-  if (host_.on_device() || kPrecision == Precision::fp32) r["planned_model_buffer_bytes"] = kPlannedModelBufferBytes;
+  if (host_.on_device() || kPrecision == Precision::fp32) {
+    int moe_layers = 0;
+    for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
+    // Expert parallelism grows the expert buffers to the group's dropless worst case.
+    r["planned_model_buffer_bytes"] =
+        kPlannedModelBufferBytes + expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen,
+                                                                opt_.expert_parallel, moe_layers, 4);
+  }
   if (host_.on_device()) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();

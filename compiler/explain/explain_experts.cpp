@@ -1,0 +1,88 @@
+// `gcompile explain SPEC --world-size W` for a mixture-of-experts spec: the expert-parallel
+// layout of distributed.expert_parallel = G (templates/model/expert_parallel.hpp,
+// templates/engine/expert_groups.hpp): which experts each rank owns, what the all-to-all and
+// the gradient reductions move per step, and the buffers the exchange adds per process.
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "common/text.hpp"
+#include "explain/explain.hpp"
+
+namespace gc {
+
+namespace {
+
+bool is_expert_class(ParamClass c) {
+  return c == ParamClass::expert_gate || c == ParamClass::expert_up || c == ParamClass::expert_down;
+}
+
+// Rank r of G owns ⌊E/G⌋ experts, the first E mod G one more (expert_block in the templates).
+std::string block_sizes(std::int64_t E, std::int64_t G) {
+  const std::int64_t base = E / G, extra = E % G;
+  if (extra == 0) return std::to_string(base) + " on every rank of a group";
+  return std::to_string(base + 1) + " on group ranks 0-" + std::to_string(extra - 1) + ", " + std::to_string(base) +
+         " on the other " + std::to_string(G - extra);
+}
+
+// The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in
+// templates/model/expert_parallel.hpp; the CPU backend holds fp32).
+double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_layers) {
+  const auto& s = plan.spec;
+  const double N = double(s.train.micro_batch) * double(s.train.seq_len);
+  const double A = N * double(s.moe.top_k), C = A * double(G), D = double(s.model.d_model);
+  const double F = double(s.moe.expert_d_ff);
+  const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0;
+  const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0;
+  return double(moe_layers) * per_layer + scratch;
+}
+
+}  // namespace
+
+std::string explain_experts(const Plan& plan, int world_size) {
+  const auto& s = plan.spec;
+  if (s.model.arch != Arch::moe) return "";
+  std::ostringstream o;
+  const std::int64_t G = s.distributed.expert_parallel, E = s.moe.n_experts, W = world_size;
+  if (G <= 1) {
+    o << "Expert parallelism: none (distributed.expert_parallel = 1): every rank holds and computes all " << E
+      << " experts of each MoE layer\n";
+    return o.str();
+  }
+  o << "Expert parallelism: groups of " << G << " consecutive ranks (distributed.expert_parallel = " << G << ")";
+  if (W % G != 0) {
+    o << "\n  error: distributed.expert_parallel = " << G << " does not divide the world of " << W
+      << " ranks; train would stop before training\n";
+    return o.str();
+  }
+  o << ", " << W / G << " group" << (W / G == 1 ? "" : "s") << "\n";
+  std::int64_t moe_layers = 0;
+  for (const auto& l : plan.layers) moe_layers += l.kind == LayerKind::moe ? 1 : 0;
+  double expert_params = 0, stored = double(plan.counts.stored);
+  for (const auto& p : plan.params) expert_params += is_expert_class(p.cls) ? double(p.numel()) : 0.0;
+  o << "  experts per rank: " << block_sizes(E, G) << " (of " << E << " per MoE layer, " << moe_layers
+    << " MoE layers)\n";
+  // Per token and MoE layer: k rows of d_model fp32 values in each of the 4 exchanges (dispatch
+  // and combine in the forward, their mirrors in the backward); with balanced routing (G-1)/G of
+  // them leave the rank.
+  const double tokens = double(plan.schedule.grad_accum / W) * double(s.train.micro_batch) * double(s.train.seq_len);
+  const double per_token_layer = 4.0 * double(s.moe.top_k) * double(s.model.d_model) * 4.0;
+  const double leaving = double(G - 1) / double(G);
+  o << "  all-to-all per step: " << format_bytes(tokens * double(moe_layers) * per_token_layer * leaving)
+    << " sent per rank (" << format_bytes(per_token_layer) << " per token and MoE layer over 4 exchanges, "
+    << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced)\n";
+  const double block = expert_params / double(G);
+  o << "  gradients per step: each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
+    << W / G << " rank" << (W / G == 1 ? "" : "s") << " that own the same block";
+  if (W / G == 1) o << " (nothing to send)";
+  o << "; the other " << format_bytes(4.0 * (stored - expert_params)) << " over all " << W << "\n";
+  o << "  expert parameters all-gathered inside the group after each step: " << format_bytes(4.0 * expert_params * leaving)
+    << " received per rank\n";
+  o << "  memory per process (CPU backend): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
+    << " (dropless worst case: " << G << " x micro_batch x seq_len x top_k rows per MoE layer); the weights and "
+    << "gradients stay whole on every rank (" << format_bytes(8.0 * stored)
+    << " fp32, as above): the groups split the experts' compute and gradient traffic, not their memory\n";
+  return o.str();
+}
+
+}  // namespace gc

@@ -1,0 +1,125 @@
+// Expert parallelism (distributed.expert_parallel = G; docs/distributed.md): the ranks form
+// groups of G consecutive ranks, and rank g of a group computes a contiguous block of the
+// experts for every token of the group. After routing and the counting sort (model/moe_block.hpp,
+// unchanged), each rank's rows are already sorted by expert, so the rows for rank q's block are
+// one consecutive run: an all-to-all sends them to their owner (dispatch), the owner runs its
+// experts, and the reverse all-to-all brings the outputs back to the rows' own rank (combine).
+// The backward mirrors both. The owner orders its rows by expert, then source rank, then the
+// source's token order, so its results do not depend on arrival. Exchanges carry whole rows of
+// `width` activations; ExpertExchange hides the transport (MPI on the CPU: engine/cpu_engine.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "config.hpp"
+#include "plan.hpp"
+
+namespace gcm {
+
+// Rank r of `ranks` owns experts [lo, hi): ⌊E/ranks⌋ each, the first E mod ranks one more
+// (145 experts on 8 ranks: 19, 18, ..., 18).
+inline std::pair<int, int> expert_block(int r, int ranks) {
+  const int base = kExperts / ranks, extra = kExperts % ranks;
+  const int lo = r * base + std::min(r, extra);
+  return {lo, lo + base + (r < extra ? 1 : 0)};
+}
+
+// The transport of one expert-parallel group (G ranks).
+template <typename Act>
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int ranks() const = 0;  // G
+  virtual int rank() const = 0;   // this rank's place in the group
+  // send_rows[q] rows of `width` values (consecutive in `send`, in rank order) to group rank q;
+  // recv receives recv_rows[s] rows from each group rank s, in rank order.
+  virtual void exchange(const Act* send, const std::vector<std::int64_t>& send_rows, Act* recv,
+                        const std::vector<std::int64_t>& recv_rows, int width) = 0;
+  // Every group rank's kExperts row counts, in rank order (all: G · kExperts).
+  virtual void share_counts(const std::int64_t* mine, std::int64_t* all) = 0;
+};
+
+// Whether a backend can run the exchanged path (it has gather_rows, and its row counts live on
+// the host). The CUDA backend does not yet: expert parallelism runs on the CPU backend.
+template <typename B, typename = void>
+struct supports_expert_parallel : std::false_type {};
+template <typename B>
+struct supports_expert_parallel<B, std::void_t<decltype(&B::gather_rows)>> : std::true_type {};
+
+// One MoE layer's exchange in the last training forward (its backward reuses it).
+struct ExpertRoute {
+  bool active = false;                      // the last forward exchanged (training)
+  std::vector<std::int64_t> send_rows;      // rows to each group rank (its block's run of xs)
+  std::vector<std::int64_t> recv_rows;      // rows from each group rank
+  std::vector<std::int64_t> local_offsets;  // kExperts + 1: the owned experts' rows, expert-major
+  std::int64_t received = 0;                // rows this rank's experts compute
+};
+
+// Worst case of rows a rank's experts compute: every assignment of the group (dropless).
+inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks) {
+  return assignments * group_ranks;
+}
+
+// Bytes attach_expert_exchange adds to a model of `rows` tokens for a group of G ranks (the plan
+// counts the same: compiler/plan, explain --world-size): per MoE layer the expert-major rows
+// (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and the two
+// permutations (C int32 each); once, the exchange buffers (3 · C · d_model) and the expert
+// gradients grown likewise (3 · d_expert). C = G · N · k.
+inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int moe_layers, int act_bytes) {
+  if (G <= 1 || moe_layers == 0) return 0;
+  const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G), D = kDModel, F = kExpertDff;
+  const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4;
+  const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
+  return std::int64_t(moe_layers) * per_layer + scratch;
+}
+
+// The route of one layer from this rank's expert offsets (kExperts + 1 entries), and the
+// permutation of the received rows (source-major: source s's rows of expert lo, lo+1, ...) into
+// expert-major order: perm[p] = received row of expert-major row p; unperm is its inverse.
+template <typename Act>
+void plan_expert_route(ExpertRoute& route, std::vector<std::int32_t>& perm, std::vector<std::int32_t>& unperm,
+                       const std::int64_t* offsets, ExpertExchange<Act>& x) {
+  const int G = x.ranks(), E = kExperts;
+  std::vector<std::int64_t> mine(std::size_t(E), 0), all(std::size_t(G) * std::size_t(E), 0);
+  for (int e = 0; e < E; ++e) mine[std::size_t(e)] = offsets[e + 1] - offsets[e];
+  x.share_counts(mine.data(), all.data());
+  const auto [lo, hi] = expert_block(x.rank(), G);
+  route.send_rows.assign(std::size_t(G), 0);
+  route.recv_rows.assign(std::size_t(G), 0);
+  for (int q = 0; q < G; ++q) {
+    const auto [qlo, qhi] = expert_block(q, G);
+    route.send_rows[std::size_t(q)] = offsets[qhi] - offsets[qlo];
+    for (int e = lo; e < hi; ++e) route.recv_rows[std::size_t(q)] += all[std::size_t(q) * E + std::size_t(e)];
+  }
+  // Where source s's rows of expert e start among the received rows.
+  std::vector<std::int64_t> start(std::size_t(G) * std::size_t(E), 0);
+  std::int64_t at = 0;
+  for (int s = 0; s < G; ++s) {
+    for (int e = lo; e < hi; ++e) {
+      start[std::size_t(s) * E + std::size_t(e)] = at;
+      at += all[std::size_t(s) * E + std::size_t(e)];
+    }
+  }
+  route.received = at;
+  route.local_offsets.assign(std::size_t(E) + 1, 0);
+  std::int64_t p = 0;
+  for (int e = 0; e < E; ++e) {
+    route.local_offsets[std::size_t(e)] = p;
+    if (e < lo || e >= hi) continue;
+    for (int s = 0; s < G; ++s) {
+      const std::int64_t n = all[std::size_t(s) * E + std::size_t(e)], first = start[std::size_t(s) * E + std::size_t(e)];
+      for (std::int64_t i = 0; i < n; ++i, ++p) {
+        perm[std::size_t(p)] = std::int32_t(first + i);
+        unperm[std::size_t(first + i)] = std::int32_t(p);
+      }
+    }
+  }
+  route.local_offsets[std::size_t(E)] = p;
+  route.active = true;
+}
+
+}  // namespace gcm

@@ -1,0 +1,369 @@
+// Expert parallelism on the CPU backend under mpirun (distributed.expert_parallel,
+// overridden per run by train's --expert-parallel N): groups of N consecutive
+// ranks each hold a contiguous block of the experts and exchange the routed
+// tokens all-to-all; the blocks' gradients are reduced over the ranks holding
+// the same block, and the balancing uses the global loads. Checked against one
+// process with every expert: EP 2 on 2 ranks, EP 2 × DP 2 and EP 4 on 4 ranks
+// train the same (losses and the parameters after 20 steps within 1e-6
+// relative, the same routing loads and aux_free biases), two EP runs are
+// bit-identical, ZeRO-1 under EP equals one process, the checkpoints stay
+// consolidated (one format) so a run resumes with any world size and EP degree,
+// layouts that cannot work are clear errors at start-up, in `gcompile explain`
+// and in spec validation, and a rank that dies stops the job and keeps the last
+// good checkpoint.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "e2e/run_compare.hpp"
+#include "test_util.hpp"
+#include "tree_test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using gc::test::max_param_diff;
+using gc::test::max_rel_diff;
+using gc::test::Outcome;
+using gc::test::read_jsonl;
+using gc::test::read_text;
+using gc::test::sh;
+
+// 8 experts (top-2, aux_free), 8 sequences per step in micro-batches of 2: four per step, so
+// 1, 2 and 4 ranks divide it; distributed.expert_parallel = 2.
+const std::string kExpertParallel = gc::test::fixture_spec("expert_parallel.toml");
+
+class ExpertParallel : public gc::test::TreeTest {
+ protected:
+  void SetUp() override {
+    gc::test::TreeTest::SetUp();
+    if (sh("command -v mpirun").status != 0) {
+      if (gc::test::in_ci()) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
+      GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
+    }
+  }
+  // One process, or `ranks` under mpirun; one OpenMP thread each (two cores). A job that hangs
+  // (a rank left waiting in a collective) ends with status 124 after `seconds`.
+  Outcome train(const std::string& args, int ranks = 0, int seconds = 600) {
+    const std::string program = (tree() / "train").string() + " " + args;
+    const std::string limit = "timeout " + std::to_string(seconds) + " ";
+    if (ranks == 0) return sh("OMP_NUM_THREADS=1 " + limit + program);
+    return sh("OMP_NUM_THREADS=1 " + limit + "mpirun --allow-run-as-root --oversubscribe -np " +
+              std::to_string(ranks) + " " + program);
+  }
+  // gcompile on a spec written to dir_/NAME (not the fixture's spec.toml).
+  Outcome gcompile(const std::string& command, const std::string& name, const std::string& spec,
+                   const std::string& extra = "") {
+    std::ofstream(dir_ / name) << spec;
+    return sh(std::string(GCOMPILE_BINARY) + " " + command + " " + (dir_ / name).string() +
+              (extra.empty() ? "" : " " + extra));
+  }
+};
+
+std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
+
+const fs::path kStep10 = fs::path("checkpoints") / "step_000010";
+const fs::path kStep20 = fs::path("checkpoints") / "step_000020";
+
+nlohmann::json state(const fs::path& run, const fs::path& checkpoint = kStep20) {
+  const std::string text = read_text(run / checkpoint / "state.json");
+  return text.empty() ? nlohmann::json() : nlohmann::json::parse(text);
+}
+
+// The run's last moe_routing record (null when there is none).
+nlohmann::json last_routing(const fs::path& run) {
+  nlohmann::json last;
+  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+    if (r.value("metric", "") == "moe_routing") last = r;
+  }
+  return last;
+}
+
+// A checkpoint's tensor files by name with their sizes (the format, not the values).
+std::vector<std::pair<std::string, std::uint64_t>> file_sizes(const nlohmann::json& st) {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  const nlohmann::json files = st.is_object() ? st.value("files", nlohmann::json::object()) : nlohmann::json::object();
+  for (const auto& [name, f] : files.items()) {
+    out.emplace_back(name, f.value("bytes", std::uint64_t(0)));
+  }
+  return out;
+}
+
+// The first line of `text` that holds every one of `words` ("" when none does).
+std::string line_with(const std::string& text, std::initializer_list<const char*> words) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    bool all = true;
+    for (const char* w : words) all = all && line.find(w) != std::string::npos;
+    if (all) return line;
+  }
+  return "";
+}
+
+// The first line naming the setting, as the spec key (expert_parallel) or as the flag
+// (expert-parallel), that also holds `words`.
+std::string expert_parallel_line(const std::string& text, std::initializer_list<const char*> words = {}) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    bool all = line.find("expert_parallel") != std::string::npos || line.find("expert-parallel") != std::string::npos;
+    for (const char* w : words) all = all && line.find(w) != std::string::npos;
+    if (all) return line;
+  }
+  return "";
+}
+
+// Whether `n` appears in `line` as a number of its own (not inside 16 or 0.4).
+bool names_number(const std::string& line, long n) {
+  const std::string digits = std::to_string(n);
+  for (std::size_t at = line.find(digits); at != std::string::npos; at = line.find(digits, at + 1)) {
+    const std::size_t end = at + digits.size();
+    const bool before = at == 0 || (!std::isdigit(static_cast<unsigned char>(line[at - 1])) && line[at - 1] != '.');
+    const bool after = end >= line.size() || (!std::isdigit(static_cast<unsigned char>(line[end])) &&
+                                              !(line[end] == '.' && end + 1 < line.size() &&
+                                                std::isdigit(static_cast<unsigned char>(line[end + 1]))));
+    if (before && after) return true;
+  }
+  return false;
+}
+
+// The spec with `key = value` added at the top of its [distributed] table.
+std::string with_distributed(const std::string& spec, const std::string& line) {
+  std::string out = spec;
+  out.replace(out.find("[distributed]\n"), 14, "[distributed]\n" + line + "\n");
+  return out;
+}
+
+// Every layout trains like one process holding every expert; a layout repeats bit for bit.
+TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
+  const Outcome gen = generate(kExpertParallel);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+
+  // The reference: one process, every expert (--expert-parallel 1 overrides the spec's 2).
+  const Outcome one = train("--expert-parallel 1 --out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto loss_one = losses(dir_ / "one");
+  ASSERT_EQ(loss_one.size(), 20u);
+  const nlohmann::json routing_one = last_routing(dir_ / "one");
+  ASSERT_TRUE(routing_one.contains("load")) << "no moe_routing record in the reference run";
+  nlohmann::json state_one = state(dir_ / "one");
+  ASSERT_TRUE(state_one.contains("extra") && state_one["extra"].contains("moe_bias")) << state_one.dump();
+  ASSERT_FALSE(file_sizes(state_one).empty()) << state_one.dump();
+
+  struct Layout {
+    const char* name;
+    int ranks;
+    const char* flag;  // "" = the spec's expert_parallel = 2
+  };
+  for (const Layout& l : {Layout{"ep2", 2, ""}, Layout{"ep2_dp2", 4, "--expert-parallel 2 "},
+                          Layout{"ep4", 4, "--expert-parallel 4 "}}) {
+    SCOPED_TRACE(l.name);
+    const fs::path run = dir_ / l.name;
+    const Outcome r = train(std::string(l.flag) + "--out " + run.string(), l.ranks);
+    if (r.status != 0) {
+      ADD_FAILURE() << r.output;
+      continue;
+    }
+    const auto loss = losses(run);
+    EXPECT_EQ(loss.size(), 20u);
+    EXPECT_LT(max_rel_diff(loss_one, loss), 1e-6);
+    EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, run / kStep20), 1e-6);
+    // Balancing sees the global loads: the same routing, and the same biases on every rank
+    // (rank 0 writes them).
+    EXPECT_EQ(last_routing(run)["load"], routing_one["load"]);
+    nlohmann::json st = state(run);
+    EXPECT_EQ(st["extra"]["moe_bias"], state_one["extra"]["moe_bias"]);
+    // Consolidated: the same files, of the same sizes, as one process writes.
+    EXPECT_EQ(file_sizes(st), file_sizes(state_one));
+    EXPECT_EQ(st["parameters"], state_one["parameters"]);
+  }
+
+  // EP 2 again (now named by the flag rather than the spec): the same losses and the same
+  // checkpoint bytes (state.json's SHA-256 per file).
+  const Outcome again = train("--expert-parallel 2 --out " + (dir_ / "again").string(), 2);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(losses(dir_ / "again"), losses(dir_ / "ep2"));
+  EXPECT_EQ(state(dir_ / "again")["files"], state(dir_ / "ep2")["files"]);
+  EXPECT_FALSE(state(dir_ / "again")["files"].is_null());
+}
+
+// ZeRO-1 under EP equals one process, and a checkpoint written under one layout resumes under
+// another: 4 ranks of EP 2 → one process, and one process → 4 ranks of EP 4.
+TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
+  const Outcome gen = generate(kExpertParallel);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+
+  // The uninterrupted reference.
+  const Outcome one = train("--expert-parallel 1 --out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto loss_one = losses(dir_ / "one");
+  ASSERT_EQ(loss_one.size(), 20u);
+
+  // 4 ranks of EP 2 stop after step 10; one process continues to step 20.
+  const fs::path down = dir_ / "down";
+  const Outcome first_half = train("--expert-parallel 2 --steps 10 --out " + down.string(), 4);
+  ASSERT_EQ(first_half.status, 0) << first_half.output;
+  ASSERT_TRUE(fs::exists(down / kStep10 / "state.json"));
+  EXPECT_EQ(losses(down).size(), 10u);
+  const Outcome down_resumed = train("--expert-parallel 1 --resume " + down.string());
+  ASSERT_EQ(down_resumed.status, 0) << down_resumed.output;
+  const auto loss_down = losses(down);  // steps 1-10 from 4 ranks, 11-20 from one process
+  ASSERT_EQ(loss_down.size(), 20u);
+  EXPECT_LT(max_rel_diff(loss_one, loss_down), 1e-6);
+  EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin() + 10, loss_one.end()),
+                         std::vector<double>(loss_down.begin() + 10, loss_down.end())),
+            1e-6)
+      << "steps 11-20 after resuming in one process";
+  EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, down / kStep20), 1e-6);
+
+  // One process stops after step 10; 4 ranks of EP 4 continue.
+  const fs::path up = dir_ / "up";
+  const Outcome up_first = train("--expert-parallel 1 --steps 10 --out " + up.string());
+  ASSERT_EQ(up_first.status, 0) << up_first.output;
+  ASSERT_TRUE(fs::exists(up / kStep10 / "state.json"));
+  const Outcome up_resumed = train("--expert-parallel 4 --resume " + up.string(), 4);
+  ASSERT_EQ(up_resumed.status, 0) << up_resumed.output;
+  const auto loss_up = losses(up);
+  ASSERT_EQ(loss_up.size(), 20u);
+  EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin() + 10, loss_one.end()),
+                         std::vector<double>(loss_up.begin() + 10, loss_up.end())),
+            1e-6)
+      << "steps 11-20 after resuming on 4 ranks of EP 4";
+  EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, up / kStep20), 1e-6);
+  EXPECT_EQ(state(up)["extra"]["moe_bias"], state(dir_ / "one")["extra"]["moe_bias"]);
+
+  // ZeRO-1 (another tree: zero_stage is compiled in) with the spec's EP 2 on 2 ranks.
+  fs::rename(tree(), dir_ / "tree0");
+  const Outcome gen1 = generate(with_distributed(kExpertParallel, "zero_stage = 1"));
+  ASSERT_EQ(gen1.status, 0) << gen1.output;
+  const Outcome z1 = train("--out " + (dir_ / "zero1").string(), 2);
+  ASSERT_EQ(z1.status, 0) << z1.output;
+  const auto loss_z1 = losses(dir_ / "zero1");
+  ASSERT_EQ(loss_z1.size(), 20u);
+  EXPECT_LT(max_rel_diff(loss_one, loss_z1), 1e-6);
+  EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, dir_ / "zero1" / kStep20), 1e-6);
+}
+
+// Layouts that cannot work are refused before training, naming the setting and the numbers:
+// by train at start-up, by `gcompile explain --world-size`, and by spec validation.
+TEST_F(ExpertParallel, BadLayoutsAreClearErrors) {
+  // Spec validation (no tree needed).
+  std::string dense = gc::test::fixture_spec("data_parallel.toml");
+  dense.replace(dense.find("[model]\n"), 8, "[model]\narch = \"dense\"\n");
+  dense += "\n[distributed]\nexpert_parallel = 2\n";
+  const Outcome on_dense = gcompile("check", "dense.toml", dense);
+  EXPECT_NE(on_dense.status, 0) << on_dense.output;
+  EXPECT_NE(on_dense.output.find("distributed.expert_parallel"), std::string::npos) << on_dense.output;
+
+  std::string too_many = kExpertParallel;
+  too_many.replace(too_many.find("expert_parallel = 2"), 19, "expert_parallel = 16");
+  const Outcome over = gcompile("check", "too_many.toml", too_many);
+  EXPECT_NE(over.status, 0) << over.output;
+  EXPECT_NE(over.output.find("distributed.expert_parallel"), std::string::npos) << over.output;
+
+  // Uneven blocks are allowed: 3 groups of experts out of 8.
+  std::string three = kExpertParallel;
+  three.replace(three.find("expert_parallel = 2"), 19, "expert_parallel = 3");
+  const Outcome uneven = gcompile("check", "three.toml", three);
+  EXPECT_EQ(uneven.status, 0) << uneven.output;
+
+  // explain: the EP section at a world size that works...
+  const Outcome four = gcompile("explain", "ep.toml", kExpertParallel, "--world-size 4");
+  EXPECT_EQ(four.status, 0) << four.output;
+  for (const char* words : {"Expert parallelism", "experts per rank", "all-to-all"}) {
+    EXPECT_NE(four.output.find(words), std::string::npos) << words << "\n" << four.output;
+  }
+  EXPECT_EQ(line_with(four.output, {"error"}), "") << four.output;
+  // ...and an error line at one that EP does not divide. (EP 3 at 4 ranks: the step's 4
+  // micro-batches divide among 4 ranks, so the EP error is the only one.)
+  const Outcome indivisible = gcompile("explain", "three.toml", three, "--world-size 4");
+  EXPECT_NE(expert_parallel_line(indivisible.output, {"error"}), "") << indivisible.output;
+
+  const Outcome gen = generate(kExpertParallel);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+
+  // EP 3 does not divide 4 ranks (which do divide the 4 micro-batches): the error names both.
+  const Outcome not_divisor = train("--expert-parallel 3 --out " + (dir_ / "np4_ep3").string(), 4, 120);
+  EXPECT_NE(not_divisor.status, 0) << not_divisor.output;
+  EXPECT_NE(not_divisor.status, 124) << "the job hung instead of stopping";
+  const std::string line = expert_parallel_line(not_divisor.output);
+  EXPECT_NE(line, "") << not_divisor.output;
+  EXPECT_TRUE(names_number(line, 3) && names_number(line, 4)) << line;
+
+  // More groups than experts (16 > 8, on 2 ranks).
+  const Outcome more = train("--expert-parallel 16 --out " + (dir_ / "np2_ep16").string(), 2, 120);
+  EXPECT_NE(more.status, 0) << more.output;
+  EXPECT_NE(more.status, 124) << "the job hung instead of stopping";
+  EXPECT_NE(expert_parallel_line(more.output), "") << more.output;
+
+  // EP 2 in a world of one process: nothing to spread the experts over.
+  const Outcome alone = train("--expert-parallel 2 --out " + (dir_ / "alone").string(), 0, 120);
+  EXPECT_NE(alone.status, 0) << alone.output;
+  EXPECT_NE(expert_parallel_line(alone.output), "") << alone.output;
+  // The spec's own expert_parallel = 2 in one process, likewise.
+  const Outcome alone_spec = train("--out " + (dir_ / "alone_spec").string(), 0, 120);
+  EXPECT_NE(alone_spec.status, 0) << alone_spec.output;
+  EXPECT_NE(expert_parallel_line(alone_spec.output), "") << alone_spec.output;
+
+  // Bad values of the flag are usage errors naming it.
+  for (const char* value : {"0", "x", "-2"}) {
+    const Outcome bad = train(std::string("--expert-parallel ") + value + " --out " + (dir_ / "bad").string(), 0, 120);
+    EXPECT_EQ(bad.status, 2) << value << "\n" << bad.output;
+    EXPECT_NE(bad.output.find("--expert-parallel"), std::string::npos) << value << "\n" << bad.output;
+  }
+  const Outcome missing = train("--expert-parallel", 0, 120);
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--expert-parallel"), std::string::npos) << missing.output;
+}
+
+// A rank that dies under EP stops the job (its partner would otherwise wait in an all-to-all
+// forever); the run keeps only complete checkpoints, the newest of which resumes in one process.
+TEST_F(ExpertParallel, ARankThatDiesStopsTheJob) {
+  std::string spec = kExpertParallel;
+  spec.replace(spec.find("steps = 20"), 10, "steps = 100000");
+  spec.replace(spec.find("checkpoint_every = 10"), 21, "checkpoint_every = 25");
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const fs::path run = dir_ / "run";
+  // The spec's EP 2 on 2 ranks; rank 1 is killed (SIGKILL) after 5 seconds.
+  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 5; kill -9 $$) & fi; exec " +
+                                   (tree() / "train").string() + " --out " + run.string();
+  const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
+                            gc::test::shell_quote(rank_program));
+  EXPECT_NE(killed.status, 0) << killed.output;
+  EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
+  EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
+  // Only complete checkpoints: each has its state.json, and every file it lists, whole.
+  long long newest = 0;
+  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    ASSERT_TRUE(fs::exists(entry.path() / "state.json")) << entry.path();
+    const nlohmann::json st = nlohmann::json::parse(read_text(entry.path() / "state.json"));
+    const auto files = file_sizes(st);
+    EXPECT_FALSE(files.empty()) << entry.path();
+    for (const auto& [file, bytes] : files) {
+      ASSERT_TRUE(fs::exists(entry.path() / file)) << entry.path() / file;
+      EXPECT_EQ(fs::file_size(entry.path() / file), bytes) << entry.path() / file;
+    }
+    newest = std::max(newest, std::stoll(name.substr(5)));
+  }
+  ASSERT_GT(newest, 0) << "no checkpoint was written in 5 seconds";
+  // The consolidated checkpoint resumes without EP in one process.
+  const Outcome resumed =
+      train("--expert-parallel 1 --resume " + run.string() + " --steps " + std::to_string(newest + 1), 0, 120);
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+}
+
+}  // namespace
