@@ -21,8 +21,9 @@ bool is_expert_class(ParamClass c) {
 std::string block_sizes(std::int64_t E, std::int64_t G) {
   const std::int64_t base = E / G, extra = E % G;
   if (extra == 0) return std::to_string(base) + " on every rank of a group";
-  return std::to_string(base + 1) + " on group ranks 0-" + std::to_string(extra - 1) + ", " + std::to_string(base) +
-         " on the other " + std::to_string(G - extra);
+  const std::string first = extra == 1 ? "group rank 0" : "group ranks 0-" + std::to_string(extra - 1);
+  return std::to_string(base + 1) + " on " + first + ", " + std::to_string(base) + " on the other " +
+         std::to_string(G - extra);
 }
 
 // The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in
@@ -73,7 +74,7 @@ std::string explain_experts(const Plan& plan, int world_size) {
     << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced)\n";
   const double block = expert_params / double(G);
   o << "  gradients per step: each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
-    << W / G << " rank" << (W / G == 1 ? "" : "s") << " that own the same block";
+    << W / G << (W / G == 1 ? " rank that owns" : " ranks that own") << " the same block";
   if (W / G == 1) o << " (nothing to send)";
   o << "; the other " << format_bytes(4.0 * (stored - expert_params)) << " over all " << W << "\n";
   o << "  expert parameters all-gathered inside the group after each step: " << format_bytes(4.0 * expert_params * leaving)
