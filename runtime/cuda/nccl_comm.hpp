@@ -49,6 +49,16 @@ class NcclComm {
   void reduce(float* data, std::int64_t n, int root, cudaStream_t stream) {
     check(ncclReduce(data, data, std::size_t(n), ncclFloat, ncclSum, root, comm_, stream), "ncclReduce");
   }
+  // Point to point (expert parallelism's exchange, inside group_start/group_end): n elements
+  // of T (fp32 or bf16) to or from `peer`.
+  template <typename T>
+  void send(const T* data, std::int64_t n, int peer, cudaStream_t stream) {
+    check(ncclSend(data, std::size_t(n), type_of<T>(), peer, comm_, stream), "ncclSend");
+  }
+  template <typename T>
+  void recv(T* data, std::int64_t n, int peer, cudaStream_t stream) {
+    check(ncclRecv(data, std::size_t(n), type_of<T>(), peer, comm_, stream), "ncclRecv");
+  }
   // The collectives issued between group_start and group_end run as one operation.
   void group_start() { check(ncclGroupStart(), "ncclGroupStart"); }
   void group_end() { check(ncclGroupEnd(), "ncclGroupEnd"); }
@@ -68,6 +78,11 @@ class NcclComm {
   }
 
  private:
+  template <typename T>
+  static ncclDataType_t type_of() {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 2, "the exchange moves fp32 or bf16");
+    return sizeof(T) == 4 ? ncclFloat : ncclBfloat16;
+  }
   static void check(ncclResult_t rc, const char* what) {
     if (rc != ncclSuccess) throw RuntimeError("NCCL", std::string(what) + ": " + ncclGetErrorString(rc));
   }

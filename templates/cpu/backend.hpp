@@ -147,6 +147,8 @@ class Backend {
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cpu::moe_gather(dst, src, rows, n, dim, 1);
   }
+  // n row indices from the host to where this backend's rows lie (here: the host).
+  void copy_indices(std::int32_t* dst, const std::int32_t* host, std::int64_t n) { std::copy(host, host + n, dst); }
   void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
     cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);

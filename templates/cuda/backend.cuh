@@ -301,6 +301,14 @@ class Backend {
     check_moe_dim(dim);
     cuda::moe_gather<MoeLayout>(xs, x, order, std::int64_t(N) * kTopK);
   }
+  // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]], and the row
+  // indices the host planned, copied to the device.
+  void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
+    cuda::gather_rows(dst, src, rows, n, dim);
+  }
+  void copy_indices(std::int32_t* dst, const std::int32_t* host, std::int64_t n) {
+    if (n > 0) GC_CUDA_CHECK(cudaMemcpy(dst, host, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  }
   void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
     check_moe_dim(dim);

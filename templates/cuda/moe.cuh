@@ -142,6 +142,15 @@ __global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, 
   }
 }
 
+// Expert parallelism: dst[p] = src[rows[p]] for p < n rows of dim values.
+template <typename T>
+__global__ void gather_rows_kernel(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
+  const std::int64_t total = n * dim, stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    dst[i] = src[std::int64_t(rows[i / dim]) * dim + i % dim];
+  }
+}
+
 template <class M, typename T, typename W>
 __global__ void moe_combine_kernel(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N,
                                    bool accumulate) {
@@ -287,6 +296,13 @@ template <class M, typename T>
 void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
   if (rows <= 0) return;
   launch(moe_gather_kernel<M, T>, blocks_for(rows * M::kDim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
+}
+
+// dst [n, dim]: row p is src[rows[p]] (cpu::moe_gather with top_k 1).
+template <typename T>
+void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
+  if (n <= 0) return;
+  launch(gather_rows_kernel<T>, blocks_for(n * dim, kMoeThreads), kMoeThreads, 0, dst, src, rows, n, dim);
 }
 
 template <class M, typename T, typename W>

@@ -51,6 +51,7 @@
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/cuda/check.hpp"
+#include "engine/nccl_expert_exchange.cuh"
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/error.hpp"
 #include "engine/engine.hpp"
@@ -214,6 +215,17 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
   }
   bool sharded() const override { return zero1_; }
+#ifdef GC_HAVE_NCCL
+  // Expert parallelism: the MoE layers exchange their rows inside groups of G consecutive ranks
+  // (engine/nccl_expert_exchange.cuh); the gradients go through the world's reduction as before.
+  void split_experts(int G) override {
+    experts_ = std::make_unique<NcclExpertExchange<ComputeType>>(comm_->split(comm_->rank() / G));
+    model_.attach_expert_exchange(experts_.get());
+  }
+  ExchangeTotals expert_exchange_totals() const override {
+    return experts_ ? ExchangeTotals{experts_->bytes_sent, 0.0, experts_->exchanges} : ExchangeTotals{};
+  }
+#endif
   void overlap_next_backward() override {
     armed_ = reduce_stream_ != nullptr;
     reductions_ = 0;
@@ -499,6 +511,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     ++reductions_;
   }
   std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
+  std::unique_ptr<NcclExpertExchange<ComputeType>> experts_;  // distributed.expert_parallel > 1
 #endif
 
   CudaModel model_;

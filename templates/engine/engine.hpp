@@ -114,11 +114,12 @@ class EngineDistribution {
   // Σ over ranks of the step's expert loads (aux_free's update and the routing
   // records see the whole global batch).
   virtual void moe_allreduce_loads(const gc::rt::Comm&) = 0;
-  // Expert parallelism (distributed.expert_parallel; engine/expert_groups.hpp): after join, the
-  // MoE layers' experts are split over groups of group_ranks consecutive ranks. Only the CPU
-  // engine implements it (the trainer refuses it elsewhere before calling this).
+  // Expert parallelism (distributed.expert_parallel): after join, the MoE layers' experts are
+  // split over groups of group_ranks consecutive ranks (engine/expert_groups.hpp on the CPU,
+  // engine/nccl_expert_exchange.cuh on GPUs; an engine without it refuses).
   virtual void split_experts(int /*group_ranks*/) {
-    throw gc::rt::RuntimeError("train", "expert parallelism is implemented for the CPU backend only");
+    throw gc::rt::RuntimeError("train", "this engine cannot split experts (distributed.expert_parallel): on GPUs "
+                                        "it needs a tree built with NCCL");
   }
   // Before a checkpoint, on every rank: the expert moments of the group's blocks on every rank.
   virtual void assemble_moments() {}

@@ -57,6 +57,10 @@ struct ExpertRoute {
   std::vector<std::int64_t> recv_rows;      // rows from each group rank
   std::vector<std::int64_t> local_offsets;  // kExperts + 1: the owned experts' rows, expert-major
   std::int64_t received = 0;                // rows this rank's experts compute
+  // perm[p]: the received row of expert-major row p; unperm its inverse (host; the model copies
+  // them where the backend's rows lie). counts, start: scratch (no allocation per step).
+  std::vector<std::int32_t> perm, unperm;
+  std::vector<std::int64_t> counts, start;
 };
 
 // Worst case of rows a rank's experts compute: every assignment of the group (dropless).
@@ -77,26 +81,38 @@ inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int m
   return std::int64_t(moe_layers) * per_layer + scratch;
 }
 
-// The route of one layer from this rank's expert offsets (kExperts + 1 entries), and the
-// permutation of the received rows (source-major: source s's rows of expert lo, lo+1, ...) into
-// expert-major order: perm[p] = received row of expert-major row p; unperm is its inverse.
-template <typename Act>
-void plan_expert_route(ExpertRoute& route, std::vector<std::int32_t>& perm, std::vector<std::int32_t>& unperm,
-                       const std::int64_t* offsets, ExpertExchange<Act>& x) {
-  const int G = x.ranks(), E = kExperts;
-  std::vector<std::int64_t> mine(std::size_t(E), 0), all(std::size_t(G) * std::size_t(E), 0);
-  for (int e = 0; e < E; ++e) mine[std::size_t(e)] = offsets[e + 1] - offsets[e];
-  x.share_counts(mine.data(), all.data());
-  const auto [lo, hi] = expert_block(x.rank(), G);
+// Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training).
+inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C) {
   route.send_rows.assign(std::size_t(G), 0);
   route.recv_rows.assign(std::size_t(G), 0);
+  route.local_offsets.assign(std::size_t(kExperts) + 1, 0);
+  route.perm.assign(std::size_t(C), 0);
+  route.unperm.assign(std::size_t(C), 0);
+  route.counts.assign(std::size_t(G + 1) * std::size_t(kExperts), 0);
+  route.start.assign(std::size_t(G) * std::size_t(kExperts), 0);
+}
+
+// The route of one layer from this rank's expert offsets (kExperts + 1 entries), and the
+// permutation of the received rows (source-major: source s's rows of expert lo, lo+1, ...) into
+// expert-major order.
+template <typename Act>
+void plan_expert_route(ExpertRoute& route, const std::int64_t* offsets, ExpertExchange<Act>& x) {
+  const int G = x.ranks(), E = kExperts;
+  std::int64_t* mine = route.counts.data();  // this rank's counts, then every group rank's
+  std::int64_t* all = mine + E;
+  for (int e = 0; e < E; ++e) mine[e] = offsets[e + 1] - offsets[e];
+  x.share_counts(mine, all);
+  std::vector<std::int32_t>& perm = route.perm;
+  std::vector<std::int32_t>& unperm = route.unperm;
+  const auto [lo, hi] = expert_block(x.rank(), G);
+  std::fill(route.recv_rows.begin(), route.recv_rows.end(), 0);
   for (int q = 0; q < G; ++q) {
     const auto [qlo, qhi] = expert_block(q, G);
     route.send_rows[std::size_t(q)] = offsets[qhi] - offsets[qlo];
     for (int e = lo; e < hi; ++e) route.recv_rows[std::size_t(q)] += all[std::size_t(q) * E + std::size_t(e)];
   }
   // Where source s's rows of expert e start among the received rows.
-  std::vector<std::int64_t> start(std::size_t(G) * std::size_t(E), 0);
+  std::vector<std::int64_t>& start = route.start;
   std::int64_t at = 0;
   for (int s = 0; s < G; ++s) {
     for (int e = lo; e < hi; ++e) {
@@ -105,7 +121,6 @@ void plan_expert_route(ExpertRoute& route, std::vector<std::int32_t>& perm, std:
     }
   }
   route.received = at;
-  route.local_offsets.assign(std::size_t(E) + 1, 0);
   std::int64_t p = 0;
   for (int e = 0; e < E; ++e) {
     route.local_offsets[std::size_t(e)] = p;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "config.hpp"
@@ -130,7 +131,8 @@ class BasicModel {
     if constexpr (kMoe && supports_expert_parallel<Backend>::value) {
       expert_exchange_ = x;
       allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), [this](auto& buf, std::int64_t n) {
-        buffer_bytes_ += (n - std::int64_t(buf.size())) * std::int64_t(sizeof(buf[0]));
+        using U = std::remove_const_t<std::remove_pointer_t<decltype(buf.data())>>;
+        buffer_bytes_ += (n - std::int64_t(buf.size())) * std::int64_t(sizeof(U));
         Backend::allocate(buf, n);
       });
     } else {

@@ -54,7 +54,7 @@ struct MoeLayer {
   // permutation between the received (source-major) and the expert-major rows.
   Buffer<Act> xe;
   ExpertRoute route;
-  std::vector<std::int32_t> perm, unperm;
+  Buffer<std::int32_t> perm, unperm;  // route.perm and route.unperm where the rows lie
 };
 
 template <typename Backend>
@@ -113,6 +113,7 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
     for (auto* buf : {&L.eu, &L.ew, &L.es}) grow(*buf, C * kExpertDff);
     grow(L.perm, C);
     grow(L.unperm, C);
+    reserve_expert_route(L.route, G, C);
   }
   for (auto* buf : {&S.xr, &S.ye, &S.dxe}) grow(*buf, C * D);
   for (auto* buf : {&S.des, &S.deu, &S.dew}) grow(*buf, C * kExpertDff);
@@ -124,8 +125,10 @@ template <typename Backend, typename Weights>
 void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
                                    Weights&& W, ExpertExchange<typename Backend::Act>& x) {
   const int D = kDModel;
-  plan_expert_route(L.route, L.perm, L.unperm, L.offsets.data(), x);
+  plan_expert_route(L.route, L.offsets.data(), x);
   const std::int64_t R = L.route.received;
+  ops.copy_indices(L.perm.data(), L.route.perm.data(), R);
+  ops.copy_indices(L.unperm.data(), L.route.unperm.data(), R);
   const std::int64_t* off = L.route.local_offsets.data();
   x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);  // dispatch
   ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);                 // expert-major

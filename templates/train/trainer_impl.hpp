@@ -72,15 +72,7 @@ inline Trainer::Trainer(const TrainOptions& options)
     }
   }
   if (comm_.distributed()) engine_->join(comm_, kZeroStage);
-  if (opt_.expert_parallel > 1) {
-    if (host_.on_device()) {
-      throw gc::rt::RuntimeError("train", "distributed.expert_parallel = " + std::to_string(opt_.expert_parallel) +
-                                              " runs on the CPU backend only in this version (the CUDA "
-                                              "backend's exchange is not written); use --device cpu, or "
-                                              "--expert-parallel 1 for data parallelism on GPUs");
-    }
-    engine_->split_experts(opt_.expert_parallel);
-  }
+  if (opt_.expert_parallel > 1) engine_->split_experts(opt_.expert_parallel);
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
   if (!engine_->sharded() || opt_.resume || !opt_.init_from.empty()) host_.allocate_moments();

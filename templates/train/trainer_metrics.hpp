@@ -120,7 +120,7 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
 // the fp32 masters (bf16) and the AdamW moments of one shard, the update-ratio pass's partials
 // over that shard, and under bf16 the scratch that assembles one tensor's masters for the weight
 // metrics (metrics/device_scratch.hpp).
-inline std::int64_t planned_device_bytes(int ranks) {
+inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1) {
   const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
   const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
   const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
@@ -128,7 +128,12 @@ inline std::int64_t planned_device_bytes(int ranks) {
   const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
   const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
-  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather;
+  int moe_layers = 0;
+  for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
+  const std::int64_t experts = expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel,
+                                                            moe_layers, int(weight));
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather +
+         experts;
 }
 
 // One closing record for benchmarks: the median step time over this
@@ -175,14 +180,15 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     int moe_layers = 0;
     for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
     // Expert parallelism grows the expert buffers to the group's dropless worst case.
+    const int act_bytes = host_.on_device() && kPrecision == Precision::bf16 ? 2 : 4;
     r["planned_model_buffer_bytes"] =
         kPlannedModelBufferBytes + expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen,
-                                                                opt_.expert_parallel, moe_layers, 4);
+                                                                opt_.expert_parallel, moe_layers, act_bytes);
   }
   if (host_.on_device()) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
-    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1);
+    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1, opt_.expert_parallel);
     r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
     // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
     // the run's measurements (docs/metrics.md, "On a GPU").

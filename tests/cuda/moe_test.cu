@@ -149,6 +149,18 @@ void check_gather_combine() {
   gcm::cpu::moe_gather(xs_ref.data(), x.data(), r.order.data(), A, D, kK);
   EXPECT_EQ(download_double(xs_d), xs_ref) << what;  // a copy: exact
 
+  // Expert parallelism's permutation of exchanged rows (cuda::gather_rows): a reversed,
+  // strided selection of the rows, against the CPU's gather with top_k 1.
+  std::vector<std::int32_t> rows;
+  for (int p = A - 1; p >= 0; p -= 3) rows.push_back(p);
+  const auto rows_d = ct::upload(rows);
+  const std::int64_t n = std::int64_t(rows.size());
+  DeviceBuffer<T> picked_d(static_cast<std::size_t>(n * D));
+  gcm::cuda::gather_rows(picked_d.data(), ys_d.data(), rows_d.data(), n, D);
+  std::vector<double> picked_ref(static_cast<std::size_t>(n * D));
+  gcm::cpu::moe_gather(picked_ref.data(), ys.data(), rows.data(), n, D, 1);
+  EXPECT_EQ(download_double(picked_d), picked_ref) << "gather_rows " << what;  // a copy: exact
+
   auto out_d = upload_as<T>(prior);
   gcm::cuda::moe_combine<M>(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, true);
   std::vector<double> out_ref = prior;

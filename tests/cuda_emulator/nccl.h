@@ -1,7 +1,8 @@
 // CUDA emulator: stands in for <nccl.h> (the part the CUDA engine calls), implemented over MPI
 // on the emulator's "device" memory (host memory): src/nccl.cpp, linked only into programs built
-// with MPI (tests/cuda_emulator/tree_train). One communicator per MPI process, over
-// MPI_COMM_WORLD: ncclCommInitRank checks that nranks and rank are MPI's. A collective checks its
+// with MPI (tests/cuda_emulator/tree_train). A communicator spans the MPI ranks that initialize it
+// with the same unique id (the world's, or an expert-parallel group's); ncclCommInitRank checks
+// that nranks and rank are theirs. A collective checks its
 // buffers (inside one device allocation each, with the sizes NCCL implies) when it is called, and
 // runs in its stream's order (gc_emu/runtime.hpp: on a created stream, only when something waits
 // for it), reading and writing the buffers then. Sums of two ranks are exact, so two-rank results
@@ -72,7 +73,13 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t
 // recvbuff: sendcount × nranks elements; block r is rank r's sendbuff.
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream);
-// Accepted: the calls between them run as they are issued (each is a whole collective, and every
-// rank issues them in the same order).
+// Point to point (expert parallelism's exchange): count elements to or from `peer`. Between
+// ncclGroupStart and ncclGroupEnd they run together at the group's end.
+ncclResult_t ncclSend(const void* sendbuff, std::size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void* recvbuff, std::size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+// Collectives between them run as they are issued (each is a whole collective, and every rank
+// issues them in the same order); sends and receives wait for the group's end.
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();

@@ -349,8 +349,9 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
 }
 
 // MoE with the aux_free bias on GPUs: expert loads summed over ranks, the experts' gradients in
-// the layer buckets; 2 ranks train like one process, and no step after the first allocates on
-// the device (the experts' GEMMs, whose rows change every step, are not timed: blaslt.hpp).
+// the layer buckets; 2 ranks train like one process, with the experts replicated and split over
+// the 2 ranks (expert parallelism), and no step after the first allocates on the device (the
+// experts' GEMMs, whose rows change every step, are not timed: blaslt.hpp).
 TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoop) {
   std::string spec = spec_text("fp32", 0);
   spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
@@ -367,7 +368,24 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     return nlohmann::json::parse(gc::test::read_text(run / kLast / "state.json"))["extra"]["moe_bias"];
   };
   EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "two"));
-  for (const char* run : {"one", "two"}) {
+  // Expert parallelism (--expert-parallel 2): each rank computes 2 of the 4 experts for both
+  // ranks' rows, exchanged by the emulator's grouped ncclSend/ncclRecv; the same training as one
+  // process, repeatably, with the exchange buffers in the plan.
+  for (const char* run : {"ep", "ep_again"}) {
+    const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / run).string(), 2);
+    ASSERT_EQ(ep.status, 0) << ep.output;
+    EXPECT_NE(ep.output.find("experts over groups of 2"), std::string::npos) << ep.output;
+  }
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "ep")), 1e-6);
+  EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "ep" / kLast), 1e-6);
+  EXPECT_EQ(losses(dir_ / "ep_again"), losses(dir_ / "ep"));
+  EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "ep"));
+  const auto exchanged = summary(dir_ / "ep");
+  EXPECT_EQ(exchanged["expert_parallel"], 2) << exchanged.dump();
+  EXPECT_GT(exchanged["expert_exchange_bytes_sent"].get<double>(), 0.0) << exchanged.dump();
+  // 4 exchanges per MoE layer (3) and micro-batch (1 per rank per step), 6 steps.
+  EXPECT_EQ(exchanged["expert_exchanges"], 4 * 3 * 6) << exchanged.dump();
+  for (const char* run : {"one", "two", "ep"}) {
     const auto s = summary(dir_ / run);
     EXPECT_EQ(s["allocations_in_loop"], 0) << run << ": " << s.dump();
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();

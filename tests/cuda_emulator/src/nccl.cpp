@@ -1,5 +1,8 @@
 // CUDA emulator: NCCL over MPI (nccl.h). Each collective copies its input when it runs (so the
-// in-place forms NCCL allows work) and calls the matching MPI collective on MPI_COMM_WORLD.
+// in-place forms NCCL allows work) and calls the matching MPI collective on the communicator's
+// MPI communicator (MPI_Comm_split of MPI_COMM_WORLD by unique id: the ranks that share an id).
+// Point-to-point sends and receives between ncclGroupStart and ncclGroupEnd run together at the
+// group's end (MPI_Isend / MPI_Irecv, then MPI_Waitall), as NCCL requires of a pairwise exchange.
 #include "nccl.h"
 
 #include <mpi.h>
@@ -14,6 +17,7 @@
 struct ncclComm {
   int rank = 0, size = 1;
   std::string last_error;
+  MPI_Comm mpi = MPI_COMM_NULL;
 };
 
 namespace {
@@ -83,9 +87,14 @@ ncclResult_t ncclGetVersion(int* version) {
   return ncclSuccess;
 }
 
+// "gcompile-emulated-nccl <world rank> <count>": the ranks that share an id form a communicator.
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  static int made = 0;
+  int world_rank = 0, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   std::memset(id->internal, 0, sizeof id->internal);
-  std::snprintf(id->internal, sizeof id->internal, "gcompile-emulated-nccl");
+  std::snprintf(id->internal, sizeof id->internal, "gcompile-emulated-nccl %d %d", world_rank, made++);
   return ncclSuccess;
 }
 
@@ -93,22 +102,32 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) return fail(nullptr, ncclInvalidUsage, "ncclCommInitRank: MPI is not initialized");
-  if (std::strcmp(id.internal, "gcompile-emulated-nccl") != 0) {
+  int maker = 0, count = 0;
+  if (std::sscanf(id.internal, "gcompile-emulated-nccl %d %d", &maker, &count) != 2 || maker < 0 || count < 0 ||
+      count >= 4096) {
     return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: the unique id was not made by ncclGetUniqueId");
   }
+  // Every world rank initializes a communicator at the same point (the world's, or its group's
+  // under expert parallelism), so one MPI_Comm_split over the world forms them all.
+  MPI_Comm mpi = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, maker * 4096 + count, rank, &mpi);
   int mpi_rank = 0, mpi_size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+  MPI_Comm_rank(mpi, &mpi_rank);
+  MPI_Comm_size(mpi, &mpi_size);
   if (nranks != mpi_size || rank != mpi_rank) {
+    MPI_Comm_free(&mpi);
     return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
-                                                  std::to_string(nranks) + ", but MPI says rank " +
+                                                  std::to_string(nranks) + ", but the ranks sharing its id make it rank " +
                                                   std::to_string(mpi_rank) + " of " + std::to_string(mpi_size));
   }
-  *comm = new ncclComm{rank, nranks, {}};
+  *comm = new ncclComm{rank, nranks, {}, mpi};
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm != nullptr && comm->mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
 }
@@ -147,7 +166,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   if (const ncclResult_t rc = check_buffers(comm, "ncclAllReduce", sendbuff, bytes, recvbuff, bytes)) return rc;
   return queue(comm, "ncclAllReduce", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
-    MPI_Allreduce(in.data(), recvbuff, int(count), type, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(in.data(), recvbuff, int(count), type, MPI_SUM, comm->mpi);
   });
 }
 
@@ -164,7 +183,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
   if (const ncclResult_t rc = check_buffers(comm, "ncclReduce", sendbuff, bytes, checked_recv, bytes)) return rc;
   return queue(comm, "ncclReduce", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
-    MPI_Reduce(in.data(), at_root ? recvbuff : nullptr, int(count), type, MPI_SUM, root, MPI_COMM_WORLD);
+    MPI_Reduce(in.data(), at_root ? recvbuff : nullptr, int(count), type, MPI_SUM, root, comm->mpi);
   });
 }
 
@@ -177,7 +196,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t
   if (const ncclResult_t rc = check_buffers(comm, "ncclReduceScatter", sendbuff, send_bytes, recvbuff, bytes)) return rc;
   return queue(comm, "ncclReduceScatter", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + send_bytes);
-    MPI_Reduce_scatter_block(in.data(), recvbuff, int(recvcount), type, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce_scatter_block(in.data(), recvbuff, int(recvcount), type, MPI_SUM, comm->mpi);
   });
 }
 
@@ -189,9 +208,82 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sen
   if (const ncclResult_t rc = check_buffers(comm, "ncclAllGather", sendbuff, bytes, recvbuff, recv_bytes)) return rc;
   return queue(comm, "ncclAllGather", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
-    MPI_Allgather(in.data(), int(bytes), MPI_BYTE, recvbuff, int(bytes), MPI_BYTE, MPI_COMM_WORLD);
+    MPI_Allgather(in.data(), int(bytes), MPI_BYTE, recvbuff, int(bytes), MPI_BYTE, comm->mpi);
   });
 }
 
-ncclResult_t ncclGroupStart() { return ncclSuccess; }
-ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+namespace {
+
+// The sends and receives of the open group (ncclGroupStart nests; they run at the outermost end).
+struct PointToPoint {
+  bool send = false;
+  void* buffer = nullptr;
+  std::size_t bytes = 0;
+  int peer = 0;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+int group_depth = 0;
+std::vector<PointToPoint> pending;
+
+ncclResult_t flush_point_to_point() {
+  if (pending.empty()) return ncclSuccess;
+  std::vector<PointToPoint> ops;
+  ops.swap(pending);
+  for (const PointToPoint& op : ops) {
+    if (op.stream != ops.front().stream) {
+      return fail(op.comm, ncclInvalidUsage, "ncclGroupEnd: the emulator runs one group's sends and receives on one stream");
+    }
+  }
+  return queue(ops.front().comm, "ncclGroupEnd", ops.front().stream, [ops] {
+    std::vector<MPI_Request> requests(ops.size());
+    std::vector<std::vector<char>> copies(ops.size());
+    for (std::size_t i = 0; i < ops.size(); ++i) {  // receives first, then sends (copied when they run)
+      const PointToPoint& op = ops[i];
+      if (op.send) continue;
+      MPI_Irecv(op.buffer, int(op.bytes), MPI_BYTE, op.peer, 0, op.comm->mpi, &requests[i]);
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      if (!op.send) continue;
+      copies[i].assign(static_cast<const char*>(op.buffer), static_cast<const char*>(op.buffer) + op.bytes);
+      MPI_Isend(copies[i].data(), int(op.bytes), MPI_BYTE, op.peer, 0, op.comm->mpi, &requests[i]);
+    }
+    MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  });
+}
+
+ncclResult_t point_to_point(bool send, void* buffer, std::size_t count, ncclDataType_t datatype, int peer,
+                            ncclComm_t comm, cudaStream_t stream) {
+  const char* call = send ? "ncclSend" : "ncclRecv";
+  if (comm == nullptr) return fail(comm, ncclInvalidArgument, std::string(call) + ": null communicator");
+  if (peer < 0 || peer >= comm->size) {
+    return fail(comm, ncclInvalidArgument, std::string(call) + ": peer " + std::to_string(peer) + " is not a rank");
+  }
+  const std::size_t bytes = count * type_bytes(datatype);
+  if (const ncclResult_t rc = check_buffers(comm, call, buffer, bytes, buffer, bytes)) return rc;
+  pending.push_back({send, buffer, bytes, peer, comm, stream});
+  return group_depth > 0 ? ncclSuccess : flush_point_to_point();
+}
+
+}  // namespace
+
+ncclResult_t ncclSend(const void* sendbuff, std::size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return point_to_point(true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, std::size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return point_to_point(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  return --group_depth == 0 ? flush_point_to_point() : ncclSuccess;
+}
