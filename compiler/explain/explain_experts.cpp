@@ -73,11 +73,11 @@ std::string explain_experts(const Plan& plan, int world_size) {
     << " sent per rank (" << format_bytes(per_token_layer) << " per token and MoE layer over 4 exchanges, "
     << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced)\n";
   const double block = expert_params / double(G);
-  o << "  gradients per step (CPU backend; GPUs all-reduce every gradient over all ranks): each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
+  o << "  gradients per step (zero_stage 0): each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
     << W / G << (W / G == 1 ? " rank that owns" : " ranks that own") << " the same block";
   if (W / G == 1) o << " (nothing to send)";
   o << "; the other " << format_bytes(4.0 * (stored - expert_params)) << " over all " << W << "\n";
-  o << "  expert parameters all-gathered inside the group after each step (CPU backend): " << format_bytes(4.0 * expert_params * leaving)
+  o << "  expert parameters shared inside the group after each step (zero_stage 0): " << format_bytes(4.0 * expert_params * leaving)
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
     << " (dropless worst case: " << G << " x micro_batch x seq_len x top_k rows per MoE layer); the weights and "

@@ -268,9 +268,9 @@ void add_distributed(Builder& b) {
                                       "Expert parallelism (MoE): groups of this many consecutive ranks share the "
                                       "experts, each rank owning a contiguous block (uneven blocks allowed) and "
                                       "computing it for the whole group's tokens through all-to-all exchanges "
-                                      "(MPI on the CPU backend, NCCL send/recv on GPUs); on the CPU the expert "
-                                      "gradients are reduced over the ranks that own the same block, the rest over "
-                                      "all ranks. Must divide the world size and not exceed moe.n_experts; train "
+                                      "(MPI on the CPU backend, NCCL send/recv on GPUs); expert gradients are "
+                                      "reduced over the ranks that own the same block, the rest over all ranks. "
+                                      "Must divide the world size and not exceed moe.n_experts; train "
                                       "--expert-parallel N overrides it."),
                                 Value::integer(1)),
                    1),

@@ -13,23 +13,18 @@
 // saves.
 //
 // Data parallelism (join; docs/distributed.md), over NCCL:
-//   zero_stage 0  every rank holds the whole state. During a rank's last
-//                 micro-batch of a step the gradients are all-reduced in
-//                 buckets of whole layers (≥ distributed.bucket_mb, last layer
-//                 first) on a second stream as soon as the backward pass has
-//                 queued each layer's gradient kernels (the final norm and LM
-//                 head first, before the layers); the embedding follows after
-//                 the backward. The default stream waits for the reduction
-//                 before anything reads a gradient.
-//   zero_stage 1  the flat arrays are cut as train/zero.hpp's ZeroShards: a
-//                 rank holds the AdamW moments (and under bf16 the fp32 master
-//                 weights) of its shard only. The same buckets are reduced to
-//                 the ranks that own their parts (one ncclReduce per owner, in
-//                 a group), then a step takes Σ g² over the shard (summed over
-//                 ranks), runs AdamW on the shard and all-gathers the
-//                 parameters (the bf16 working copy under bf16). NCCL's
-//                 all-gather moves equal blocks, so the flat parameter (and
-//                 gradient) arrays get a zero tail up to ranks × shard elements.
+//   zero_stage 0  every rank holds the whole state; during a rank's last micro-batch the
+//                 gradients are all-reduced in buckets of whole layers (≥ distributed.bucket_mb,
+//                 last layer first; the final norm and LM head before them) on a second stream
+//                 as the backward pass queues them; the embedding follows. The default stream
+//                 waits for the reduction before anything reads a gradient.
+//   zero_stage 1  train/zero.hpp's ZeroShards: a rank holds the moments (and under bf16 the
+//                 masters) of its shard; the same buckets are reduced to their parts' owners (one
+//                 ncclReduce per owner, in a group), AdamW runs on the shard, and the parameters
+//                 are all-gathered (NCCL's equal blocks: the flat arrays get a zero tail).
+//   expert_parallel G  the MoE rows are exchanged inside groups (engine/nccl_expert_exchange.cuh);
+//                 under zero_stage 0 an expert tensor's own block is reduced over its owners,
+//                 updated here and sent to the rest of the group.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -165,6 +160,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 1, nullptr);
       if (sharded()) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
+      if (split_gradients()) experts_->complete_device_sums(squares_.data(), 1, nullptr);
     }
 #endif
     cuda::judge_step_on_device(verdict_.data(), loss, squares_.data(), kNumParams, kGradClip, t);
@@ -183,6 +179,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                             verdict_.data());
 #ifdef GC_HAVE_NCCL
     if (sharded()) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
+    if (split_gradients()) {  // each rank updated its own blocks: the group's to every rank
+      experts_->share_blocks(master_shard(), nullptr);
+      if constexpr (kSeparateMaster) experts_->share_blocks(model_.params.data(), nullptr);
+    }
 #endif
   }
   // Two device→host copies, which wait for everything queued (the host's step timing then covers
@@ -216,15 +216,22 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   bool sharded() const override { return zero1_; }
 #ifdef GC_HAVE_NCCL
-  // Expert parallelism: the MoE layers exchange their rows inside groups of G consecutive ranks
-  // (engine/nccl_expert_exchange.cuh); the gradients go through the world's reduction as before.
+  // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
+  // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
   void split_experts(int G) override {
-    experts_ = std::make_unique<NcclExpertExchange<ComputeType>>(comm_->split(comm_->rank() / G));
-    model_.attach_expert_exchange(experts_.get());
+    experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
+    model_.attach_expert_exchange(&experts_->exchange());
+    upload_tensor_table();
+  }
+  void assemble_moments() override {
+    if (!split_gradients()) return;
+    for (auto* moments : {&m_, &v_}) experts_->share_blocks(moments->data(), nullptr);
   }
   ExchangeTotals expert_exchange_totals() const override {
-    return experts_ ? ExchangeTotals{experts_->bytes_sent, 0.0, experts_->exchanges} : ExchangeTotals{};
+    return experts_ ? ExchangeTotals{experts_->exchange().bytes_sent, 0.0, experts_->exchange().exchanges}
+                    : ExchangeTotals{};
   }
+  bool split_gradients() const { return experts_ && experts_->splits_gradients(); }
 #endif
   void overlap_next_backward() override {
     armed_ = reduce_stream_ != nullptr;
@@ -235,6 +242,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (!armed_) {  // no buckets: one collective after the backward pass
       if (sharded()) {
         nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
+      } else if (split_gradients()) {
+        experts_->reduce(model_.grads.data(), 0, kOffsets.at[kNumParams], *nccl_, nullptr);
       } else {
         nccl_->all_reduce(model_.grads.data(), kOffsets.at[kNumParams], nullptr);
       }
@@ -305,6 +314,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
     update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
     if (sharded()) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
+#ifdef GC_HAVE_NCCL
+    if (split_gradients()) experts_->complete_host_sums(out.front().data(), 2);
+#endif
     for (int i = 0; i < kNumParams; ++i) {
       if (!mask[i]) out[std::size_t(i)] = {0.0, 0.0};
     }
@@ -399,15 +411,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
                                  tensors_.data(), kNumParams, shard_.size());
   }
-  // The AdamW table of this rank's shard with numel 0 for the tensors `mask` leaves out: the
-  // update-ratio pass's.
   void upload_update_table(const bool* mask) {
-    std::vector<cuda::AdamWTensor> table;
-    for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = shard_.overlap(i);
-      table.push_back({std::min(a, shard_.hi) - shard_.lo, mask[i] ? std::max<std::int64_t>(0, b - a) : 0,
-                       float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
-    }
+    const std::vector<cuda::AdamWTensor> table = adamw_table(mask);
     update_tensors_.upload(table.data(), table.size());
     update_mask_ = mask;
   }
@@ -432,14 +437,27 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     download_floats(shard_host_.data(), shard_device, shard_host_.size());
     comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
   }
-  // AdamW and Σ g² over this rank's shard: each tensor's part in it, offsets from the shard's start.
-  void upload_tensor_table() {
+  // The part of tensor i this rank updates: its shard's (ZeRO-1), or under expert parallelism an
+  // expert tensor's own block (engine/nccl_expert_exchange.cuh), else all of it.
+  std::pair<std::int64_t, std::int64_t> updated_part(int i) const {
+#ifdef GC_HAVE_NCCL
+    if (split_gradients()) return experts_->own_part(i);
+#endif
+    return shard_.overlap(i);
+  }
+  // The AdamW (and Σ g²) table of the parts this rank updates, offsets from its shard's start;
+  // with `mask`, numel 0 for the tensors it leaves out (the update-ratio pass's table).
+  std::vector<cuda::AdamWTensor> adamw_table(const bool* mask = nullptr) const {
     std::vector<cuda::AdamWTensor> table;
     for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = shard_.overlap(i);  // a = the tensor's first element clamped into the shard
-      table.push_back({std::min(a, shard_.hi) - shard_.lo, std::max<std::int64_t>(0, b - a), float(kParams[i].lr_mult),
-                       float(kParams[i].weight_decay)});
+      const auto [a, b] = updated_part(i);  // a = the tensor's first element clamped into the shard
+      const std::int64_t n = mask != nullptr && !mask[i] ? 0 : std::max<std::int64_t>(0, b - a);
+      table.push_back({std::min(a, shard_.hi) - shard_.lo, n, float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
     }
+    return table;
+  }
+  void upload_tensor_table() {
+    const std::vector<cuda::AdamWTensor> table = adamw_table();
     tensors_.resize(table.size());
     tensors_.upload(table.data(), table.size());
     squares_scratch_.resize(cuda::sum_squares_scratch_doubles(shard_.size(), kNumParams));
@@ -505,13 +523,15 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
         if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, reduce_stream_);
       }
       nccl_->group_end();
+    } else if (split_gradients()) {
+      experts_->reduce(model_.grads.data(), a, b, *nccl_, reduce_stream_);
     } else {
       nccl_->all_reduce(model_.grads.data() + a, b - a, reduce_stream_);
     }
     ++reductions_;
   }
   std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
-  std::unique_ptr<NcclExpertExchange<ComputeType>> experts_;  // distributed.expert_parallel > 1
+  std::unique_ptr<DeviceExpertGroups<ComputeType>> experts_;  // distributed.expert_parallel > 1
 #endif
 
   CudaModel model_;

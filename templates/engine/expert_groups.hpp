@@ -28,6 +28,24 @@
 
 namespace gcm {
 
+// Whether tensor i is a stacked expert tensor [E, out, in] (an MoE layer's gate, up or down).
+inline bool is_expert_tensor(int i) {
+  for (int l = 0; l < kLayers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    const MoeParams P = moe_params(l);
+    if (i == P.gate || i == P.up || i == P.down) return true;
+  }
+  return false;
+}
+
+// Expert parallelism: the flat elements [a, b) of experts [block.first, block.second) of expert
+// tensor i, or all of tensor i when it is not an expert tensor.
+inline std::pair<std::int64_t, std::int64_t> expert_block_part(int i, std::pair<int, int> block) {
+  if (!is_expert_tensor(i)) return {kOffsets.at[i], kOffsets.at[i] + kParams[i].numel};
+  const std::int64_t per = kParams[i].numel / kExperts;
+  return {kOffsets.at[i] + block.first * per, kOffsets.at[i] + block.second * per};
+}
+
 // The transport of a group over MPI (Comm::alltoallv), counting what it moves.
 class MpiExpertExchange final : public ExpertExchange<float> {
  public:
@@ -60,16 +78,6 @@ class MpiExpertExchange final : public ExpertExchange<float> {
   std::vector<std::int64_t> send_counts_, recv_counts_;
 };
 
-// Whether tensor i is a stacked expert tensor [E, out, in] (an MoE layer's gate, up or down).
-inline bool is_expert_tensor(int i) {
-  for (int l = 0; l < kLayers; ++l) {
-    if (!is_moe_layer(l)) continue;
-    const MoeParams P = moe_params(l);
-    if (i == P.gate || i == P.up || i == P.down) return true;
-  }
-  return false;
-}
-
 class ExpertGroups {
  public:
   ExpertGroups(const gc::rt::Comm& world, int group_ranks)
@@ -91,11 +99,7 @@ class ExpertGroups {
 
   MpiExpertExchange& exchange() { return exchange_; }
   // This rank's part [a, b) of tensor i's flat elements (all of a tensor outside the experts).
-  std::pair<std::int64_t, std::int64_t> own_part(int i) const {
-    if (!is_expert_tensor(i)) return {kOffsets.at[i], kOffsets.at[i] + kParams[i].numel};
-    const std::int64_t per = kParams[i].numel / kExperts;
-    return {kOffsets.at[i] + block_.first * per, kOffsets.at[i] + block_.second * per};
-  }
+  std::pair<std::int64_t, std::int64_t> own_part(int i) const { return expert_block_part(i, block_); }
 
   // Σ over the ranks of the step's gradients as the header says.
   void reduce_gradients(float* grads) const {

@@ -1,20 +1,36 @@
-// Expert parallelism on GPUs (model/expert_parallel.hpp): one group's exchange over NCCL. The
-// rows move by grouped ncclSend / ncclRecv on the compute stream (bf16 rows under bf16); the
-// per-expert row counts, which the host plans from, by MPI over the group's host communicator.
-// The gradients need nothing of their own here: the engine's all-reduce over the world (its
-// buckets) sums each expert's owners, the other ranks adding zeros, so every rank holds every
-// expert's gradient and AdamW keeps the weights replicated.
+// Expert parallelism on GPUs (model/expert_parallel.hpp, docs/distributed.md), over NCCL.
+//
+// NcclExpertExchange: one group's exchange. The rows move by grouped ncclSend / ncclRecv on the
+// compute stream (bf16 rows under bf16); the per-expert row counts, which the host plans from,
+// by MPI over the group's host communicator.
+//
+// DeviceExpertGroups (zero_stage 0; under ZeRO-1 the world's reduce-scatter already sums each
+// expert block's owners, the other ranks adding zeros, and nothing here runs): the step's
+// collectives as on the CPU (engine/expert_groups.hpp):
+//   gradients   outside the experts: all-reduced over the world (the engine's buckets); an expert
+//               tensor's own block: over the W/G ranks that own the same block (nothing at
+//               W = G); the other blocks are skipped (zero here)
+//   Σ g², update sums   an expert tensor's own block's, added over the group
+//   AdamW       the engine's table holds an expert tensor's own block only (own_part)
+//   parameters  after the update each rank sends its blocks to the rest of its group
+//               (ncclSend/ncclRecv: blocks may be uneven), masters and bf16 working copy
+//   moments     the same, only before a checkpoint
 #pragma once
 
 #ifdef GC_HAVE_NCCL
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "config.hpp"
+#include "engine/expert_groups.hpp"
 #include "model/expert_parallel.hpp"
+#include "plan.hpp"
 #include "runtime/comm.hpp"
+#include "runtime/cuda/check.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 
 namespace gcm {
@@ -41,6 +57,8 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
     ++exchanges;
   }
   void share_counts(const std::int64_t* mine, std::int64_t* all) override { group_.allgather(mine, all, kExperts); }
+  const gc::rt::Comm& group() const { return group_; }
+  gc::rt::cuda::NcclComm& nccl() { return nccl_; }
 
   std::int64_t bytes_sent = 0;  // to other ranks, over the run
   std::int64_t exchanges = 0;
@@ -48,6 +66,105 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
  private:
   gc::rt::Comm group_;
   gc::rt::cuda::NcclComm nccl_;
+};
+
+template <typename Act>
+class DeviceExpertGroups {
+ public:
+  // A collective of the world: the group's communicators (exchange), then the owners'.
+  DeviceExpertGroups(const gc::rt::Comm& world, int G, bool split_gradients)
+      : exchange_(world.split(world.rank() / G)),
+        split_gradients_(split_gradients),
+        block_(expert_block(world.rank() % G, G)) {
+    if (!split_gradients_) return;
+    owners_host_ = std::make_unique<gc::rt::Comm>(world.split(world.rank() % G));
+    owners_ = std::make_unique<gc::rt::cuda::NcclComm>(*owners_host_);
+    for (int i = 0; i < kNumParams; ++i) {
+      const std::int64_t a = kOffsets.at[i], b = kOffsets.at[i + 1];  // with its alignment gap (zeros)
+      if (!is_expert_tensor(i)) {
+        if (!world_runs_.empty() && world_runs_.back().second == a) {
+          world_runs_.back().second = b;  // consecutive tensors: one all-reduce
+        } else {
+          world_runs_.push_back({a, b});
+        }
+      } else {
+        expert_.push_back(i);
+        const auto [x, y] = own_part(i);
+        if (owners_host_->size() > 1) owner_runs_.push_back({x, y});
+      }
+    }
+  }
+  NcclExpertExchange<Act>& exchange() { return exchange_; }
+  bool splits_gradients() const { return split_gradients_; }
+
+  // This rank's part [a, b) of tensor i (all of a tensor outside the experts).
+  std::pair<std::int64_t, std::int64_t> own_part(int i) const {
+    return split_gradients_ ? expert_block_part(i, block_) : expert_block_part(i, {0, kExperts});
+  }
+
+  // Σ over the ranks of grads[a, b) as the header says, on `stream`.
+  void reduce(float* grads, std::int64_t a, std::int64_t b, gc::rt::cuda::NcclComm& world, cudaStream_t stream) {
+    for (const auto& [x, y] : world_runs_) {
+      const std::int64_t lo = std::max(a, x), hi = std::min(b, y);
+      if (hi > lo) world.all_reduce(grads + lo, hi - lo, stream);
+    }
+    for (const auto& [x, y] : owner_runs_) {
+      const std::int64_t lo = std::max(a, x), hi = std::min(b, y);
+      if (hi > lo) owners_->all_reduce(grads + lo, hi - lo, stream);
+    }
+  }
+  // Per-tensor sums on the device (`per` doubles each, kParams order; the own block's for an
+  // expert tensor) completed over the group: the other ranks' terms of the non-expert tensors
+  // are zeroed first, so those keep group rank 0's value (all ranks hold the same).
+  void complete_device_sums(double* sums, int per, cudaStream_t stream) {
+    if (exchange_.group().rank() != 0) {
+      std::int64_t run = 0;
+      for (int i = 0; i <= kNumParams; ++i) {
+        const bool expert = i < kNumParams && is_expert_tensor(i);
+        if (i == kNumParams || expert) {
+          if (i > run) GC_CUDA_CHECK(cudaMemsetAsync(sums + run * per, 0, std::size_t(i - run) * per * sizeof(double), stream));
+          run = i + 1;
+        }
+      }
+    }
+    exchange_.nccl().all_reduce(sums, std::int64_t(kNumParams) * per, stream);
+  }
+  // The same on the host (the update sums, which the host reads anyway).
+  void complete_host_sums(double* sums, int per) const {
+    std::vector<double> part;
+    for (int i : expert_) part.insert(part.end(), sums + std::int64_t(i) * per, sums + std::int64_t(i + 1) * per);
+    exchange_.group().allreduce_sum(part.data(), std::int64_t(part.size()));
+    std::size_t k = 0;
+    for (int i : expert_) {
+      for (int j = 0; j < per; ++j) sums[std::int64_t(i) * per + j] = part[k++];
+    }
+  }
+  // Every expert tensor's blocks of `flat` (kOffsets layout) to every rank of the group.
+  template <typename T>
+  void share_blocks(T* flat, cudaStream_t stream) {
+    gc::rt::cuda::NcclComm& nccl = exchange_.nccl();
+    const int G = exchange_.group().size(), me = exchange_.group().rank();
+    nccl.group_start();
+    for (int i : expert_) {
+      const std::int64_t per = kParams[i].numel / kExperts;
+      for (int q = 0; q < G; ++q) {
+        if (q == me) continue;
+        const auto [lo, hi] = expert_block(q, G);
+        nccl.send(flat + kOffsets.at[i] + block_.first * per, (block_.second - block_.first) * per, q, stream);
+        nccl.recv(flat + kOffsets.at[i] + lo * per, (hi - lo) * per, q, stream);
+      }
+    }
+    nccl.group_end();
+  }
+
+ private:
+  NcclExpertExchange<Act> exchange_;                  // the group: G consecutive ranks
+  bool split_gradients_;                              // zero_stage 0: the gradient path above
+  std::pair<int, int> block_;                         // this rank's experts [lo, hi)
+  std::unique_ptr<gc::rt::Comm> owners_host_;         // the W/G ranks owning the same block
+  std::unique_ptr<gc::rt::cuda::NcclComm> owners_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> world_runs_, owner_runs_;
+  std::vector<int> expert_;  // the expert tensors, in kParams order
 };
 
 }  // namespace gcm

@@ -357,6 +357,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
   spec.replace(spec.find("[optim]"), 7,
                "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n\n[optim]");
+  spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 8");  // 4 micro-batches: up to 4 ranks
   const fs::path tree = build("moe", spec);
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
@@ -368,24 +369,28 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     return nlohmann::json::parse(gc::test::read_text(run / kLast / "state.json"))["extra"]["moe_bias"];
   };
   EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "two"));
-  // Expert parallelism (--expert-parallel 2): each rank computes 2 of the 4 experts for both
-  // ranks' rows, exchanged by the emulator's grouped ncclSend/ncclRecv; the same training as one
-  // process, repeatably, with the exchange buffers in the plan.
-  for (const char* run : {"ep", "ep_again"}) {
-    const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / run).string(), 2);
+  // Expert parallelism (--expert-parallel 2): each rank computes 2 of the 4 experts for its
+  // group's rows, exchanged by the emulator's grouped ncclSend/ncclRecv, updates its own experts
+  // and sends them to the group; on 4 ranks (2 groups) an expert block's gradients are reduced
+  // over its 2 owners. The same training as one process, repeatably, within the plan.
+  const std::vector<std::pair<const char*, int>> layouts = {{"ep", 2}, {"ep_again", 2}, {"ep_dp", 4}};
+  for (const auto& [run, ranks] : layouts) {
+    const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / run).string(), ranks);
     ASSERT_EQ(ep.status, 0) << ep.output;
     EXPECT_NE(ep.output.find("experts over groups of 2"), std::string::npos) << ep.output;
   }
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "ep")), 1e-6);
-  EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "ep" / kLast), 1e-6);
+  for (const char* run : {"ep", "ep_dp"}) {
+    EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / run)), 1e-6) << run;
+    EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / run / kLast), 1e-6) << run;
+    EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / run)) << run;
+  }
   EXPECT_EQ(losses(dir_ / "ep_again"), losses(dir_ / "ep"));
-  EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / "ep"));
   const auto exchanged = summary(dir_ / "ep");
   EXPECT_EQ(exchanged["expert_parallel"], 2) << exchanged.dump();
   EXPECT_GT(exchanged["expert_exchange_bytes_sent"].get<double>(), 0.0) << exchanged.dump();
-  // 4 exchanges per MoE layer (3) and micro-batch (1 per rank per step), 6 steps.
-  EXPECT_EQ(exchanged["expert_exchanges"], 4 * 3 * 6) << exchanged.dump();
-  for (const char* run : {"one", "two", "ep"}) {
+  // 4 exchanges per MoE layer (3) and micro-batch (2 per rank per step on 2 ranks), 6 steps.
+  EXPECT_EQ(exchanged["expert_exchanges"], 4 * 3 * 2 * 6) << exchanged.dump();
+  for (const char* run : {"one", "two", "ep", "ep_dp"}) {
     const auto s = summary(dir_ / run);
     EXPECT_EQ(s["allocations_in_loop"], 0) << run << ": " << s.dump();
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
