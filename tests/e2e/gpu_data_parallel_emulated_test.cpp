@@ -398,4 +398,31 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 
+// Expert parallelism under bf16: the rows travel as bf16, each rank updates its own experts'
+// fp32 masters and bf16 working copy and sends both to the group. The validation passes run
+// every expert on rank 0 (the working copy), so a block whose working copy was not shared would
+// show in val_loss.
+TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
+  std::string spec = spec_text("bf16", 0);
+  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
+  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\n\n[optim]");
+  const fs::path tree = build("moe_bf16", spec);
+  ASSERT_FALSE(HasFailure());
+  const Outcome one = train(tree, "--out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / "ep").string(), 2);
+  ASSERT_EQ(ep.status, 0) << ep.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "ep")), 1e-5);
+  EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "ep" / kLast), 1e-5);
+  const auto val = [&](const fs::path& run) {
+    std::vector<double> out;
+    for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+      if (r.contains("val_loss")) out.push_back(r["val_loss"].get<double>());
+    }
+    return out;
+  };
+  ASSERT_EQ(val(dir_ / "ep").size(), 2u);
+  EXPECT_LT(max_rel_diff(val(dir_ / "one"), val(dir_ / "ep")), 1e-5);
+}
+
 }  // namespace
