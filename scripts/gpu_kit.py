@@ -407,7 +407,10 @@ def measurement_parts(records, plain, step_ms):
     if norm_s is not None:
         out.append(f"param_norm alone {1e3 * norm_s:.1f} ms")
     if acts:
-        out.append(f"activations at step {acts[-1]['step']} {act_s:.3f} s over the plain validation")
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in sorted(acts[-1].get("activation_parts", {}).items(),
+                                                             key=lambda kv: -kv[1]))
+        out.append(f"activations at step {acts[-1]['step']} {act_s:.3f} s over the plain validation"
+                   + (f" ({parts})" if parts else ""))
     share = projected_share(records, plain, step_ms)
     if share is not None:
         out.append(f"over 500 steps at the default intervals {100 * share:.2f}% of the run")

@@ -303,6 +303,7 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   bytes += N * H * f32;
   bytes += double(spec.train.seq_len) * double(m.head_dim) * f32;  // cos and sin, seq_len × head_dim/2 each
   bytes += double(32 << 20);                                        // cuBLASLt workspace
+  bytes += 2 * 256 * 8.0;  // the logit moments' per-slice partials (cuda/cross_entropy.cuh kMomentBlocks)
   if (m.arch == Arch::moe) {
     // MoE: bias (f32), balancing-loss gradient and mean probabilities (f64),
     // counts and offsets (i64), per-row Σ scores (f64); bf16: the router's

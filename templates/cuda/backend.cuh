@@ -127,6 +127,7 @@ class Backend {
     dg_scratch_.resize(dg);
     attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats<AttentionShape>(batch, seq_len), 1));
     loss_sum_.resize(1);
+    moment_partials_.resize(2 * std::size_t(kMomentBlocks));
     step_loss_.resize(1);
     step_loss_.zero();
     if constexpr (kMoe) {
@@ -401,8 +402,8 @@ class Backend {
     cuda::cross_entropy_forward<LogitShape>(losses, p_target, logits, targets, rows);
   }
   // acc[0] += Σ α·x, acc[1] += Σ (α·x)² on the device (double, fixed order).
-  static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
-    cuda::accumulate_moments(acc, x, n, alpha);
+  void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
+    cuda::accumulate_moments(acc, moment_partials_.data(), x, n, alpha);
   }
   // The staged batch's mean loss over its scored rows, read on the host (waits for the GPU).
   // After defer_loss(w) it waits for nothing: w · mean is added to the step accumulator on the
@@ -540,6 +541,7 @@ class Backend {
   DeviceBuffer<std::int32_t> tokens_, targets_, index_tokens_, index_offsets_, index_positions_;
   gc::rt::cuda::PinnedUploader<std::int32_t> staging_;  // host → device without a wait
   DeviceBuffer<double> loss_sum_;
+  DeviceBuffer<double> moment_partials_;  // accumulate_moments' per-slice sums (logit_std)
   DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
   double deferred_weight_ = -1.0;   // ≥ 0: the next mean_loss is deferred with it
   DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias

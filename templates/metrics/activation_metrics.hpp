@@ -6,6 +6,7 @@
 // GPU, where they are reduced on the device and only a few numbers per layer come back).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -64,15 +65,23 @@ class ActivationMetrics {
       const auto& L = model.layer(l);
       if (due_.sink_score && kSinkScoreLayers[l]) {
         // Seed 000 eq. 5 from q·k₁ and each query's log-sum-exp, then the mean over heads.
-        ops.sink_score(per_head_.data(), L.qr.data(), L.kr.data(), L.lse.data(), dims, double(kAttnScale));
+        timed("sink_score", [&] {
+          ops.sink_score(per_head_.data(), L.qr.data(), L.kr.data(), L.lse.data(), dims, double(kAttnScale));
+        });
         for (double s : per_head_) sink_[l].add(s);
       }
       if (due_.attention_entropy && kAttentionEntropyLayers[l]) {
-        ops.attention_entropy(per_head_.data(), L.qr.data(), L.kr.data(), L.lse.data(), dims, double(kAttnScale));
+        timed("attention_entropy", [&] {
+          ops.attention_entropy(per_head_.data(), L.qr.data(), L.kr.data(), L.lse.data(), dims, double(kAttnScale));
+        });
         for (double s : per_head_) entropy_[l].add(s);
       }
-      if (due_.activation_rms && kActivationRmsLayers[l]) ops.add_moments(rms_[l], L.x.data(), N * kDModel, 1.0);
-      if (due_.rmsnorm_factor && kRmsnormFactorLayers[l]) add_layer_norm_factors(l, L, N, ops);
+      if (due_.activation_rms && kActivationRmsLayers[l]) {
+        timed("activation_rms", [&] { ops.add_moments(rms_[l], L.x.data(), N * kDModel, 1.0); });
+      }
+      if (due_.rmsnorm_factor && kRmsnormFactorLayers[l]) {
+        timed("rmsnorm_factor", [&] { add_layer_norm_factors(l, L, N, ops); });
+      }
     }
     if (due_.activation_rms) ops.add_moments(final_rms_, model.final_hidden().data(), N * kDModel, 1.0);
     if (due_.rmsnorm_factor) {
@@ -97,6 +106,10 @@ class ActivationMetrics {
       }
     }
   }
+
+  // Seconds inside each metric's statistics over the batches so far (a measurement record's
+  // parts; an operation that returns numbers has waited for its device work).
+  const std::map<std::string, double>& seconds() const { return seconds_; }
 
   std::vector<Json> records(std::int64_t step) const {
     std::vector<Json> out;
@@ -125,6 +138,12 @@ class ActivationMetrics {
   }
 
  private:
+  template <typename F>
+  void timed(const char* metric, F&& statistics) {
+    const auto t0 = std::chrono::steady_clock::now();
+    statistics();
+    seconds_[metric] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   template <typename Layer, typename Ops>
   void add_layer_norm_factors(int l, const Layer& L, std::int64_t N, Ops& ops) {
     const std::string p = layer_key(l) + ".";
@@ -153,6 +172,7 @@ class ActivationMetrics {
   std::map<std::string, metrics::NormFactor> norms_;
   metrics::Mean flow_;
   std::vector<double> per_head_;  // one layer's per-head values, reused
+  std::map<std::string, double> seconds_;
 };
 
 }  // namespace gcm::metrics

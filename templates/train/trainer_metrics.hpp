@@ -99,6 +99,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
              {"anchor_s", anchor_s},
              {"weights_s", weights_s},
              {"weights_parts", weight_parts},
+             {"activation_parts", activations.seconds()},
              {"activation_metrics", due.any_activation()},
              {"stable_rank", due.stable_rank},
              {"cosine_similarity", due.cosine_similarity},

@@ -226,4 +226,32 @@ TEST(CudaGateCe, SumLossesIsDeterministicDoubleSum) {
   EXPECT_EQ(ct::download(total)[0], 0.0);
 }
 
+// The logit moments (logit_std): Σ α·x and Σ (α·x)² added to an accumulator, over sizes below,
+// at and above the slice count (slices of different lengths, empty slices), against the serial
+// double sums, and repeatable bit for bit.
+TEST(CudaGateCe, AccumulateMomentsMatchesTheSerialSums) {
+  GC_REQUIRE_GPU();
+  DeviceBuffer<double> partials(2 * std::size_t(gcm::cuda::kMomentBlocks));
+  for (const std::int64_t n : {std::int64_t(7), std::int64_t(256), std::int64_t(100003)}) {
+    const auto values = ct::convert<float>(kt::random_normal(std::size_t(n), 46));
+    const double alpha = 0.7;
+    double sum = 1.5, sum_sq = 2.5;  // the accumulator's prior contents are added to
+    for (float v : values) {
+      sum += alpha * double(v);
+      sum_sq += (alpha * double(v)) * (alpha * double(v));
+    }
+    auto x = ct::upload(values);
+    std::vector<double> results;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      auto acc = ct::upload(std::vector<double>{1.5, 2.5});
+      gcm::cuda::accumulate_moments(acc.data(), partials.data(), x.data(), n, alpha);
+      const std::vector<double> got = ct::download(acc);
+      EXPECT_NEAR(got[0], sum, 1e-12 * (std::fabs(sum) + 1.0)) << n;
+      EXPECT_NEAR(got[1], sum_sq, 1e-12 * sum_sq) << n;
+      results.insert(results.end(), got.begin(), got.end());
+    }
+    EXPECT_EQ(std::memcmp(results.data(), results.data() + 2, 2 * sizeof(double)), 0) << n;
+  }
+}
+
 }  // namespace
