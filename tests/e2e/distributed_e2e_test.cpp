@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/comm.hpp"
+#include "e2e/mpi_tree_test.hpp"
 #include "e2e/run_compare.hpp"
 #include "test_util.hpp"
 #include "tree_test_util.hpp"
@@ -33,23 +34,7 @@ using gc::test::sh;
 // 8 sequences per step in micro-batches of 4: two per step.
 const std::string kDataParallel = gc::test::fixture_spec("data_parallel.toml");
 
-class DataParallel : public gc::test::TreeTest {
- protected:
-  void SetUp() override {
-    gc::test::TreeTest::SetUp();
-    if (sh("command -v mpirun").status != 0) {
-      if (gc::test::in_ci()) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
-      GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
-    }
-  }
-  // One process, or `ranks` under mpirun; one OpenMP thread each (two cores).
-  Outcome train(const std::string& args, int ranks = 0) {
-    const std::string program = (tree() / "train").string() + " " + args;
-    if (ranks == 0) return sh("OMP_NUM_THREADS=1 " + program);
-    return sh("OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-              program);
-  }
-};
+class DataParallel : public gc::test::MpiTreeTest {};
 
 std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
@@ -172,22 +157,8 @@ TEST_F(DataParallel, ARankThatDiesStopsEveryRankAndKeepsTheLastGoodCheckpoint) {
   const Outcome gen = generate(spec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const fs::path run = dir_ / "run";
-  // Rank 1 is killed (SIGKILL) after 3 seconds of training.
-  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 3; kill -9 $$) & fi; exec " +
-                                   (tree() / "train").string() + " --out " + run.string();
-  const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
-                            gc::test::shell_quote(rank_program));
-  EXPECT_NE(killed.status, 0) << killed.output;
-  EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
-  EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
-  // Only complete checkpoints: each has its state.json; nothing half-written is left under a step name.
-  long long newest = 0;
-  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0) continue;
-    EXPECT_TRUE(fs::exists(entry.path() / "state.json")) << entry.path();
-    newest = std::max(newest, std::stoll(name.substr(5)));
-  }
+  expect_a_killed_rank_stops_the_job(run, 3);
+  const long long newest = newest_complete_checkpoint(run);
   ASSERT_GT(newest, 0) << "no checkpoint was written in 3 seconds";
   const Outcome resumed = train("--resume " + run.string() + " --steps " + std::to_string(newest + 1));
   EXPECT_EQ(resumed.status, 0) << resumed.output;

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "e2e/mpi_tree_test.hpp"
 #include "e2e/run_compare.hpp"
 #include "test_util.hpp"
 #include "tree_test_util.hpp"
@@ -45,24 +46,8 @@ using gc::test::sh;
 // 1, 2 and 4 ranks divide it; distributed.expert_parallel = 2.
 const std::string kExpertParallel = gc::test::fixture_spec("expert_parallel.toml");
 
-class ExpertParallel : public gc::test::TreeTest {
+class ExpertParallel : public gc::test::MpiTreeTest {
  protected:
-  void SetUp() override {
-    gc::test::TreeTest::SetUp();
-    if (sh("command -v mpirun").status != 0) {
-      if (gc::test::in_ci()) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
-      GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
-    }
-  }
-  // One process, or `ranks` under mpirun; one OpenMP thread each (two cores). A job that hangs
-  // (a rank left waiting in a collective) ends with status 124 after `seconds`.
-  Outcome train(const std::string& args, int ranks = 0, int seconds = 600) {
-    const std::string program = (tree() / "train").string() + " " + args;
-    const std::string limit = "timeout " + std::to_string(seconds) + " ";
-    if (ranks == 0) return sh("OMP_NUM_THREADS=1 " + limit + program);
-    return sh("OMP_NUM_THREADS=1 " + limit + "mpirun --allow-run-as-root --oversubscribe -np " +
-              std::to_string(ranks) + " " + program);
-  }
   // gcompile on a spec written to dir_/NAME (not the fixture's spec.toml).
   Outcome gcompile(const std::string& command, const std::string& name, const std::string& spec,
                    const std::string& extra = "") {
@@ -337,28 +322,17 @@ TEST_F(ExpertParallel, ARankThatDiesStopsTheJob) {
   ASSERT_EQ(gen.status, 0) << gen.output;
   const fs::path run = dir_ / "run";
   // The spec's EP 2 on 2 ranks; rank 1 is killed (SIGKILL) after 5 seconds.
-  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 5; kill -9 $$) & fi; exec " +
-                                   (tree() / "train").string() + " --out " + run.string();
-  const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
-                            gc::test::shell_quote(rank_program));
-  EXPECT_NE(killed.status, 0) << killed.output;
-  EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
-  EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
+  expect_a_killed_rank_stops_the_job(run, 5);
   // Only complete checkpoints: each has its state.json, and every file it lists, whole.
-  long long newest = 0;
-  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0) continue;
-    ASSERT_TRUE(fs::exists(entry.path() / "state.json")) << entry.path();
-    const nlohmann::json st = nlohmann::json::parse(read_text(entry.path() / "state.json"));
+  const long long newest = newest_complete_checkpoint(run, [](const fs::path& checkpoint) {
+    const nlohmann::json st = nlohmann::json::parse(read_text(checkpoint / "state.json"));
     const auto files = file_sizes(st);
-    EXPECT_FALSE(files.empty()) << entry.path();
+    EXPECT_FALSE(files.empty()) << checkpoint;
     for (const auto& [file, bytes] : files) {
-      ASSERT_TRUE(fs::exists(entry.path() / file)) << entry.path() / file;
-      EXPECT_EQ(fs::file_size(entry.path() / file), bytes) << entry.path() / file;
+      ASSERT_TRUE(fs::exists(checkpoint / file)) << checkpoint / file;
+      EXPECT_EQ(fs::file_size(checkpoint / file), bytes) << checkpoint / file;
     }
-    newest = std::max(newest, std::stoll(name.substr(5)));
-  }
+  });
   ASSERT_GT(newest, 0) << "no checkpoint was written in 5 seconds";
   // The consolidated checkpoint resumes without EP in one process.
   const Outcome resumed =

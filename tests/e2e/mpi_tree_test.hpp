@@ -1,0 +1,64 @@
+// The fixture of the CPU multi-process tests (data and expert parallelism): a generated tree's
+// train run by one process or by N ranks under `mpirun --oversubscribe`, one OpenMP thread each
+// (CI has two cores); a job that hangs (a rank left in a collective) ends with status 124.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "test_util.hpp"
+#include "tree_test_util.hpp"
+
+namespace gc::test {
+
+class MpiTreeTest : public TreeTest {
+ protected:
+  void SetUp() override {
+    TreeTest::SetUp();
+    if (sh("command -v mpirun").status != 0) {
+      if (in_ci()) FAIL() << "mpirun is missing (scripts/setup installs openmpi-bin)";
+      GTEST_SKIP() << "no mpirun (apt install openmpi-bin libopenmpi-dev)";
+    }
+  }
+  // One process (ranks 0), or `ranks` under mpirun, stopped after `seconds`.
+  Outcome train(const std::string& args, int ranks = 0, int seconds = 600) {
+    const std::string program = (tree() / "train").string() + " " + args;
+    const std::string limit = "timeout " + std::to_string(seconds) + " ";
+    if (ranks == 0) return sh("OMP_NUM_THREADS=1 " + limit + program);
+    return sh("OMP_NUM_THREADS=1 " + limit + "mpirun --allow-run-as-root --oversubscribe -np " +
+              std::to_string(ranks) + " " + program);
+  }
+  // Two ranks of `train --out run`, rank 1 killed (SIGKILL) after `seconds`: the job must stop
+  // (not hang until the timeout) and name the dead rank.
+  void expect_a_killed_rank_stops_the_job(const std::filesystem::path& run, int seconds) {
+    const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep " + std::to_string(seconds) +
+                                     "; kill -9 $$) & fi; exec " + (tree() / "train").string() + " --out " +
+                                     run.string();
+    const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
+                              shell_quote(rank_program));
+    EXPECT_NE(killed.status, 0) << killed.output;
+    EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
+    EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
+  }
+  // The newest step among run's checkpoints, each of which must have its state.json (nothing
+  // half-written under a step name); `check` may look at each further.
+  static long long newest_complete_checkpoint(const std::filesystem::path& run,
+                                              const std::function<void(const std::filesystem::path&)>& check = {}) {
+    long long newest = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(run / "checkpoints")) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step_", 0) != 0) continue;
+      const bool complete = std::filesystem::exists(entry.path() / "state.json");
+      EXPECT_TRUE(complete) << entry.path();
+      if (complete && check) check(entry.path());
+      newest = std::max(newest, std::stoll(name.substr(5)));
+    }
+    return newest;
+  }
+};
+
+}  // namespace gc::test
