@@ -193,19 +193,20 @@ void Comm::alltoallv(const float* send, const std::vector<std::int64_t>& send_co
                      const std::vector<std::int64_t>& recv_counts) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1) {
-    const std::size_t n = static_cast<std::size_t>(size_);
-    std::vector<int> sc(n), rc(n), sd(n), rd(n);
-    std::int64_t s_at = 0, r_at = 0;
-    for (int r = 0; r < size_; ++r) {
-      sc[std::size_t(r)] = mpi_count(send_counts[std::size_t(r)], "all-to-all");
-      rc[std::size_t(r)] = mpi_count(recv_counts[std::size_t(r)], "all-to-all");
-      sd[std::size_t(r)] = mpi_count(s_at, "all-to-all displacement");
-      rd[std::size_t(r)] = mpi_count(r_at, "all-to-all displacement");
-      s_at += send_counts[std::size_t(r)];
-      r_at += recv_counts[std::size_t(r)];
-    }
-    check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
-                        comm_of(handle_)),
+    // MPI's int counts; the totals too, so that every displacement fits.
+    const auto ints = [](const std::vector<std::int64_t>& counts) {
+      std::vector<int> out;
+      std::int64_t total = 0;
+      for (std::int64_t c : counts) {
+        out.push_back(mpi_count(c, "all-to-all"));
+        total += c;
+      }
+      mpi_count(total, "all-to-all total");
+      return out;
+    };
+    const std::vector<int> sc = ints(send_counts), rc = ints(recv_counts);
+    check(MPI_Alltoallv(send, sc.data(), displacements(sc).data(), MPI_FLOAT, recv, rc.data(),
+                        displacements(rc).data(), MPI_FLOAT, comm_of(handle_)),
           "MPI_Alltoallv");
     return;
   }

@@ -27,7 +27,7 @@ std::string block_sizes(std::int64_t E, std::int64_t G) {
 }
 
 // The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in
-// templates/model/expert_parallel.hpp; the CPU backend holds fp32).
+// templates/model/moe_block.hpp; the CPU backend holds fp32).
 double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_layers) {
   const auto& s = plan.spec;
   const double N = double(s.train.micro_batch) * double(s.train.seq_len);

@@ -200,17 +200,20 @@ __global__ void __launch_bounds__(kNormThreads)
   if (threadIdx.x == 0) partial[b] = s;
 }
 
-// One thread per tensor adds its chunk partials in chunk order (as the CPU does).
-template <int kUnused = 0>
-__global__ void tensor_squares_finalize_kernel(double* __restrict__ out, const double* __restrict__ partial,
+// One thread per tensor adds its chunk partials in chunk order (as the CPU does): kPer values
+// per chunk slot (Σ g²: 1; the update-ratio pass's Σ Δθ², Σ θ²: 2), out[kPer·t + j].
+template <int kPer>
+__global__ void chunk_partials_finalize_kernel(double* __restrict__ out, const double* __restrict__ partial,
                                                const AdamWTensor* __restrict__ tensors, int num_tensors) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= num_tensors) return;
   const AdamWTensor tensor = tensors[t];
   const std::int64_t first = first_slot(tensor, t), chunks = chunk_count(tensor.numel);
-  double total = 0.0;
-  for (std::int64_t c = 0; c < chunks; ++c) total += partial[first + c];
-  out[t] = total;
+  double total[kPer] = {};
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    for (int j = 0; j < kPer; ++j) total[j] += partial[kPer * (first + c) + j];
+  }
+  for (int j = 0; j < kPer; ++j) out[kPer * t + j] = total[j];
 }
 
 // One buffer: block b sums chunk b; then one thread adds the partials in order.
@@ -338,7 +341,7 @@ inline void sum_squares_per_tensor(double* out_device, double* scratch, const fl
   launch(detail::tensor_chunk_squares_kernel<float>, unsigned(slots), detail::kNormThreads, 0, scratch, x,
          tensors_device, num_tensors);
   const int blocks = (num_tensors + detail::kFinalizeThreads - 1) / detail::kFinalizeThreads;
-  launch(detail::tensor_squares_finalize_kernel<>, blocks, detail::kFinalizeThreads, 0, out_device, scratch,
+  launch(detail::chunk_partials_finalize_kernel<1>, blocks, detail::kFinalizeThreads, 0, out_device, scratch,
          tensors_device, num_tensors);
 }
 

@@ -59,23 +59,6 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// One thread per tensor: out[2t], out[2t+1] = its chunk partials added in chunk order.
-template <int kUnused = 0>
-__global__ void update_squares_finalize_kernel(double* __restrict__ out, const double* __restrict__ partial,
-                                               const AdamWTensor* __restrict__ tensors, int num_tensors) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= num_tensors) return;
-  const AdamWTensor tensor = tensors[t];
-  const std::int64_t first = first_slot(tensor, t), chunks = chunk_count(tensor.numel);
-  double diff = 0.0, base = 0.0;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    diff += partial[2 * (first + c)];
-    base += partial[2 * (first + c) + 1];
-  }
-  out[2 * t] = diff;
-  out[2 * t + 1] = base;
-}
-
 }  // namespace detail
 
 // out_device[2t], [2t+1] = Σ (θ_new − θ)², Σ θ² over tensor t, θ_new what AdamW with these
@@ -90,7 +73,7 @@ inline void update_squares_per_tensor(double* out_device, double* partial, const
   launch(detail::update_chunk_squares_kernel<>, unsigned(slots), detail::kNormThreads, 0, partial, master, m, v,
          grad, tensors_device, num_tensors, detail::adamw_scalars(lr, beta1, beta2, eps, step, 1.0), verdict_device);
   const int blocks = (num_tensors + detail::kFinalizeThreads - 1) / detail::kFinalizeThreads;
-  launch(detail::update_squares_finalize_kernel<>, blocks, detail::kFinalizeThreads, 0, out_device, partial,
+  launch(detail::chunk_partials_finalize_kernel<2>, blocks, detail::kFinalizeThreads, 0, out_device, partial,
          tensors_device, num_tensors);
 }
 

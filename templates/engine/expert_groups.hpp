@@ -46,6 +46,38 @@ inline std::pair<std::int64_t, std::int64_t> expert_block_part(int i, std::pair<
   return {kOffsets.at[i] + block.first * per, kOffsets.at[i] + block.second * per};
 }
 
+// Runs [a, b) of consecutive tensors outside the experts, alignment gaps included (zeros): one
+// all-reduce over the world each.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> shared_tensor_runs() {
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  for (int i = 0; i < kNumParams; ++i) {
+    if (is_expert_tensor(i)) continue;
+    const std::int64_t a = kOffsets.at[i], b = kOffsets.at[i + 1];
+    if (!runs.empty() && runs.back().second == a) {
+      runs.back().second = b;
+    } else {
+      runs.push_back({a, b});
+    }
+  }
+  return runs;
+}
+
+// Per-tensor sums on the host (`per` doubles each, kParams order; an expert tensor's entries its
+// own block's) with the expert tensors' entries added over the group (the other entries are
+// already the same on every rank). scratch: reused, no allocation after the first call.
+inline void add_expert_sums_over_group(const gc::rt::Comm& group, double* sums, int per, std::vector<double>& scratch) {
+  scratch.clear();
+  for (int i = 0; i < kNumParams; ++i) {
+    if (is_expert_tensor(i)) scratch.insert(scratch.end(), sums + std::int64_t(i) * per, sums + std::int64_t(i + 1) * per);
+  }
+  group.allreduce_sum(scratch.data(), std::int64_t(scratch.size()));
+  std::size_t k = 0;
+  for (int i = 0; i < kNumParams; ++i) {
+    if (!is_expert_tensor(i)) continue;
+    for (int j = 0; j < per; ++j) sums[std::int64_t(i) * per + j] = scratch[k++];
+  }
+}
+
 // The transport of a group over MPI (Comm::alltoallv), counting what it moves.
 class MpiExpertExchange final : public ExpertExchange<float> {
  public:
@@ -84,18 +116,8 @@ class ExpertGroups {
       : world_(world),
         exchange_(world.split(world.rank() / group_ranks)),
         owners_(world.split(world.rank() % group_ranks)),
-        block_(expert_block(world.rank() % group_ranks, group_ranks)) {
-    // Runs of consecutive tensors outside the experts: one world all-reduce each.
-    for (int i = 0; i < kNumParams; ++i) {
-      if (is_expert_tensor(i)) continue;
-      const std::int64_t a = kOffsets.at[i], b = kOffsets.at[i + 1];
-      if (!shared_runs_.empty() && shared_runs_.back().second == a) {
-        shared_runs_.back().second = b;
-      } else {
-        shared_runs_.push_back({a, b});
-      }
-    }
-  }
+        block_(expert_block(world.rank() % group_ranks, group_ranks)),
+        shared_runs_(shared_tensor_runs()) {}
 
   MpiExpertExchange& exchange() { return exchange_; }
   // This rank's part [a, b) of tensor i's flat elements (all of a tensor outside the experts).
@@ -112,17 +134,7 @@ class ExpertGroups {
     }
   }
   // Each expert tensor's Σ g² (its own block's, the rest being zero here) added over the group.
-  void complete_squares(double* squares) {
-    expert_squares_.clear();
-    for (int i = 0; i < kNumParams; ++i) {
-      if (is_expert_tensor(i)) expert_squares_.push_back(squares[i]);
-    }
-    exchange_.group().allreduce_sum(expert_squares_.data(), std::int64_t(expert_squares_.size()));
-    std::size_t k = 0;
-    for (int i = 0; i < kNumParams; ++i) {
-      if (is_expert_tensor(i)) squares[i] = expert_squares_[k++];
-    }
-  }
+  void complete_squares(double* squares) { add_expert_sums_over_group(exchange_.group(), squares, 1, expert_squares_); }
   // Every expert tensor's blocks to every rank of the group (the parameters after a step, or the
   // moments before a checkpoint).
   void share_expert_blocks(float* flat) const {

@@ -79,28 +79,18 @@ class DeviceExpertGroups {
     if (!split_gradients_) return;
     owners_host_ = std::make_unique<gc::rt::Comm>(world.split(world.rank() % G));
     owners_ = std::make_unique<gc::rt::cuda::NcclComm>(*owners_host_);
+    world_runs_ = shared_tensor_runs();
     for (int i = 0; i < kNumParams; ++i) {
-      const std::int64_t a = kOffsets.at[i], b = kOffsets.at[i + 1];  // with its alignment gap (zeros)
-      if (!is_expert_tensor(i)) {
-        if (!world_runs_.empty() && world_runs_.back().second == a) {
-          world_runs_.back().second = b;  // consecutive tensors: one all-reduce
-        } else {
-          world_runs_.push_back({a, b});
-        }
-      } else {
-        expert_.push_back(i);
-        const auto [x, y] = own_part(i);
-        if (owners_host_->size() > 1) owner_runs_.push_back({x, y});
-      }
+      if (!is_expert_tensor(i)) continue;
+      expert_.push_back(i);
+      if (owners_host_->size() > 1) owner_runs_.push_back(own_part(i));
     }
   }
   NcclExpertExchange<Act>& exchange() { return exchange_; }
   bool splits_gradients() const { return split_gradients_; }
 
   // This rank's part [a, b) of tensor i (all of a tensor outside the experts).
-  std::pair<std::int64_t, std::int64_t> own_part(int i) const {
-    return split_gradients_ ? expert_block_part(i, block_) : expert_block_part(i, {0, kExperts});
-  }
+  std::pair<std::int64_t, std::int64_t> own_part(int i) const { return expert_block_part(i, block_); }
 
   // Σ over the ranks of grads[a, b) as the header says, on `stream`.
   void reduce(float* grads, std::int64_t a, std::int64_t b, gc::rt::cuda::NcclComm& world, cudaStream_t stream) {
@@ -130,15 +120,7 @@ class DeviceExpertGroups {
     exchange_.nccl().all_reduce(sums, std::int64_t(kNumParams) * per, stream);
   }
   // The same on the host (the update sums, which the host reads anyway).
-  void complete_host_sums(double* sums, int per) const {
-    std::vector<double> part;
-    for (int i : expert_) part.insert(part.end(), sums + std::int64_t(i) * per, sums + std::int64_t(i + 1) * per);
-    exchange_.group().allreduce_sum(part.data(), std::int64_t(part.size()));
-    std::size_t k = 0;
-    for (int i : expert_) {
-      for (int j = 0; j < per; ++j) sums[std::int64_t(i) * per + j] = part[k++];
-    }
-  }
+  void complete_host_sums(double* sums, int per) { add_expert_sums_over_group(exchange_.group(), sums, per, scratch_); }
   // Every expert tensor's blocks of `flat` (kOffsets layout) to every rank of the group.
   template <typename T>
   void share_blocks(T* flat, cudaStream_t stream) {
@@ -165,6 +147,7 @@ class DeviceExpertGroups {
   std::unique_ptr<gc::rt::cuda::NcclComm> owners_;
   std::vector<std::pair<std::int64_t, std::int64_t>> world_runs_, owner_runs_;
   std::vector<int> expert_;  // the expert tensors, in kParams order
+  std::vector<double> scratch_;  // complete_host_sums
 };
 
 }  // namespace gcm

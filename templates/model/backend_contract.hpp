@@ -98,6 +98,10 @@ struct ContractBackend {
   void moe_mean_probs(double*, const Stat*, int) {}
   void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int) {}
   void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, int, int) {}
+  // Expert parallelism (model/expert_parallel.hpp): rows picked by index, and the host-planned
+  // indices copied to where the rows lie.
+  void gather_rows(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
+  void copy_indices(std::int32_t*, const std::int32_t*, std::int64_t) {}
   void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, int, int,
                                bool = false) {}
 

@@ -6,12 +6,12 @@
 // experts, and the reverse all-to-all brings the outputs back to the rows' own rank (combine).
 // The backward mirrors both. The owner orders its rows by expert, then source rank, then the
 // source's token order, so its results do not depend on arrival. Exchanges carry whole rows of
-// `width` activations; ExpertExchange hides the transport (MPI on the CPU: engine/cpu_engine.hpp).
+// `width` activations; ExpertExchange hides the transport (MPI on the CPU: engine/expert_groups.hpp;
+// NCCL on GPUs: engine/nccl_expert_exchange.cuh).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -43,13 +43,6 @@ class ExpertExchange {
   virtual void share_counts(const std::int64_t* mine, std::int64_t* all) = 0;
 };
 
-// Whether a backend can run the exchanged path (it has gather_rows, and its row counts live on
-// the host). The CUDA backend does not yet: expert parallelism runs on the CPU backend.
-template <typename B, typename = void>
-struct supports_expert_parallel : std::false_type {};
-template <typename B>
-struct supports_expert_parallel<B, std::void_t<decltype(&B::gather_rows)>> : std::true_type {};
-
 // One MoE layer's exchange in the last training forward (its backward reuses it).
 struct ExpertRoute {
   bool active = false;                      // the last forward exchanged (training)
@@ -66,19 +59,6 @@ struct ExpertRoute {
 // Worst case of rows a rank's experts compute: every assignment of the group (dropless).
 inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks) {
   return assignments * group_ranks;
-}
-
-// Bytes attach_expert_exchange adds to a model of `rows` tokens for a group of G ranks (the plan
-// counts the same: compiler/plan, explain --world-size): per MoE layer the expert-major rows
-// (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and the two
-// permutations (C int32 each); once, the exchange buffers (3 · C · d_model) and the expert
-// gradients grown likewise (3 · d_expert). C = G · N · k.
-inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int moe_layers, int act_bytes) {
-  if (G <= 1 || moe_layers == 0) return 0;
-  const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G), D = kDModel, F = kExpertDff;
-  const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4;
-  const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
-  return std::int64_t(moe_layers) * per_layer + scratch;
 }
 
 // Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training).

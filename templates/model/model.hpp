@@ -128,7 +128,7 @@ class BasicModel {
   // rows this rank's experts compute grow to the group's dropless worst case (counted in
   // buffer_bytes()). Evaluation forwards keep every expert local (the weights are replicated).
   void attach_expert_exchange(ExpertExchange<Act>* x) {
-    if constexpr (kMoe && supports_expert_parallel<Backend>::value) {
+    if constexpr (kMoe) {
       expert_exchange_ = x;
       allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), [this](auto& buf, std::int64_t n) {
         using U = std::remove_const_t<std::remove_pointer_t<decltype(buf.data())>>;

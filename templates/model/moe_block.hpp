@@ -120,6 +120,21 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
   for (auto* buf : {&S.des, &S.deu, &S.dew}) grow(*buf, C * kExpertDff);
 }
 
+// Bytes allocate_expert_parallel adds to a model of `rows` tokens for a group of G ranks (the
+// plan counts the same: compiler/explain/explain_experts.cpp): per MoE layer the expert-major
+// rows (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and
+// the two permutations (C int32 each); once, the exchange buffers (3 · C · d_model) and the
+// expert gradients grown likewise (3 · d_expert). C = G · N · k.
+inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int act_bytes) {
+  int moe_layers = 0;
+  for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
+  if (G <= 1 || moe_layers == 0) return 0;
+  const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G), D = kDModel, F = kExpertDff;
+  const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4;
+  const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
+  return std::int64_t(moe_layers) * per_layer + scratch;
+}
+
 // The experts' part of the MoE forward under expert parallelism: xs (this rank's rows, sorted
 // by expert) to the experts' owners, the owned experts on the rows received, ys back.
 template <typename Backend, typename Weights>
@@ -177,10 +192,9 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
   ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
   ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
   L.route.active = false;
-  if constexpr (supports_expert_parallel<Backend>::value) {
-    if (exchange != nullptr) moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
-  }
-  if (!L.route.active) {
+  if (exchange != nullptr) {
+    moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
+  } else {
     ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
     ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
     ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
@@ -218,14 +232,9 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
   ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
-  bool exchanged = false;
-  if constexpr (supports_expert_parallel<Backend>::value) {
-    if (L.route.active && exchange != nullptr) {
-      moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
-      exchanged = true;
-    }
-  }
-  if (!exchanged) {
+  if (L.route.active && exchange != nullptr) {
+    moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
+  } else {
     ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
                                 kExpertDff, D);
     ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);

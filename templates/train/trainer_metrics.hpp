@@ -129,10 +129,8 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1) {
   const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
   const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
-  int moe_layers = 0;
-  for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
-  const std::int64_t experts = expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel,
-                                                            moe_layers, int(weight));
+  const std::int64_t experts =
+      expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight));
   return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather +
          experts;
 }
@@ -178,13 +176,11 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   }
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
   if (host_.on_device() || kPrecision == Precision::fp32) {
-    int moe_layers = 0;
-    for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
     // Expert parallelism grows the expert buffers to the group's dropless worst case.
     const int act_bytes = host_.on_device() && kPrecision == Precision::bf16 ? 2 : 4;
     r["planned_model_buffer_bytes"] =
-        kPlannedModelBufferBytes + expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen,
-                                                                opt_.expert_parallel, moe_layers, act_bytes);
+        kPlannedModelBufferBytes +
+        expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, opt_.expert_parallel, act_bytes);
   }
   if (host_.on_device()) {
     r["peak_device_bytes"] = peak_device_bytes_;

@@ -41,7 +41,7 @@ std::vector<double> transposed_times_on_device(const std::vector<float>& W, cons
 
 TEST(CudaWeightStats, TransposedProductOverSeveralRowChunksMatchesTheHost) {
   GC_REQUIRE_GPU();
-  for (const auto [rows, cols] : {std::pair{700, 48}, std::pair{257, 3}, std::pair{1, 130}, std::pair{513, 1}}) {
+  for (const auto& [rows, cols] : {std::pair{700, 48}, std::pair{257, 3}, std::pair{1, 130}, std::pair{513, 1}}) {
     const std::vector<float> W = random_matrix(rows, cols, unsigned(rows * 31 + cols));
     const std::vector<double> x = kt::random_normal(std::size_t(rows), unsigned(rows + 7));
     const std::vector<double> got = transposed_times_on_device(W, x, rows, cols);
