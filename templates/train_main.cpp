@@ -46,7 +46,8 @@ namespace fs = std::filesystem;
 const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR [--checkpoint C]]\n"
     "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
-    "             [--no-checkpoint] [--init-from HF_DIR] [--expert-parallel N] [--help]\n\n"
+    "             [--no-checkpoint] [--init-from HF_DIR] [--expert-parallel N]\n"
+    "             [--profile [N] [--profile-ceilings TFLOPS,GBPS]] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -65,7 +66,13 @@ const char* const kUsage =
     "                   `gcompile export` wrote for a spec with the same tensors\n"
     "  --expert-parallel N  MoE on the CPU backend: split each layer's experts over groups of N\n"
     "                   consecutive ranks (default: the spec's distributed.expert_parallel; N must\n"
-    "                   divide the world size; docs/distributed.md)\n\n"
+    "                   divide the world size; docs/distributed.md)\n"
+    "  --profile [N]    the step profile: train 2 warm-up steps, then time every op of N more steps\n"
+    "                   (default 5) with the backend's clock (CUDA events on a GPU, the wall clock on\n"
+    "                   the CPU); print a table (ops by category, ms per step, share, TFLOP/s or GB/s,\n"
+    "                   idle time) and write RUN/profile.json; no checkpoint (docs/performance.md)\n"
+    "  --profile-ceilings T,G  with --profile: the machine's measured GEMM TFLOP/s and copy GB/s; the\n"
+    "                   table then gives each op's rate as a share of them\n\n"
     "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
     "them; NCCL on GPUs, one rank per GPU; MPI on the CPU; rank 0 logs and checkpoints):\n"
     "OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
@@ -73,6 +80,20 @@ const char* const kUsage =
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "train: error: %s\nRun './train --help' for usage.\n", message.c_str());
   return 2;
+}
+
+constexpr int kDefaultProfileSteps = 5;
+
+// "TFLOPS,GBPS": two positive numbers.
+bool parse_ceilings(const std::string& s, double& tflops, double& gbps) {
+  const std::size_t comma = s.find(',');
+  if (comma == std::string::npos) return false;
+  char* end = nullptr;
+  const std::string a = s.substr(0, comma), b = s.substr(comma + 1);
+  tflops = std::strtod(a.c_str(), &end);
+  if (a.empty() || *end != '\0' || !(tflops > 0)) return false;
+  gbps = std::strtod(b.c_str(), &end);
+  return !b.empty() && *end == '\0' && gbps > 0;
 }
 
 bool parse_steps(const std::string& s, std::int64_t& out) {
@@ -128,6 +149,7 @@ void prepare_fresh_run(const std::string& dir) {
 int main(int argc, char** argv) {
   gcm::TrainOptions options;
   std::string device = "auto", out, resume;
+  bool steps_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](std::string& into) {
@@ -146,6 +168,7 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--steps") {
       if (!value(v) || !parse_steps(v, options.steps)) return usage_error("--steps needs a positive integer");
+      steps_given = true;
       if (options.steps > gcm::kTotalSteps) {
         return usage_error("--steps " + v + " exceeds the schedule's " + std::to_string(gcm::kTotalSteps) +
                            " steps (change train.steps in the spec to train longer)");
@@ -170,6 +193,17 @@ int main(int argc, char** argv) {
         return usage_error("--expert-parallel needs a positive integer (ranks per expert-parallel group)");
       }
       options.expert_parallel = int(n);
+    } else if (arg == "--profile") {
+      options.profile_steps = kDefaultProfileSteps;
+      if (i + 1 < argc && argv[i + 1][0] != '-') {  // an optional count
+        std::int64_t n = 0;
+        if (!value(v) || !parse_steps(v, n) || n > 1000) return usage_error("--profile needs a step count from 1 to 1000");
+        options.profile_steps = int(n);
+      }
+    } else if (arg == "--profile-ceilings") {
+      if (!value(v) || !parse_ceilings(v, options.profile_ceiling_tflops, options.profile_ceiling_gbps)) {
+        return usage_error("--profile-ceilings needs two positive numbers, TFLOPS,GBPS (e.g. 780,4300)");
+      }
     } else if (arg == "--no-metrics") {
       options.metrics = false;
     } else if (arg == "--no-checkpoint") {
@@ -182,6 +216,20 @@ int main(int argc, char** argv) {
   if (!options.checkpoint.empty() && resume.empty()) return usage_error("--checkpoint needs --resume DIR");
   if (!options.init_from.empty() && !resume.empty()) {
     return usage_error("--init-from starts a new run; --resume continues one (use one of them)");
+  }
+  if (options.profile_ceiling_tflops > 0 && options.profile_steps == 0) {
+    return usage_error("--profile-ceilings needs --profile");
+  }
+  if (options.profile_steps > 0) {
+    if (!resume.empty()) return usage_error("--profile starts a new run; it cannot --resume one");
+    if (steps_given) return usage_error("--profile sets the steps itself (2 warm-up + N timed); drop --steps");
+    options.steps = gcm::StepProfiler::kWarmup + options.profile_steps;
+    if (options.steps > gcm::kTotalSteps) {
+      return usage_error("--profile " + std::to_string(options.profile_steps) + " needs " +
+                         std::to_string(options.steps) + " steps, more than the schedule's " +
+                         std::to_string(gcm::kTotalSteps));
+    }
+    options.checkpoints = false;  // a timing run
   }
   options.device = device;
   options.resume = !resume.empty();

@@ -23,6 +23,7 @@
 #include "cpu/rmsnorm.hpp"
 #include "cpu/rope.hpp"
 #include "cpu/swiglu.hpp"
+#include "profile/step_profile.hpp"
 
 namespace gcm::cpu {
 
@@ -34,6 +35,9 @@ class Backend {
   using Stat = T;
   template <typename U>
   using Buffer = std::vector<U>;
+
+  // Where the model's ops report when `train --profile` times them (null: not profiling).
+  profile::Recorder* profiler = nullptr;
 
   template <typename U>
   static void allocate(Buffer<U>& buf, std::int64_t n) {

@@ -26,6 +26,7 @@
 #include "cuda/rmsnorm.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/swiglu.cuh"
+#include "profile/step_profile.hpp"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/pinned_upload.hpp"
@@ -88,6 +89,9 @@ class Backend {
   using Stat = float;
   template <typename U>
   using Buffer = DeviceBuffer<U>;
+
+  // Where the model's ops report when `train --profile` times them (null: not profiling).
+  profile::Recorder* profiler = nullptr;
 
   template <typename U>
   static void allocate(Buffer<U>& buf, std::int64_t n) {

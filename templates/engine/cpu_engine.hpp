@@ -15,6 +15,7 @@
 
 #include "config.hpp"
 #include "cpu/adamw.hpp"
+#include "cpu/profile_clock.hpp"
 #include "engine/engine.hpp"
 #include "engine/expert_groups.hpp"
 #include "metrics/host_ops.hpp"
@@ -117,6 +118,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
 
   // Telemetry.
   std::string describe() const override { return "CPU backend"; }
+  std::unique_ptr<profile::Clock> make_profile_clock() override { return std::make_unique<cpu::WallClock>(); }
   // Update ratios: the tracked tensors' values before the step, beside the model.
   void snapshot_tensors(const bool* mask) override {
     for (int i = 0; i < kNumParams; ++i) {

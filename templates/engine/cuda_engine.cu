@@ -40,6 +40,7 @@
 #include "cuda/backend.cuh"
 #include "cuda/init.cuh"
 #include "cuda/metric_ops.cuh"
+#include "cuda/profile_clock.cuh"
 #include "cuda/update_ratio.cuh"
 #include "cuda/weight_stats.cuh"
 #include "model/model.hpp"
@@ -89,6 +90,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     return std::string("CUDA backend (") + prop.name + ", " + (kSeparateMaster ? "bf16" : "fp32") + ")";
   }
+  std::unique_ptr<profile::Clock> make_profile_clock() override { return std::make_unique<cuda::EventClock>(); }
 
   // Each tensor from its own Philox stream: the master weights of this rank's shard (all of them
   // without ZeRO), and under bf16 the whole working copy, drawn in bf16 (the rounding of the

@@ -29,6 +29,7 @@
 #include "metrics/weight_stats.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
+#include "profile/step_profile.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "step_verdict.hpp"
@@ -182,6 +183,10 @@ class EngineTelemetry {
   virtual std::int64_t device_allocations() const { return 0; }
   // Bytes this process has copied from the device to the host so far (0 on the CPU).
   virtual std::int64_t device_to_host_bytes() const { return 0; }
+  // The step profile (train --profile; profile/step_profile.hpp): a clock where this engine's
+  // work runs, and the recorder its model's ops report to (null: not profiling).
+  virtual std::unique_ptr<profile::Clock> make_profile_clock() = 0;
+  virtual void attach_profiler(profile::Recorder* recorder) = 0;
 };
 
 class Engine : public EngineStep, public EngineState, public EngineDistribution, public EngineTelemetry {};
@@ -206,6 +211,7 @@ class ModelEngine : public Engine {
   }
   std::int64_t model_buffer_bytes() const override { return model().buffer_bytes(); }
   void track_logit_moments(bool on) override { model().track_logit_moments(on); }
+  void attach_profiler(profile::Recorder* recorder) override { model().backend().profiler = recorder; }
   void moe_begin_step() override {
     if constexpr (kMoe) {
       begin_moe_step(model());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "profile/step_profile.hpp"
 #include "vocabulary.hpp"
 
 namespace gcm {
@@ -32,6 +33,9 @@ struct ContractBackend {
   using Stat = long double;
   template <typename U>
   using Buffer = std::vector<U>;  // data(), size(), empty(); storage the backend's own
+
+  // The step profile's recorder the model's ops report to (null: not profiling).
+  profile::Recorder* profiler = nullptr;
 
   // Storage (static): n zeroed elements; zero; element-wise copy and sum of activations.
   template <typename U>

@@ -31,6 +31,7 @@
 #include "cpu/backend.hpp"
 #include "cpu/philox.hpp"
 #include "model/moe_block.hpp"
+#include "profile/step_profile.hpp"
 #include "plan.hpp"
 
 namespace gcm {
@@ -233,6 +234,23 @@ class BasicModel {
   void allocate(Buffer<U>& buf, std::int64_t n) {
     Backend::allocate(buf, n);
     buffer_bytes_ += n * std::int64_t(sizeof(U));
+  }
+  // Runs call() as one timed op of the step profile (train --profile; profile/step_profile.hpp):
+  // a GEMM y[rows, out] = x[rows, in]·Wᵀ (its FLOPs), or a memory-bound op that moves `elements`
+  // activations (its bytes). Without a profiler: just call().
+  template <typename F>
+  void timed_gemm(profile::Category c, profile::Pass p, std::int64_t rows, std::int64_t in, std::int64_t out, F&& call) {
+    profile::timed(ops_.profiler, profile::gemm(c, p, rows, in, out), call);
+  }
+  template <typename F>
+  void timed_op(profile::Category c, const char* op, profile::Pass p, double elements, F&& call) {
+    profile::timed(ops_.profiler, profile::memory(c, op, p, elements * double(sizeof(Act))), call);
+  }
+  // Causal attention's FLOPs: QKᵀ and PV, 2·T²·hd each per head, half of them under the mask;
+  // the backward does 2.5 times that (five products to two: the FlashAttention convention).
+  double attention_flops(profile::Pass p) const {
+    const double forward = 2.0 * double(B_) * kHeads * double(T_) * double(T_) * kHeadDim;
+    return p == profile::Pass::backward ? 2.5 * forward : forward;
   }
 
   Backend ops_;

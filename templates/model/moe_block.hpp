@@ -18,6 +18,7 @@
 
 #include "config.hpp"
 #include "model/expert_parallel.hpp"
+#include "profile/step_profile.hpp"
 #include "plan.hpp"
 
 namespace gcm {
@@ -140,20 +141,47 @@ inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int a
 template <typename Backend, typename Weights>
 void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
                                    Weights&& W, ExpertExchange<typename Backend::Act>& x) {
+  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
+  using profile::kFwd, profile::kBwd;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   plan_expert_route(L.route, L.offsets.data(), x);
   const std::int64_t R = L.route.received;
-  ops.copy_indices(L.perm.data(), L.route.perm.data(), R);
-  ops.copy_indices(L.unperm.data(), L.route.unperm.data(), R);
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
+    ops.copy_indices(L.perm.data(), L.route.perm.data(), R);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
+    ops.copy_indices(L.unperm.data(), L.route.unperm.data(), R);
+  });
   const std::int64_t* off = L.route.local_offsets.data();
-  x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);  // dispatch
-  ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);                 // expert-major
-  ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
-  ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, D, kExpertDff);
-  ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
-  ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
-  ops.gather_rows(S.xr.data(), S.ye.data(), L.unperm.data(), R, D);                // source-major
-  x.exchange(S.xr.data(), L.route.recv_rows, L.ys.data(), L.route.send_rows, D);  // combine
+  // dispatch
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
+    x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
+  });
+  // expert-major
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
+    ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
+    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
+    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, D, kExpertDff);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
+    ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
+    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+  });
+  // source-major
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
+    ops.gather_rows(S.xr.data(), S.ye.data(), L.unperm.data(), R, D);
+  });
+  // combine
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
+    x.exchange(S.xr.data(), L.route.recv_rows, L.ys.data(), L.route.send_rows, D);
+  });
 }
 
 // Its backward: dys to the owners, the owned experts' backward (their weight gradients here),
@@ -161,18 +189,38 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
 template <typename Backend, typename Weights, typename Grads>
 void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
                                     Weights&& W, Grads&& G, ExpertExchange<typename Backend::Act>& x) {
+  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
+  using profile::kFwd, profile::kBwd;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   const std::int64_t R = L.route.received;
   const std::int64_t* off = L.route.local_offsets.data();
-  x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
-  ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);  // dL/dy, expert-major
-  ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
-  ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
-  ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
-  ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, D, kExpertDff,
-                              /*accumulate_dx=*/true);
-  ops.gather_rows(S.xr.data(), S.dxe.data(), L.unperm.data(), R, D);
-  x.exchange(S.xr.data(), L.route.recv_rows, S.dxs.data(), L.route.send_rows, D);
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
+    x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
+  });
+  // dL/dy, expert-major
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
+    ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
+    ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
+    ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
+    ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
+    ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, D, kExpertDff,
+                                /*accumulate_dx=*/true);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
+    ops.gather_rows(S.xr.data(), S.dxe.data(), L.unperm.data(), R, D);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
+    x.exchange(S.xr.data(), L.route.recv_rows, S.dxs.data(), L.route.send_rows, D);
+  });
 }
 
 // m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. With `exchange`
@@ -181,38 +229,69 @@ template <typename Backend, typename Weights>
 void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
                  const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N,
                  ExpertExchange<typename Backend::Act>* exchange = nullptr) {
+  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
+  using profile::kFwd, profile::kBwd;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
-  ops.router_forward(S.logits.data(), b, W(P.router), N);
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_router, kFwd, N, D, kExperts), [&] {
+    ops.router_forward(S.logits.data(), b, W(P.router), N);
+  });
   const float* bias = nullptr;
   if constexpr (kLoadBalance == LoadBalance::aux_free) {
     bias = L.bias.data();
   }
-  ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
-  ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
-  ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_route_forward", kFwd, 2.0 * N * kExperts * sizeof(float)), [&] {
+    ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_dispatch", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
+    ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_gather", kFwd, 2.0 * A * D * kActBytes), [&] {
+    ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
+  });
   L.route.active = false;
   if (exchange != nullptr) {
     moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
   } else {
-    ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
-    ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
-    ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
-    ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, D, kExpertDff), [&] {
+      ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, D, kExpertDff), [&] {
+      ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(A * kExpertDff) * kActBytes), [&] {
+      ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, kExpertDff, D), [&] {
+      ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+    });
   }
   bool accumulate = false;
   if constexpr (kSharedDff > 0) {
-    ops.linear_forward(L.su.data(), b, W(P.shared_gate), N, D, kSharedDff);
-    ops.linear_forward(L.sw.data(), b, W(P.shared_up), N, D, kSharedDff);
-    ops.swiglu_forward(L.ss.data(), L.su.data(), L.sw.data(), std::int64_t(N) * kSharedDff);
-    ops.linear_forward(m, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, N, D, kSharedDff), [&] {
+      ops.linear_forward(L.su.data(), b, W(P.shared_gate), N, D, kSharedDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, N, D, kSharedDff), [&] {
+      ops.linear_forward(L.sw.data(), b, W(P.shared_up), N, D, kSharedDff);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(std::int64_t(N) * kSharedDff) * kActBytes), [&] {
+      ops.swiglu_forward(L.ss.data(), L.su.data(), L.sw.data(), std::int64_t(N) * kSharedDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, N, kSharedDff, D), [&] {
+      ops.linear_forward(m, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+    });
     accumulate = true;
   }
-  ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine", kFwd, (double(A) + 2.0 * N) * D * kActBytes), [&] {
+    ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
+  });
   for (int e = 0; e < kExperts; ++e) L.load[std::size_t(e)] += L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
   L.aux_loss = 0.0;
   if constexpr (kLoadBalance == LoadBalance::aux_loss) {
-    ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N);
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
+      ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N);
+    });
     double sum = 0.0;  // Σ_e f_e · P_e
     for (int e = 0; e < kExperts; ++e) {
       const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
@@ -229,19 +308,32 @@ template <typename Backend, typename Weights, typename Grads>
 void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* db,
                   const typename Backend::Act* dm, const typename Backend::Act* b, const MoeParams& P, Weights&& W,
                   Grads&& G, int N, double loss_scale, ExpertExchange<typename Backend::Act>* exchange = nullptr) {
+  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
+  using profile::kFwd, profile::kBwd;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   const std::int64_t A = std::int64_t(N) * kTopK;
-  ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine_backward", kBwd, (2.0 * A + N) * D * kActBytes), [&] {
+    ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
+  });
   if (L.route.active && exchange != nullptr) {
     moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
   } else {
-    ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
-                                kExpertDff, D);
-    ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
-    ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
-                                kExpertDff);
-    ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
-                                kExpertDff, /*accumulate_dx=*/true);
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, kExpertDff, D), [&] {
+      ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
+                                  kExpertDff, D);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(A * kExpertDff) * kActBytes), [&] {
+      ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, D, kExpertDff), [&] {
+      ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
+                                  kExpertDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, D, kExpertDff), [&] {
+      ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
+                                  kExpertDff, /*accumulate_dx=*/true);
+    });
   }
   const double* aux_grad = nullptr;
   double aux[kExperts];
@@ -253,16 +345,30 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
     }
     aux_grad = aux;
   }
-  ops.moe_route_backward(S.logits.data(), S.dweight.data(), L.scores.data(), L.expert.data(), L.weight.data(),
-                         aux_grad, N);
-  ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);
-  ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_route_backward", kBwd, 3.0 * N * kExperts * sizeof(float)), [&] {
+    ops.moe_route_backward(S.logits.data(), S.dweight.data(), L.scores.data(), L.expert.data(), L.weight.data(),
+                           aux_grad, N);
+  });
+  profile::timed(ops.profiler, profile::gemm(PC::gemm_router, kBwd, N, D, kExperts), [&] {
+    ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);
+  });
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_scatter_add", kBwd, (double(A) + 2.0 * N) * D * kActBytes), [&] {
+    ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
+  });
   if constexpr (kSharedDff > 0) {
-    ops.linear_backward(S.dss.data(), G(P.shared_down), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
-    ops.swiglu_backward(S.dsu.data(), S.dsw.data(), S.dss.data(), L.su.data(), L.sw.data(),
-                        std::int64_t(N) * kSharedDff);
-    ops.linear_backward(db, G(P.shared_gate), S.dsu.data(), b, W(P.shared_gate), N, D, kSharedDff, true);
-    ops.linear_backward(db, G(P.shared_up), S.dsw.data(), b, W(P.shared_up), N, D, kSharedDff, true);
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, kSharedDff, D), [&] {
+      ops.linear_backward(S.dss.data(), G(P.shared_down), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(std::int64_t(N) * kSharedDff) * kActBytes), [&] {
+      ops.swiglu_backward(S.dsu.data(), S.dsw.data(), S.dss.data(), L.su.data(), L.sw.data(),
+                          std::int64_t(N) * kSharedDff);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, D, kSharedDff), [&] {
+      ops.linear_backward(db, G(P.shared_gate), S.dsu.data(), b, W(P.shared_gate), N, D, kSharedDff, true);
+    });
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, D, kSharedDff), [&] {
+      ops.linear_backward(db, G(P.shared_up), S.dsw.data(), b, W(P.shared_up), N, D, kSharedDff, true);
+    });
   }
 }
 

@@ -41,6 +41,7 @@
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
 #include "train/sample.hpp"
+#include "train/trainer_profile.hpp"
 #include "train/schedule.hpp"
 
 namespace gcm {
@@ -58,6 +59,8 @@ struct TrainOptions {
   bool checkpoints = true;      // false: save nothing (timing runs)
   std::int64_t log_every = kLogEvery;
   int expert_parallel = kExpertParallel;  // ranks per expert-parallel group (--expert-parallel)
+  int profile_steps = 0;  // --profile N: time N steps after StepProfiler::kWarmup (0: no profile)
+  double profile_ceiling_tflops = 0.0, profile_ceiling_gbps = 0.0;  // --profile-ceilings (0: unknown)
 };
 
 // The greedy sample at the end runs on the CPU; on a GPU run it is skipped above this size.
@@ -117,6 +120,9 @@ class Trainer {
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
   std::int64_t metrics_device_to_host_bytes_ = 0;  // copied from a GPU by measuring (summary record)
   std::int64_t measurements_ = 0;                  // measure() calls that measured something
+  std::unique_ptr<StepProfiler> profiler_;         // train --profile (null: not profiling)
+  profile::Recorder* recorder() { return profiler_ ? profiler_->recorder() : nullptr; }
+  void write_profile() const;
 };
 
 }  // namespace gcm

@@ -90,6 +90,7 @@ inline Trainer::Trainer(const TrainOptions& options)
     top_tokens_ = metrics::most_frequent_tokens(opt_.train_data, kEmbeddingTopTokens);
   }
   if (opt_.metrics) engine_->prepare_metrics();
+  if (opt_.profile_steps > 0) profiler_ = std::make_unique<StepProfiler>(*engine_, start_step_);
 }
 
 
@@ -158,6 +159,7 @@ inline void Trainer::choose_engine() {
 // next read stops the run). The CPU engine's values cost nothing to read: every step is read.
 inline bool Trainer::read_due(std::int64_t step) const {
   const std::int64_t s = step + 1;
+  if (profiler_) return true;  // a profiled step is read at its end (trainer_profile.hpp)
   if (!host_.on_device() || step == start_step_ || s == opt_.steps || s % opt_.log_every == 0) return true;
   if (opt_.checkpoints && kCheckpointEvery > 0 && s % kCheckpointEvery == 0) return true;
   if (kEvalEvery > 0 && s % kEvalEvery == 0) return true;
@@ -167,7 +169,10 @@ inline bool Trainer::read_due(std::int64_t step) const {
 }
 
 inline bool Trainer::train_step(std::int64_t step, bool read) {
-  engine_->zero_grads();
+  using profile::Category, profile::Pass;
+  const double param_bytes = double(kOffsets.at[kNumParams]) * sizeof(float);
+  profile::timed(recorder(), profile::memory(Category::optimizer, "zero_grads", Pass::step, param_bytes),
+                 [&] { engine_->zero_grads(); });
   if constexpr (kMoe) {
     engine_->moe_begin_step();
   }
@@ -187,7 +192,8 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
     // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp). The loss is summed by
     // finish_step.
-    engine_->reduce_grads();
+    profile::timed(recorder(), profile::memory(Category::communication, "reduce_grads", Pass::step, 0.0),
+                   [&] { engine_->reduce_grads(); });
     if constexpr (kMoe) {
       comm_.allreduce_sum(&last_aux_loss_, 1);
       engine_->moe_allreduce_loads(comm_);
@@ -197,10 +203,14 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   step_records_.clear();
   const bool update_ratio_due = records_.update_ratio_due(s);
   if (update_ratio_due) engine_->snapshot_tensors(kUpdateRatioTensors);  // kept where the weights lie
-  engine_->finish_step(learning_rate(step), s);
+  // Σ g², the verdict and AdamW: at least the gradients read twice, the moments and the masters
+  // read and written (8 fp32 values per parameter).
+  profile::timed(recorder(), profile::memory(Category::optimizer, "finish_step", Pass::step, 8 * param_bytes),
+                 [&] { engine_->finish_step(learning_rate(step), s); });
   host_.mark_stale();
   if (read) {
-    readout_ = &engine_->read_step();
+    profile::timed(recorder(), profile::memory(Category::other, "read_step", Pass::step, 0.0),
+                   [&] { readout_ = &engine_->read_step(); });
     if (readout_->verdict.stopped_at != 0) return false;
   }
   if (records_.grad_norm_due(s)) {
@@ -284,6 +294,7 @@ inline int Trainer::run() {
     const double lr = learning_rate(step);
     const bool read = read_due(step);
     const std::int64_t allocations_before = host_allocations();
+    if (profiler_) profiler_->before_step(step);
     const bool finite = train_step(step, read);
     if (step > start_step_) host_allocations_in_steps_ += host_allocations() - allocations_before;
     if (!finite) {
@@ -334,10 +345,13 @@ inline int Trainer::run() {
       if (save_due || weights_due || last) host_.sync(*engine_, comm_, save_due);
     }
     if (save_due) engine_->assemble_moments();  // expert parallelism: a collective of the group
+    // A profiled step ends after the metrics due at it, except for the run's closing evaluation.
+    if (profiler_ && last) profiler_->after_step(step);
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
       for (const Json& r : step_records_) log.write(r);
       report(step, loss, lr, grad_norm, tokens_per_step / dt, elapsed);
-      measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log);
+      profile::timed(recorder(), profile::memory(profile::Category::measuring, "measure", profile::Pass::step, 0.0),
+                     [&] { measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log); });
       if (save_due) {
         save(step + 1);
         host_.release_sharded_moments(*engine_);
@@ -345,6 +359,7 @@ inline int Trainer::run() {
     } else {
       join_weight_metrics(step + 1);
     }
+    if (profiler_ && !last) profiler_->after_step(step);
     unread_from = step + 1;
     unread_since = Clock::now();  // measuring and saving are not step time
   }
@@ -352,10 +367,25 @@ inline int Trainer::run() {
   if (!root) return 0;
   if (opt_.progress) std::fprintf(stderr, "\n");
   write_summary(log, std::chrono::duration<double>(Clock::now() - start).count());
+  if (profiler_) write_profile();
   print_sample();
   return 0;
 }
 
 
+
+// RUN/profile.json and the printed table of train --profile (rank 0).
+inline void Trainer::write_profile() const {
+  profile::ReportInfo info;
+  info.backend = host_.on_device() ? "cuda" : "cpu";
+  info.device = engine_->describe();
+  info.spec = kExperimentName;
+  info.warmup_steps = StepProfiler::kWarmup;
+  info.tokens_per_step = double(kMicroBatch) * kSeqLen * kGradAccum;
+  info.micro_batches_per_step = kGradAccum / comm_.size();
+  info.ceiling_tflops = opt_.profile_ceiling_tflops;
+  info.ceiling_gbps = opt_.profile_ceiling_gbps;
+  profiler_->report(opt_.run_dir, info);
+}
 
 }  // namespace gcm

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "runtime/sha256.hpp"
+#include "step_profile_check.hpp"
 #include "test_util.hpp"
 #include "tree_test_util.hpp"
 
@@ -90,7 +91,7 @@ void write_corpus(const fs::path& file) {
   }
 }
 
-TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
+TEST_F(Tree, TrainsProfilesResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   write_corpus(dir_ / "corpus.txt");
   const Outcome gen = generate(kSmallTraining);
   ASSERT_EQ(gen.status, 0) << gen.output;
@@ -108,6 +109,23 @@ TEST_F(Tree, TrainsResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   ASSERT_EQ(val.size(), 3u);
   EXPECT_LT(val.back(), val.front() - 0.5) << full.output;
   EXPECT_LT(loss.back(), loss.front() - 2.0) << full.output;
+
+  // The step profile on the CPU: 2 warm-up + 3 timed steps, the table and RUN/profile.json; and
+  // the flags' misuse, named.
+  const Outcome profiled = train("--profile 3 --no-metrics --out " + (dir_ / "profile").string());
+  ASSERT_EQ(profiled.status, 0) << profiled.output;
+  gc::test::expect_step_profile(dir_ / "profile", profiled.output, {"cpu", 3, 2, 2, false});
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--profile 0", "--profile needs a step count from 1 to 1000"},
+           {"--profile 3 --steps 10", "--profile sets the steps itself"},
+           {"--profile 100", "more than the schedule's 60"},
+           {"--profile-ceilings 700,4000", "--profile-ceilings needs --profile"},
+           {"--profile --profile-ceilings 700", "--profile-ceilings needs two positive numbers"},
+           {"--profile --resume " + (dir_ / "full").string(), "--profile starts a new run"}}) {
+    const Outcome bad = train(args);
+    EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(says), std::string::npos) << args << "\n" << bad.output;
+  }
 
   // Interrupted at step 20, resumed to the end: the same numbers, bit for bit.
   const fs::path part = dir_ / "part";

@@ -31,6 +31,7 @@
 
 #include "e2e/run_compare.hpp"
 #include "test_util.hpp"
+#include "step_profile_check.hpp"
 #include "tree_test_util.hpp"
 
 namespace {
@@ -396,6 +397,11 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
   }
   expect_metrics_match_cpu(tree, dir_ / "one", dir_);
+  // The step profile on the emulated GPU (CUDA events; the router, routing and expert GEMMs
+  // timed apart), with the metrics due in its steps: nothing allocated in them.
+  const Outcome profiled = train(tree, "--profile 2 --out " + (dir_ / "profile").string());
+  ASSERT_EQ(profiled.status, 0) << profiled.output;
+  gc::test::expect_step_profile(dir_ / "profile", profiled.output, {"cuda", 2, 3, 4, true});
 }
 
 // Expert parallelism under bf16: the rows travel as bf16, each rank updates its own experts'
