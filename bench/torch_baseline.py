@@ -2,7 +2,8 @@
 """PyTorch baseline for gcompile's GPU benchmark (bench/gpu_vs_torch).
 
 The same Llama-style decoder as a gcompile spec describes, written the way a
-user would write it in PyTorch, trained on random tokens and timed.
+user would write it in PyTorch (bench/torch_model.py), trained on random tokens
+and timed, once per SDPA backend setting ("rows"), and profiled.
 
 Everything that describes the spec comes from gcompile itself; this script
 re-implements none of the spec's semantics:
@@ -19,36 +20,55 @@ re-implements none of the spec's semantics:
 Without gcompile on the machine (a GPU kit's trees), pass the plan saved
 earlier with --plan-json and the tree's spec.resolved.toml as --spec-toml.
 
-The model: RMSNorm with the spec's eps (mean of squares in fp32), RoPE with
-rotate_half pairing (dimension i with i + head_dim/2), grouped-query attention,
-optional QK-norm, optional sigmoid output gate (headwise: one scalar per head,
-elementwise: one per channel) multiplied into each head's attention output
-before W_O, SwiGLU MLP, tied or untied LM head, pre or sandwich norm, optional
-embedding norm; parameter names and shapes are checked against the plan and
-every tensor is initialized as the plan says. Training: torch.compile(model)
-(the loss is inside the compiled forward), F.scaled_dot_product_attention
-(is_causal=True) restricted to the flash backend, bf16 autocast with fp32
+Training: torch.compile(model) (the loss is inside the compiled forward),
+F.scaled_dot_product_attention(is_causal=True), bf16 autocast with fp32
 parameters (train.precision = "bf16"), AdamW(fused=True) with the plan's
 per-tensor lr multipliers and weight decay, global grad-norm clipping
 (foreach), gradient accumulation global_batch / micro_batch,
 zero_grad(set_to_none=True).
 
+Rows (--sdpa-backends, default auto,flash,cudnn): one process runs every row
+on the same token batches and the same initial weights (re-seeded), each with
+a fresh model, optimizer and torch.compile (torch._dynamo.reset() between
+rows; Inductor's on-disk caches make the later rows' compilation cheaper).
+"auto" is PyTorch's own choice (no sdpa_kernel context) and the row reports
+which backend that was (torch._fused_sdp_choice on the model's q, k, v, then
+the SDPA op the profiled step actually ran); flash, cudnn, efficient and math
+allow only that backend (torch.nn.attention.sdpa_kernel). A backend that cannot
+run these inputs gives a row with the reason, and the other rows still run.
+On the CPU (--device cpu, a smoke test) SDPA backends are a CUDA notion: one
+"auto" row runs.
+
 Timing: CUDA events around every optimizer step; the first --warmup steps
 (compilation, autotuning, AdamW state allocation) are left out and the median
 of the rest is reported. Peak memory is torch.cuda.max_memory_allocated() over
 the timed steps (the counter is reset after the warm-up), and also over the
-whole run. MFU = tokens/s * FLOP/token / peak, against the H100 SXM
+row's whole run. MFU = tokens/s * FLOP/token / peak, against the H100 SXM
 datasheet's dense bf16 989 TFLOP/s and against a measured bf16 GEMM ceiling
 (median of timed 8192^3 torch.matmul on random data).
 
-Output: one JSON line on stdout; progress and warnings on stderr.
+Profile (--profile-steps N, default 3; 0 = off): N more steps of each row
+under torch.profiler, every kernel grouped into gcompile's profile categories
+(bench/torch_profile.py says how), written in gcompile's profile.json schema
+into the row ("profile") and, with --profile-dir DIR, to
+DIR/profile_torch_<backend>.json; bench/profile_compare.py puts it beside
+`train --profile`'s.
+
+Output: one JSON line on stdout: the first row's fields at the top level (as
+before rows existed), "rows" (one object per backend: sdpa_backend,
+sdpa_backend_used, step_ms_median, tokens_per_s_median, mfu_989, mfu_ceiling,
+peak_device_bytes, profile, or error) and "fastest" (the row with the lowest
+median step time). Progress and warnings on stderr. Exit status 0 when at least
+one row was timed.
 
   python3 bench/torch_baseline.py --spec-toml generated/NAME/spec.resolved.toml --steps 40 --warmup 10
   python3 bench/torch_baseline.py --spec-toml generated/NAME/spec.resolved.toml --plan-json PLAN.json ...
+  python3 bench/torch_baseline.py --spec-toml ... --sdpa-backends auto --profile-steps 0   # one row, no profile
   python3 bench/torch_baseline.py --ceiling-only
 
-The spec reading (read_config) imports without torch, so bench/gpu_vs_torch
-reuses it for its own rows.
+Standard library and torch only (the GPU machine's python3 has nothing of this
+project); runs from any directory. The spec reading (read_config) imports
+without torch, so bench/gpu_vs_torch reuses it for its own rows.
 """
 
 from __future__ import annotations
@@ -71,9 +91,12 @@ except ModuleNotFoundError:  # pragma: no cover - older Pythons
     except ModuleNotFoundError:
         tomllib = None  # type: ignore[assignment]
 
-H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM datasheet, dense bf16 (no sparsity)
-GEMM_N = 8192
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START = time.monotonic()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # torch_rows, torch_model, torch_profile
+
+import torch_rows  # noqa: E402  (standard library at import; torch is imported by the functions that need it)
+from torch_rows import GEMM_N, H100_BF16_DENSE_TFLOPS  # noqa: E402,F401  (bench/gpu_vs_torch reads them here)
 
 
 class SpecError(Exception):
@@ -268,220 +291,8 @@ def median(values):
 
 
 # --------------------------------------------------------------------------
-# The model and the timed training loop (need torch)
+# The rows (need torch)
 # --------------------------------------------------------------------------
-
-
-def build_model(cfg: Config, torch, use_sdpa: bool, use_sdpa_gqa: bool):
-    """The decoder, its parameters named as the plan names them and
-    initialized as it says. use_sdpa: F.scaled_dot_product_attention with
-    scale= (torch >= 2.1); use_sdpa_gqa: its enable_gqa= (torch >= 2.5), else
-    K/V are repeated."""
-    nn = torch.nn
-    F = torch.nn.functional
-
-    class RMSNorm(nn.Module):
-        def __init__(self, dim: int, eps: float):
-            super().__init__()
-            self.eps = eps
-            self.weight = nn.Parameter(torch.ones(dim))
-
-        def forward(self, x):
-            xf = x.float() if x.element_size() < 4 else x  # mean of squares in fp32 at least
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-            return (y * self.weight).to(x.dtype)
-
-    def rope(x, cos, sin):
-        # x [B, T, heads, hd]; cos/sin [T, hd/2]; pairs (i, i + hd/2).
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        c = cos[None, :, None, :].to(x.dtype)
-        s = sin[None, :, None, :].to(x.dtype)
-        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = cfg.d_model
-            self.q_proj = nn.Linear(d, cfg.q_dim, bias=False)
-            self.k_proj = nn.Linear(d, cfg.kv_dim, bias=False)
-            self.v_proj = nn.Linear(d, cfg.kv_dim, bias=False)
-            if cfg.qk_norm:
-                self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-                self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-            if cfg.gate_dim:
-                self.gate_proj = nn.Linear(d, cfg.gate_dim, bias=False)
-            self.o_proj = nn.Linear(cfg.q_dim, d, bias=False)
-            if cfg.norm_placement == "sandwich":
-                self.out_norm = RMSNorm(d, cfg.norm_eps)
-
-        def forward(self, x, cos, sin):
-            B, T, _ = x.shape
-            H, K, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-            q = self.q_proj(x).view(B, T, H, hd)
-            k = self.k_proj(x).view(B, T, K, hd)
-            v = self.v_proj(x).view(B, T, K, hd)
-            if cfg.qk_norm:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
-            if K != H and not use_sdpa_gqa:
-                k = k.repeat_interleave(H // K, dim=1)
-                v = v.repeat_interleave(H // K, dim=1)
-            if use_sdpa:
-                kwargs = {"enable_gqa": True} if (K != H and use_sdpa_gqa) else {}
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.attn_scale, **kwargs)
-            else:  # torch < 2.1 (CPU smoke tests only)
-                scores = (q @ k.transpose(-1, -2)) * cfg.attn_scale
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-                o = torch.softmax(scores.float().masked_fill(mask, float("-inf")), dim=-1).to(v.dtype) @ v
-            o = o.transpose(1, 2)  # [B, T, H, hd]
-            if cfg.gated_attention == "headwise":
-                o = o * torch.sigmoid(self.gate_proj(x)).unsqueeze(-1)
-            elif cfg.gated_attention == "elementwise":
-                o = o * torch.sigmoid(self.gate_proj(x)).view(B, T, H, hd)
-            o = self.o_proj(o.reshape(B, T, H * hd))
-            return self.out_norm(o) if cfg.norm_placement == "sandwich" else o
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-            self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-            self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
-            if cfg.norm_placement == "sandwich":
-                self.out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-
-        def forward(self, x):
-            m = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-            return self.out_norm(m) if cfg.norm_placement == "sandwich" else m
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.input_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.self_attn = Attention()
-            self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.mlp = MLP()
-
-        def forward(self, h, cos, sin):
-            h = h + self.self_attn(self.input_layernorm(h), cos, sin)
-            return h + self.mlp(self.post_attention_layernorm(h))
-
-    class Body(nn.Module):  # Hugging Face's LlamaModel layout: the plan's "model." names
-        def __init__(self):
-            super().__init__()
-            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-            if cfg.embedding_norm:
-                self.embed_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.layers = nn.ModuleList(Block() for _ in range(cfg.n_layers))
-            self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-
-    class Decoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = Body()
-            if not cfg.tie_embeddings:
-                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-            inv_freq = cfg.rope_theta ** (-torch.arange(0, cfg.head_dim // 2, dtype=torch.float64) * 2.0 / cfg.head_dim)
-            angles = torch.arange(cfg.seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
-            self.register_buffer("rope_cos", angles.cos().float(), persistent=False)
-            self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
-
-        def forward(self, tokens, targets):
-            m = self.model
-            h = m.embed_tokens(tokens)
-            if cfg.embedding_scale != 1.0:
-                h = h * cfg.embedding_scale
-            if cfg.embedding_norm:
-                h = m.embed_norm(h)
-            for layer in m.layers:
-                h = layer(h, self.rope_cos, self.rope_sin)
-            h = m.norm(h)
-            head = m.embed_tokens.weight if cfg.tie_embeddings else self.lm_head.weight
-            logits = F.linear(h, head)
-            if cfg.logit_scale != 1.0:
-                logits = logits * cfg.logit_scale
-            if logits.element_size() < 4:
-                logits = logits.float()
-            return F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.reshape(-1))
-
-    model = Decoder()
-    with torch.no_grad():
-        for p, entry in plan_tensors(model, cfg):
-            init_tensor(torch, p, entry["init"])
-    return model
-
-
-def plan_tensors(model, cfg: Config) -> list:
-    """(parameter, its plan entry) for every parameter of the model; the
-    model must have exactly the plan's tensors, with the plan's shapes."""
-    plan = {entry["name"]: entry for entry in cfg.params}
-    named = dict(model.named_parameters())
-    missing, extra = sorted(plan.keys() - named.keys()), sorted(named.keys() - plan.keys())
-    if missing or extra:
-        raise RuntimeError(f"the model's tensors differ from gcompile's plan: missing {missing}, not in the plan {extra}")
-    for name, p in named.items():
-        if list(p.shape) != list(plan[name]["shape"]):
-            raise RuntimeError(f"{name}: shape {list(p.shape)}, gcompile's plan {plan[name]['shape']}")
-    return [(p, plan[name]) for name, p in named.items()]
-
-
-def init_tensor(torch, p, init: dict):
-    """Samples p as the plan's init entry says (docs/spec.md, "Distributions")."""
-    kind = init["kind"]
-    if kind == "constant":
-        p.fill_(init["value"])
-    elif kind == "normal":
-        torch.nn.init.normal_(p, mean=0.0, std=init["std"])
-    elif kind == "trunc_normal":
-        cut = init["cutoff"] * init["std"]
-        torch.nn.init.trunc_normal_(p, mean=0.0, std=init["std"], a=-cut, b=cut)
-    elif kind == "uniform":
-        bound = math.sqrt(3.0) * init["std"]
-        torch.nn.init.uniform_(p, -bound, bound)
-    else:
-        raise RuntimeError(f"init kind {kind!r} in gcompile's plan is unknown to this baseline")
-
-
-def optimizer_groups(cfg: Config, model) -> list:
-    """AdamW param groups keyed by the plan's (lr multiplier, weight decay)."""
-    groups: dict = {}
-    for p, entry in plan_tensors(model, cfg):
-        groups.setdefault((float(entry["lr_mult"]), float(entry["weight_decay"])), []).append(p)
-    return [{"params": ps, "lr": cfg.lr * mult, "weight_decay": decay} for (mult, decay), ps in groups.items()]
-
-
-def measure_gemm_ceiling(torch, device, reps: int = 20, n: int = GEMM_N) -> float:
-    """Median TFLOP/s of an n^3 bf16 matrix product on random data."""
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.matmul(a, b, out=c)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))  # ms
-    if not torch.isfinite(c.float().abs().sum()):
-        raise RuntimeError("the GEMM ceiling's product is not finite")
-    del a, b, c
-    torch.cuda.empty_cache()
-    return 2.0 * n**3 / (statistics.median(times) * 1e-3) / 1e12
-
-
-def device_info(torch) -> dict:
-    info = {"torch": torch.__version__, "cuda_runtime": getattr(torch.version, "cuda", None)}
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        info.update({"device": p.name, "sm_count": p.multi_processor_count,
-                     "device_memory_bytes": p.total_memory, "capability": f"{p.major}.{p.minor}"})
-    return info
 
 
 def run_benchmark(args, cfg: Config) -> dict:
@@ -495,151 +306,114 @@ def run_benchmark(args, cfg: Config) -> dict:
     if args.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    bf16 = cfg.precision == "bf16"
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     use_sdpa = hasattr(torch.nn.functional, "scaled_dot_product_attention") and (major, minor) >= (2, 1)
     use_sdpa_gqa = use_sdpa and (major, minor) >= (2, 5)
     if cuda and not use_sdpa:
         raise SystemExit(f"torch_baseline: error: torch {torch.__version__} is too old (need >= 2.1 for SDPA with scale=)")
+    if not args.no_compile and not hasattr(torch, "compile"):
+        raise SystemExit("torch_baseline: error: this torch has no torch.compile (need >= 2.0; or --no-compile)")
 
-    result = {"impl": "torch", "spec": cfg.name, **device_info(torch)}
+    result = {"impl": "torch", "spec": cfg.name, **torch_rows.device_info(torch)}
     ceiling = args.ceiling_tflops
     if cuda and ceiling is None and not args.no_ceiling:
-        ceiling = measure_gemm_ceiling(torch, device)
+        ceiling = torch_rows.measure_gemm_ceiling(torch, device)
     result["gemm_ceiling_tflops"] = ceiling
+    result.update({"precision": cfg.precision, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
+                   "seq_len": cfg.seq_len, "tokens_per_step": cfg.tokens_per_step, "params_total": cfg.param_count,
+                   "matmul_params": cfg.matmul_params, "flops_per_token": cfg.flops_per_token,
+                   "ln_vocab": math.log(cfg.vocab_size)})
+    backends = args.backends
+    notes = []
+    if not cuda:
+        if backends != ["auto"]:
+            notes.append(f"SDPA backends are a CUDA notion: on the CPU one auto row runs (asked: {','.join(backends)})")
+        backends = ["auto"]
 
-    t0 = time.perf_counter()
-    if major >= 2:
-        with device:  # allocate and initialize on the device
-            model = build_model(cfg, torch, use_sdpa, use_sdpa_gqa)
-    else:
-        model = build_model(cfg, torch, use_sdpa, use_sdpa_gqa).to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    if n_params != cfg.param_count:
-        raise RuntimeError(f"model has {n_params} parameters, gcompile's plan {cfg.param_count}")
-    fused = cuda and major >= 2
-    opt = torch.optim.AdamW(optimizer_groups(cfg, model), lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps,
-                            **({"fused": True} if fused else {}))
-    compiled = model
-    if not args.no_compile:
-        if not hasattr(torch, "compile"):
-            raise SystemExit("torch_baseline: error: this torch has no torch.compile (need >= 2.0; or --no-compile)")
-        kwargs = {"dynamic": False}
-        if args.compile_mode != "default":
-            kwargs["mode"] = args.compile_mode
-        compiled = torch.compile(model, **kwargs)
-    params = [p for p in model.parameters()]
-    init_s = time.perf_counter() - t0
-
-    # Random token batches, generated on the device up front and rotated.
+    # Random token batches, generated on the device up front and rotated; shared by every row.
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    n_batches = 4
     data = [torch.randint(0, cfg.vocab_size, (cfg.micro_batch, cfg.seq_len + 1), device=device, generator=gen)
-            for _ in range(n_batches)]
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16)
-
-    def train_step(step: int):
-        loss_sum = None
-        for micro in range(cfg.grad_accum):
-            batch = data[(step * cfg.grad_accum + micro) % n_batches]
-            with autocast():
-                loss = compiled(batch[:, :-1], batch[:, 1:]) / cfg.grad_accum
-            loss.backward()
-            loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, **({"foreach": True} if cuda else {}))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss_sum
-
-    sdpa_ctx = None
-    if cuda and args.sdpa_backend == "flash":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        sdpa_ctx = sdpa_kernel([SDPBackend.FLASH_ATTENTION])
-        result["sdpa_backend"] = "flash (only backend allowed)"
-    else:
-        result["sdpa_backend"] = "auto" if use_sdpa else "explicit softmax (torch < 2.1)"
-
-    losses, times_ms = [], []
-    first_step_s = None
-    if sdpa_ctx is not None:
-        sdpa_ctx.__enter__()
-    try:
-        for step in range(args.warmup):
-            ts = time.perf_counter()
-            losses.append(train_step(step))
-            if step == 0:
-                if cuda:
-                    torch.cuda.synchronize()
-                first_step_s = time.perf_counter() - ts
-            print(f"torch_baseline: warm-up step {step + 1}/{args.warmup}", file=sys.stderr)
-        if cuda:
-            torch.cuda.synchronize()
-            peak_with_warmup = torch.cuda.max_memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-        events = []
-        for step in range(args.warmup, args.warmup + args.steps):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                losses.append(train_step(step))
-                end.record()
-                events.append((start, end))
-            else:
-                ts = time.perf_counter()
-                losses.append(train_step(step))
-                times_ms.append((time.perf_counter() - ts) * 1e3)
-        if cuda:
-            torch.cuda.synchronize()
-            times_ms = [s.elapsed_time(e) for s, e in events]
-    finally:
-        if sdpa_ctx is not None:
-            sdpa_ctx.__exit__(None, None, None)
-
-    loss_values = [float(x) for x in losses]
-    if not all(math.isfinite(x) for x in loss_values):
-        raise RuntimeError(f"non-finite loss: {loss_values}")
-    step_ms = statistics.median(times_ms)
-    tps = cfg.tokens_per_step / (step_ms * 1e-3)
-    fpt = cfg.flops_per_token
-    result.update({
-        "precision": cfg.precision,
-        "micro_batch": cfg.micro_batch,
-        "grad_accum": cfg.grad_accum,
-        "seq_len": cfg.seq_len,
-        "tokens_per_step": cfg.tokens_per_step,
-        "params_total": cfg.param_count,
-        "matmul_params": cfg.matmul_params,
-        "flops_per_token": fpt,
-        "warmup_steps": args.warmup,
-        "timed_steps": args.steps,
-        "step_ms_median": step_ms,
-        "step_ms_min": min(times_ms),
-        "step_ms_max": max(times_ms),
-        "tokens_per_s_median": tps,
-        "mfu_989": tps * fpt / (H100_BF16_DENSE_TFLOPS * 1e12),
-        "mfu_ceiling": (tps * fpt / (ceiling * 1e12)) if ceiling else None,
-        "init_s": init_s,
-        "first_step_s": first_step_s,
-        "loss_first": loss_values[0] if loss_values else None,
-        "loss_last": loss_values[-1] if loss_values else None,
-        "ln_vocab": math.log(cfg.vocab_size),
-        "compile": "off" if args.no_compile else args.compile_mode,
-        "fused_adamw": fused,
-    })
-    if cuda:
-        result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
-        result["peak_device_bytes_with_warmup"] = max(peak_with_warmup, result["peak_device_bytes"])
-        result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            for _ in range(4)]
+    if not args.no_compile:
+        no_graph_caches(torch)
+    deadline = (START + args.budget_s) if args.budget_s else None
+    sh = torch_rows.Shared(torch, args, cfg, device, data, ceiling, use_sdpa, use_sdpa_gqa, major, deadline)
+    rows = run_rows(sh, backends)
+    timed = [r for r in rows if r.get("step_ms_median")]
+    fastest = min(timed, key=lambda r: r["step_ms_median"]) if timed else None
+    first = {k: v for k, v in rows[0].items() if k != "profile"}
+    result.update(first)  # the first row at the top level, as before rows existed
+    result.update({"sdpa_backends": backends, "rows": rows, "notes": notes,
+                   "fastest": fastest["sdpa_backend"] if fastest else None,
+                   "fastest_used": fastest.get("sdpa_backend_used") if fastest else None,
+                   "sdpa_backend_auto_picked": next((r.get("sdpa_backend_used") for r in rows
+                                                     if r["sdpa_backend"] == "auto"), None)})
     return result
+
+
+def no_graph_caches(torch):
+    """Inductor's FX graph cache and AOTAutograd's cache key a compiled graph by the traced code,
+    not by the SDPA backend allowed when it was traced: with them a forced-flash row reused the
+    auto row's cuDNN graph (seen on an H200, torch 2.11). Off for every row; the kernel-level
+    caches (Triton's compiled kernels) still make the later rows' compilation cheaper."""
+    for module, attr in (("torch._inductor.config", "fx_graph_cache"),
+                         ("torch._functorch.config", "enable_autograd_cache")):
+        try:
+            __import__(module)
+            setattr(sys.modules[module], attr, False)
+        except (ImportError, AttributeError):
+            pass
+
+
+def run_rows(sh, backends: list, runner=None) -> list:
+    """Every row in turn (runner: torch_rows.run_row); a row that raises becomes an error row and
+    the next one still runs; the compiled code, the freed memory and dynamo's caches are dropped
+    between rows; each row's profile goes to --profile-dir."""
+    import gc
+
+    args, torch, runner = sh.args, sh.torch, runner or torch_rows.run_row
+    rows = []
+    for i, backend in enumerate(backends):
+        warmup = args.warmup if i == 0 else (args.extra_row_warmup or args.warmup)
+        steps = args.steps if i == 0 else (args.extra_row_steps or args.steps)
+        auto = next((r for r in rows if r["sdpa_backend"] == "auto" and r.get("step_ms_median")), None)
+        if auto and auto.get("sdpa_backend_used") == backend and not args.rerun_auto_pick:
+            # Forcing the backend auto ran compiles the same graph: auto's row is this row's measurement.
+            row = {k: v for k, v in auto.items() if k != "profile"}
+            row.update({"sdpa_backend": backend, "same_as": "auto",
+                        "sdpa_backend_note": f"not compiled again: PyTorch's own choice (auto) ran {backend}, so "
+                                             "this row is auto's measurement (--rerun-auto-pick runs it)"})
+        elif sh.over_budget():
+            row = torch_rows.error_row(backend, f"skipped: --budget-s {args.budget_s:g} reached before this row")
+        else:
+            torch_rows.log(f"row {i + 1}/{len(backends)}: sdpa {backend}, {warmup} warm-up + {steps} timed steps")
+            try:
+                row = runner(sh, backend, warmup, steps)
+            except Exception as e:  # noqa: BLE001 - one row's failure (OOM, no kernel, compile error) is its row's
+                msg = " ".join(str(e).split())
+                row = torch_rows.error_row(backend, f"{type(e).__name__}: {msg[:700]}")
+        if row.get("error"):
+            torch_rows.log(f"row {backend}: {row['error']}")
+        if not sh.cuda:
+            row["sdpa_backend_note"] = "CPU smoke row: PyTorch's own SDPA choice on the CPU, no backend forced"
+        rows.append(row)
+        if row.get("same_as"):
+            continue
+        gc.collect()
+        if sh.cuda:
+            torch.cuda.empty_cache()
+        if hasattr(torch, "_dynamo"):
+            torch._dynamo.reset()
+        if args.profile_dir and row.get("profile"):
+            os.makedirs(args.profile_dir, exist_ok=True)
+            with open(os.path.join(args.profile_dir, f"profile_torch_{backend}.json"), "w") as f:
+                json.dump(row["profile"], f, indent=1)
+    return rows
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description="PyTorch baseline of a gcompile spec: times training steps on random "
-                                "tokens and prints one JSON line.")
+                                "tokens, one row per SDPA backend, profiles them, and prints one JSON line.")
     p.add_argument("--spec-toml", help="a tree's spec.resolved.toml (or the tree directory, or a spec file)")
     p.add_argument("--gcompile", default=None, metavar="PATH",
                    help="the gcompile that resolves and plans the spec (default $GCOMPILE, else "
@@ -648,6 +422,10 @@ def parse_args(argv=None):
                    help="a saved `gcompile explain SPEC --json` of the resolved --spec-toml: gcompile is not run")
     p.add_argument("--steps", type=int, default=40, help="timed optimizer steps (default 40)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first, compilation included (default 10)")
+    p.add_argument("--extra-row-steps", type=int, default=0, metavar="N",
+                   help="timed steps of the rows after the first (default: --steps)")
+    p.add_argument("--extra-row-warmup", type=int, default=0, metavar="N",
+                   help="warm-up steps of the rows after the first (default: --warmup)")
     p.add_argument("--micro-batch", "--batch-override", dest="micro_batch", type=int, default=None,
                    help="override train.micro_batch (the number of micro-batches per step is kept)")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke test, no timing claims")
@@ -658,8 +436,20 @@ def parse_args(argv=None):
     p.add_argument("--compile-mode", default="default",
                    help="torch.compile mode: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs")
     p.add_argument("--no-compile", action="store_true", help="eager mode (debugging)")
-    p.add_argument("--sdpa-backend", choices=["flash", "auto"], default="flash",
-                   help="flash: allow only the flash backend (default); auto: let PyTorch choose")
+    p.add_argument("--sdpa-backends", default=None, metavar="LIST",
+                   help="rows, comma-separated, from " + ",".join(torch_rows.SDPA_BACKENDS) +
+                   f" (default {torch_rows.DEFAULT_SDPA_BACKENDS}); auto: PyTorch's own choice, reported")
+    p.add_argument("--sdpa-backend", dest="sdpa_backend", default=None, choices=torch_rows.SDPA_BACKENDS,
+                   help="one row with this backend (the same as --sdpa-backends X)")
+    p.add_argument("--rerun-auto-pick", action="store_true",
+                   help="also compile and time a forced row whose backend is the one auto ran (by default that "
+                   "row repeats auto's measurement)")
+    p.add_argument("--profile-steps", type=int, default=3, metavar="N",
+                   help="profile N more steps of each row (default 3; 0: no profile)")
+    p.add_argument("--profile-dir", default=None, metavar="DIR",
+                   help="also write each row's profile to DIR/profile_torch_<backend>.json")
+    p.add_argument("--budget-s", type=float, default=0, metavar="S",
+                   help="start no row or profile after S seconds (default 0: no limit); skipped rows are error rows")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls (affects fp32 specs only)")
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
@@ -667,6 +457,15 @@ def parse_args(argv=None):
         p.error("--spec-toml is required (or --ceiling-only)")
     if args.steps < 1 or args.warmup < 1:
         p.error("--steps and --warmup must be >= 1 (the first step compiles)")
+    if args.extra_row_steps < 0 or args.extra_row_warmup < 0 or args.profile_steps < 0:
+        p.error("--extra-row-steps, --extra-row-warmup and --profile-steps must be >= 0")
+    if args.sdpa_backend and args.sdpa_backends:
+        p.error("give --sdpa-backends or --sdpa-backend, not both")
+    try:
+        args.backends = torch_rows.parse_backends(args.sdpa_backend or args.sdpa_backends
+                                                  or torch_rows.DEFAULT_SDPA_BACKENDS)
+    except ValueError as e:
+        p.error(f"--sdpa-backends: {e}")
     return args
 
 
@@ -681,8 +480,8 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             print("torch_baseline: error: torch sees no CUDA device", file=sys.stderr)
             return 1
-        out = {"gemm_ceiling_tflops": measure_gemm_ceiling(torch, torch.device("cuda")), "gemm_n": GEMM_N,
-               **device_info(torch)}
+        out = {"gemm_ceiling_tflops": torch_rows.measure_gemm_ceiling(torch, torch.device("cuda")), "gemm_n": GEMM_N,
+               **torch_rows.device_info(torch)}
         print(json.dumps(out), flush=True)
         return 0
     try:
@@ -697,13 +496,12 @@ def main(argv=None) -> int:
         return 1
     print(f"torch_baseline: {cfg.name}: {cfg.param_count:,} parameters, micro-batch {cfg.micro_batch} x "
           f"{cfg.seq_len} tokens, {cfg.grad_accum} micro-batch(es) per step, {cfg.precision}", file=sys.stderr)
-    try:
-        result = run_benchmark(args, cfg)
-    except RuntimeError as e:  # CUDA OOM, no flash kernel, compile failures surface as RuntimeError
-        print(f"torch_baseline: error: {cfg.name}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    result = run_benchmark(args, cfg)
     print(json.dumps(result), flush=True)
-    return 0
+    timed = [r for r in result["rows"] if r.get("step_ms_median")]
+    if not timed:
+        print(f"torch_baseline: error: {cfg.name}: no row could be timed", file=sys.stderr)
+    return 0 if timed else 1
 
 
 if __name__ == "__main__":
