@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""The table of bench/gemm_candidates from gemm_candidates' JSON lines (standard library only).
+
+For each candidate, each variant's GEMMs (ms, TFLOP/s) and their sum; then what the variant
+changes against the first one listed (today's): per layer for the MLP down projection (times the
+1.5B's 24 layers for a step), per step for the LM head; and the gradient memset's time.
+"""
+import json
+import sys
+
+LAYERS = {"1.5b": 24, "0.1b": 12, "small": 1}
+
+
+def main(path):
+    rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
+    if not rows:
+        print(f"gemm_table: no results in {path}", file=sys.stderr)
+        return 1
+    print("\n| candidate | shape | variant | GEMM | ms | TFLOP/s |")
+    print("|---|---|---|---|---:|---:|")
+    for r in rows:
+        rate = f"{r['tflops']:.0f}" if r["tflops"] else (f"{r['gbps']:.0f} GB/s" if r["gbps"] else "")
+        print(f"| {r['candidate']} | {r['shape']} | {r['variant']} | {r['gemm']} | {r['ms']:.3f} | {rate} |")
+    sums = {}
+    for r in rows:
+        sums.setdefault((r["candidate"], r["shape"]), {}).setdefault(r["variant"], 0.0)
+        sums[(r["candidate"], r["shape"])][r["variant"]] += r["ms"]
+    print("\n| candidate | shape | variant | ms (GEMMs summed) | per step | against the first variant |")
+    print("|---|---|---|---:|---:|---:|")
+    for (candidate, shape), variants in sums.items():
+        first = next(iter(variants.values()))
+        scale = LAYERS.get(shape, 1) if candidate == "dff_stride" else 1
+        for variant, ms in variants.items():
+            delta = (ms - first) * scale
+            print(f"| {candidate} | {shape} | {variant} | {ms:.3f} | {ms * scale:.2f} | {delta:+.2f} ms |")
+    print("\nper step: dff_stride × the shape's layers (each layer runs the three GEMMs once per micro-batch);"
+          " head_chunk and grad_memset once per micro-batch / step as measured")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else 2)
