@@ -13,6 +13,10 @@ import shutil
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_kit.d"))
+import kit_data  # noqa: E402  (the store of the trees' shared files)
+import kit_report  # noqa: E402  (the profile row, the bench row's report, the summary's sections)
+
 # The kit's trees: name, spec, what the run does with it (the build targets follow from it), and
 # whose token files it trains on ("" = its own). One table, read by both halves of the kit.
 TREES = [
@@ -176,7 +180,8 @@ def bench_tree_name(spec):
 
 
 def check_kit(kit):
-    """Fails naming the first file a run needs that the kit lacks, or a kit over its size."""
+    """Fails naming the first file a run needs that the kit lacks (on disk or in its store), a
+    link in a GPU kit (it would travel as a link), or a kit over its size."""
     doc = json.load(open(os.path.join(kit, "kit.json")))
     need = [os.path.join(kit, "run"), os.path.join(kit, "bin", "gcompile_cuda_tests")]
     for t in doc["trees"]:
@@ -191,7 +196,14 @@ def check_kit(kit):
         need += [os.path.join(tree, "CMakeLists.txt"), os.path.join(tree, "data", "train.bin")]
     if doc["mode"] == "gpu":
         need.append(os.path.join(kit, "bin", "attention_bench"))
-    missing = [p for p in need if not os.path.exists(p)]
+    try:
+        stored = kit_data.stored_paths(kit)
+    except (OSError, ValueError, KeyError) as e:
+        fail(f"the kit's store index: {e}")
+    for rel, src in stored.items():
+        if not os.path.isfile(src):
+            fail(f"the kit's store lacks {src} (for {rel})")
+    missing = [p for p in need if not os.path.exists(p) and os.path.relpath(p, kit) not in stored]
     if missing:
         fail(f"the kit lacks {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     for root, dirs, files in os.walk(os.path.join(kit, "trees")):
@@ -200,6 +212,10 @@ def check_kit(kit):
         for program in ("train", "parity"):
             if program in files and os.path.isfile(os.path.join(root, "CMakeLists.txt")):
                 fail(f"{root}/{program}: a binary of this machine in the kit; delete it")
+    if doc["mode"] == "gpu":
+        links = [os.path.join(r, f) for r, ds, fs in os.walk(kit) for f in fs + ds if os.path.islink(os.path.join(r, f))]
+        if links:
+            fail(f"{links[0]}: a link in a GPU kit (it travels as a link, not as the file)")
     size = sum(os.lstat(os.path.join(r, f)).st_size for r, _, fs in os.walk(kit) for f in fs)
     if size > KIT_LIMIT_BYTES:
         fail(f"the kit is {size / 2**20:.1f} MiB, over its {KIT_LIMIT_BYTES >> 20} MiB")
@@ -218,7 +234,8 @@ def command(kit, budget_s, timeout_s):
         f"carry: [\"{rel}\"]\n"
         f"timeout_s: {timeout_s}\n"
         f"# {len(cmd)} of {COMMAND_LIMIT} characters. The run stays within --budget-s ({budget_s} s) and writes\n"
-        "# $OUT/summary.md (the table), $OUT/summary.json and $OUT/results.tgz (every log and metrics.jsonl).\n"
+        "# $OUT/summary.md (the table, the bench per spec, the profiles), $OUT/summary.json and $OUT/results.tgz\n"
+        "# (every log, metrics.jsonl and profile JSON).\n"
         "# Rerun only the failed rows: add --only ROW[,ROW...] (row names as in summary.md's first column).\n")
     with open(os.path.join(kit, "command.txt"), "w") as f:
         f.write(text)
@@ -336,25 +353,22 @@ def repeat(path1, path2, steps):
 
 
 def bench_rows(rows_json):
-    """gpu_vs_torch's rows.json: tokens/s and MFU per implementation, the ratio, memory vs plan."""
-    try:
-        doc = json.load(open(rows_json))
-    except (OSError, json.JSONDecodeError) as e:
-        fail(f"no rows.json ({e.__class__.__name__})")
-    parts, complete = [], bool(doc.get("rows"))
-    for r in doc.get("rows", []):
-        tps = r.get("tokens_per_s")
-        complete = complete and bool(tps)
-        s = f"{r['spec']} {r['impl']}: " + (f"{tps:,.0f} tok/s" if tps else "no time")
-        if r.get("mfu_989"):
-            s += f", MFU {100 * r['mfu_989']:.1f}%"
-        if r.get("peak_bytes") and r.get("plan_bytes"):
-            s += f", peak {r['peak_bytes'] / 2**30:.2f} / plan {r['plan_bytes'] / 2**30:.2f} GiB"
-        if r.get("ratio"):
-            s += f", ours/torch {r['ratio']:.2f}"
-        parts.append(s)
-    detail = "; ".join(parts + [f"note: {n}" for n in doc.get("notes", [])]) or "no rows"
-    fail(detail) if not complete else print(detail)
+    """gpu_vs_torch's rows.json: per spec ours and every torch.compile row (by SDPA backend),
+    tokens/s, MFU, memory against plan, the ratio to the fastest torch row (kit_report)."""
+    ok, detail = kit_report.bench_detail(rows_json)
+    fail(detail) if not ok else print(detail)
+
+
+def profile(run_dir, log, keep=""):
+    """The profile row: RUN's profile.json (train --profile, copied to KEEP) and the table train
+    printed to LOG."""
+    path = kit_report.find_profile(run_dir)
+    if not path:
+        fail(f"train --profile wrote no profile.json in {run_dir}")
+    if keep:
+        shutil.copyfile(path, keep)
+    ok, detail = kit_report.profile_check(path, log)
+    fail(detail) if not ok else print(detail)
 
 
 def metrics_overhead(on_jsonl, off_jsonl, target="0.05"):
@@ -444,30 +458,42 @@ def projected_share(records, plain, step_ms):
 
 
 def attention_rows(ours, torch_jsonl):
+    """One detail line: each gcompile kernel's times and its speed against every SDPA backend that
+    ran (flash, cuDNN, efficient), naming the fastest; a backend that could not run is a note."""
     rows = read_jsonl(ours) + read_jsonl(torch_jsonl)
     if not rows:
         fail("no results")
-    t = {r["shape"]: r for r in rows if r.get("impl") == "torch_sdpa_flash"}
+    sdpa = {}  # shape -> {backend: fwd+bwd ms}
+    for r in rows:
+        if str(r.get("impl", "")).startswith("torch_sdpa_") and r.get("fwd_bwd_ms"):
+            sdpa.setdefault(r["shape"], {})[r["impl"][len("torch_sdpa_"):]] = r["fwd_bwd_ms"]
     parts = []
     for r in rows:
-        if r.get("impl") == "torch_sdpa_flash":
+        if str(r.get("impl", "")).startswith("torch_sdpa_") or not r.get("fwd_bwd_ms"):
             continue
-        ref = t.get(r["shape"])
-        ratio = f", {ref['fwd_bwd_ms'] / r['fwd_bwd_ms']:.2f}x SDPA" if ref else ""
+        t = sdpa.get(r["shape"], {})
+        best = min(t, key=t.get) if t else None
+        ratio = "".join(f", {t[b] / r['fwd_bwd_ms']:.2f}x {b}" for b in ("flash", "cudnn", "efficient") if b in t)
         impl = r.get("impl", "?").removeprefix("gcompile_")
-        parts.append(f"{r['shape']} {impl}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}")
-    fail("; ".join(parts) or "no gcompile rows") if not parts or not t else print("; ".join(parts))
+        parts.append(f"{r['shape']} {impl}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}"
+                     + (f" (fastest SDPA: {best})" if best else ""))
+    errors = [f"{r.get('shape')} {r.get('impl')}: {r['error']}" for r in rows if r.get("error")]
+    detail = "; ".join(parts + [f"note: {e}" for e in errors])
+    fail(detail or "no gcompile rows") if not parts or not sdpa else print(detail)
 
 
 # ---------------------------------------------------------------------------------------------
 # The summary: $OUT/summary.md and summary.json, rewritten after every row.
 # ---------------------------------------------------------------------------------------------
-def summary(rows_tsv, out_dir, facts_json):
+def summary(rows_tsv, out_dir, facts_json, results=""):
+    """summary.md (the facts, the rows' table, then the bench per spec, the profile tables) and
+    summary.json, from the rows so far and what RESULTS holds (kit_report.sections)."""
     rows = []
     try:
-        for line in open(rows_tsv):
-            name, result, secs, detail = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
-            rows.append({"row": name, "result": result, "seconds": secs, "detail": detail})
+        with open(rows_tsv) as f:
+            for line in f:
+                name, result, secs, detail = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
+                rows.append({"row": name, "result": result, "seconds": secs, "detail": detail})
     except OSError:
         pass
     try:
@@ -480,10 +506,11 @@ def summary(rows_tsv, out_dir, facts_json):
     lines += [f"- rows: {counts['PASS']} PASS, {counts['FAIL']} FAIL, {counts['SKIP']} SKIP", "",
               "| row | result | s | detail |", "|---|---|---:|---|"]
     lines += [f"| {r['row']} | {r['result']} | {r['seconds']} | {r['detail'].replace('|', '/')} |" for r in rows]
+    more_md, more_json = kit_report.sections(results) if results else ([], {})
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(lines + more_md) + "\n")
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump({"facts": facts, "rows": rows, "counts": counts}, f, indent=1)
+        json.dump({"facts": facts, "rows": rows, "counts": counts, **more_json}, f, indent=1)
 
 
 def facts(path, *pairs):
@@ -504,8 +531,10 @@ COMMANDS = {
     "reference": reference, "manifest": manifest, "kit-value": kit_value, "check-kit": check_kit,
     "command": command, "gtest": gtest, "parity": parity, "curve": curve, "final-loss": final_loss,
     "repeat": repeat, "bench-rows": bench_rows, "attention-rows": attention_rows, "summary": summary,
-    "metrics-overhead": metrics_overhead,
-    "facts": facts,
+    "metrics-overhead": metrics_overhead, "profile": profile, "facts": facts,
+    "store": kit_data.store, "sizes": kit_data.sizes,
+    "materialize": lambda *a: sys.exit(kit_data.materialize(*a)),
+    "unmaterialize": lambda *a: sys.exit(kit_data.unmaterialize(*a)),
 }
 
 if __name__ == "__main__":

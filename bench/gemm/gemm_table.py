@@ -38,5 +38,29 @@ def main(path):
     return 0
 
 
+def detail(path):
+    """One line for the GPU kit's summary: each candidate's variants (GEMMs summed) and the change
+    per step against the first variant."""
+    rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
+    if not rows:
+        print(f"no results in {path}")
+        return 1
+    sums = {}
+    for r in rows:
+        sums.setdefault((r["candidate"], r["shape"]), {}).setdefault(r["variant"], 0.0)
+        sums[(r["candidate"], r["shape"])][r["variant"]] += r["ms"]
+    parts = []
+    for (candidate, shape), variants in sums.items():
+        first = next(iter(variants.values()))
+        scale = LAYERS.get(shape, 1) if candidate == "dff_stride" else 1
+        text = ", ".join(f"{v} {ms:.2f} ms" + (f" ({(ms - first) * scale:+.1f} ms/step)" if i > 0 else "")
+                         for i, (v, ms) in enumerate(variants.items()))
+        parts.append(f"{candidate} {shape}: {text}")
+    print("; ".join(parts))
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--detail":
+        sys.exit(detail(sys.argv[2]))
     sys.exit(main(sys.argv[1]) if len(sys.argv) == 2 else 2)

@@ -103,20 +103,33 @@ if [ "$mode" = gpu ]; then
   note "compiling bench/attention/attention_bench.cu for sm_90a"
   step "nvcc attention_bench.cu" nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -Xcudafe --diag_suppress=20012 -I templates -I . bench/attention/attention_bench.cu -o "$kit/bin/attention_bench"
+  note "compiling bench/gemm/gemm_candidates.cu for sm_90a"
+  step "nvcc gemm_candidates.cu" nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+    -Xcudafe --diag_suppress=20012 -I templates -I . bench/gemm/gemm_candidates.cu -lcublasLt -o "$kit/bin/gemm_candidates"
+  strip "$kit/bin/gemm_candidates" 2>> "$log" || true
 else
   # An emulated kit runs where it was prepared: links to the build, not copies.
   step "linking $tests_bin" ln -s "$(realpath "$tests_bin")" "$kit/bin/gcompile_cuda_tests"
   step "linking the emulator" ln -s "$(realpath "$build/tests/libgcompile_cuda_emulator.a")" "$kit/bin/"
 fi
 
+# Each token file, and each file several trees share, once: KIT/store/<sha256> and its index; a
+# GPU kit's run links them back into the trees (an emulated kit links them now). `py sizes KIT`
+# says what takes the space.
+stored=$(py store "$kit" "$mode") || die "storing the trees' shared files: $stored"
+note "store: $stored"
+py sizes "$kit" >> "$log" 2>&1
+
 # The run script and the one command to make on the GPU machine.
 cat > "$kit/run" << 'EOF'
 #!/usr/bin/env bash
 # The GPU kit's run (scripts/gpu_kit run --kit THIS_FOLDER): see scripts/gpu_kit --help.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$here
-while [ "$root" != / ] && [ ! -f "$root/scripts/gpu_kit" ]; do root=$(dirname "$root"); done
-[ -f "$root/scripts/gpu_kit" ] || { echo "gpu-kit/run: no scripts/gpu_kit above $here" >&2; exit 2; }
+for root in "$here" "$PWD"; do  # the repository above the kit, else the one we are in
+  while [ "$root" != / ] && [ ! -f "$root/scripts/gpu_kit" ]; do root=$(dirname "$root"); done
+  [ ! -f "$root/scripts/gpu_kit" ] || break
+done
+[ -f "$root/scripts/gpu_kit" ] || { echo "gpu-kit/run: no scripts/gpu_kit above $here or $PWD" >&2; exit 2; }
 exec bash "$root/scripts/gpu_kit" run --kit "$here" "$@"
 EOF
 chmod +x "$kit/run"

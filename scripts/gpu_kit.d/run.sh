@@ -42,13 +42,17 @@ FACTS=$work/facts.json
 : > "$ROWS"
 bg_pids=()
 need=()  # "TREE:TARGET": the binaries this run builds (into the trees: a tree's CMake puts them there)
-cleanup() {  # the kit leaves as it came: no build directory, no binary of this machine in it
+cleanup() {  # the kit leaves as it came: no build directory, no binary of this machine, no store link
   local p n
   for p in "${bg_pids[@]}"; do kill "$p" 2> /dev/null; done
   for n in "${need[@]}"; do rm -f "$trees/${n%%:*}/${n##*:}"; done
+  py unmaterialize "$kit" "$work/stored_paths.txt"
   rm -rf "$work"
 }
 trap cleanup EXIT
+# The files the trees share travel once, in KIT/store (scripts/gpu_kit.d/kit_data.py): their paths
+# in the trees come back now, as hard links, before anything reads a tree.
+stored=$(py materialize "$kit" "$work/stored_paths.txt") || die "$kit/store: $stored"
 
 # ---------------------------------------------------------------------------------------------
 # Rows, the budget, capped steps.
@@ -56,7 +60,7 @@ trap cleanup EXIT
 failed=0
 wanted() { [ -z "$only" ] || [[ $only == *",$1,"* ]]; }
 publish() {  # the summary and the logs, now (a run cut short keeps what it has)
-  py summary "$ROWS" "$out_dir" "$FACTS"
+  py summary "$ROWS" "$out_dir" "$FACTS" "$logs"
   tar -czf "$out_dir/results.tgz.part" -C "$work" results 2> /dev/null && mv "$out_dir/results.tgz.part" "$out_dir/results.tgz"
 }
 row() {  # NAME RESULT DETAIL [SECONDS]
@@ -118,7 +122,7 @@ done
 py facts "$FACTS" "gpu=$gpu" "date=$(date '+%Y-%m-%d %H:%M:%S %Z')" "kit=$kit ($mode, $(py kit-value "$kit" git_commit))" \
   "nvcc=$(version_of nvcc --version)" "cmake=$(version_of cmake --version)" "g++=$(version_of g++ --version)" \
   "python3=$(version_of python3 --version)" "torch=$torch_v (CUDA $torch_cuda)" "triton=$triton_v" \
-  "compute-sanitizer=${sanitizer:-not found}" "budget_s=$budget_s" "cuda_arch=${arch:-emulated}"
+  "compute-sanitizer=${sanitizer:-not found}" "budget_s=$budget_s" "cuda_arch=${arch:-emulated}" "store=$stored"
 if wanted env; then
   { nvidia-smi 2>&1 || true; nvcc --version 2>&1 || true; cmake --version 2>&1 || true; } > "$logs/env.log"
   row env PASS "$gpu; nvcc $(version_of nvcc --version); cmake $(version_of cmake --version); torch $torch_v; triton $triton_v" 0
@@ -135,7 +139,7 @@ done
 # ---------------------------------------------------------------------------------------------
 add_need() { local n; for n in "${need[@]}"; do [ "$n" != "$1" ] || return 0; done; need+=("$1"); }
 for t in "${PARITY_TREES[@]}"; do wanted "$t" && add_need "$t:parity"; done
-{ wanted train_fp32 || wanted repeat || wanted memcheck; } && add_need tiny:train
+{ wanted train_fp32 || wanted repeat || wanted memcheck || wanted profile; } && add_need tiny:train
 wanted train_bf16 && add_need tiny_bf16:train
 wanted moe_train && add_need moe_tiny:train
 metrics_tree=metrics_0.1b
@@ -292,6 +296,29 @@ wanted moe_train && TOL=$TOL_CURVE train_row moe_train moe_tiny moe_tiny moe_tin
   "$kit/reference/moe_tiny_cpu.json"
 
 # ---------------------------------------------------------------------------------------------
+# profile: train --profile on tiny (fp32): 2 warm-up steps, 3 profiled, the time of a step by
+# category (profile.json, "gcompile-profile-1") and the table train prints
+# ---------------------------------------------------------------------------------------------
+if wanted profile; then
+  limit=$(cap "$long")
+  help=$(! built tiny train || "$trees/tiny/train" --help 2>&1)
+  if ! built tiny train; then row profile SKIP "tiny/train not built"
+  elif ! grep -q -- '--profile' <<< "$help"; then row profile SKIP "tiny/train has no --profile (a tree of before it)"
+  elif [ "$limit" -le 0 ]; then row profile SKIP "out of time"
+  else
+    mkdir -p "$logs/runs"
+    timed "$limit" "$logs/profile.log" "$trees/tiny/train" --device cuda --profile 3 --no-metrics --no-checkpoint \
+      --out "$work/runs/profile" --train-data "$trees/tiny/data/train.bin" --val-data "$trees/tiny/data/val.bin"
+    rc=$?
+    detail=$(py profile "$work/runs/profile" "$logs/profile.log" "$logs/runs/profile.json")  # kept in the results
+    verdict=$?
+    if [ "$rc" -ne 0 ]; then row profile FAIL "$(why "$rc" "$logs/profile.log")" "$took"
+    elif [ "$verdict" -eq 0 ]; then row profile PASS "$detail" "$took"
+    else row profile FAIL "$detail" "$took"; fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
 # metrics_overhead: the default [metrics] (reduced on the GPU) against --no-metrics, same tree
 # ---------------------------------------------------------------------------------------------
 if wanted metrics_overhead; then
@@ -321,11 +348,11 @@ if wanted metrics_overhead; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# bench: gcompile against torch.compile + SDPA on the 0.1B and 1.5B specs (emulated: a smoke run
-# of the bench's plumbing on the tiny bench tree, gcompile only)
+# bench: gcompile against torch.compile + SDPA (a row per backend) on the 0.1B and 1.5B specs, and
+# their profiles (emulated: a smoke run of the bench's plumbing on the tiny bench tree, gcompile only)
 # ---------------------------------------------------------------------------------------------
 if wanted bench; then
-  limit=$(cap 200)
+  limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")  # three SDPA backends' torch.compile runs per spec
   mapfile -t base_specs < <(py bench-specs "$kit")  # bench/gpu_vs_torch names each tree after its spec
   bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
   if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
@@ -365,6 +392,30 @@ if wanted attention; then
     if detail=$(py attention-rows "$logs/attention_ours.jsonl" "$logs/attention_torch.jsonl") && [ "$rc" -eq 0 ]; then
       row attention PASS "$detail" "$took"
     else row attention FAIL "$detail ($(why "$rc" "$logs/attention.log"))" "$took"; fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# gemm: issue 37's GEMM-level candidates (bench/gemm_candidates: the down projection's d_ff
+# stride, the LM head's chunk rows, the gradient memset) with the backend's cuBLASLt calls
+# ---------------------------------------------------------------------------------------------
+if wanted gemm; then
+  limit=$(cap 60)
+  if [ "$emulate" = 1 ]; then row gemm SKIP "needs a GPU (1.5B shapes; CI runs it emulated: Bench.GemmCandidatesEmulated)"
+  elif [ "$limit" -le 0 ]; then row gemm SKIP "out of time"
+  else
+    bin=$kit/bin/gemm_candidates
+    if [ "$arch" != 90a ]; then
+      timed "$(cap 45)" "$logs/gemm.log" nvcc -std=c++17 -O3 -arch=sm_$arch --expt-relaxed-constexpr \
+        -Xcudafe --diag_suppress=20012 -I templates -I . bench/gemm/gemm_candidates.cu -lcublasLt -o "$work/gemm_candidates"
+      bin=$work/gemm_candidates
+    fi
+    timed "$(cap 60)" "$logs/gemm.log" bash -c "GC_BLASLT_CACHE=off '$bin' --iters 10 --warmup 2 > '$logs/gemm.jsonl'"
+    rc=$?
+    python3 bench/gemm/gemm_table.py "$logs/gemm.jsonl" > "$logs/gemm_table.md" 2>> "$logs/gemm.log"
+    if detail=$(python3 bench/gemm/gemm_table.py --detail "$logs/gemm.jsonl") && [ "$rc" -eq 0 ]; then
+      row gemm PASS "$detail" "$took"
+    else row gemm FAIL "$detail ($(why "$rc" "$logs/gemm.log"))" "$took"; fi
   fi
 fi
 

@@ -191,22 +191,6 @@ class BasicModel {
   const AttentionDims& attention_dims() const { return dims_; }
   const Buffer<Act>& final_hidden() const { return h_final_; }
 
-  // Calls f(buffer) on every buffer the forward pass fills (what the metrics
-  // read), in a fixed order, so a GPU model's activations can be copied into a
-  // host model buffer by buffer (engine/cuda_engine.cu). Empty buffers are visited too.
-  template <typename F>
-  void visit_forward_buffers(F&& f) {
-    for (auto* buf : {&e_, &e_norm_, &h_final_, &f_, &logits_}) f(*buf);
-    for (auto* buf : {&rstd_e_, &rstd_f_, &losses_, &p_target_}) f(*buf);
-    for (Layer& L : layers_) {
-      for (auto* buf : {&L.x, &L.a, &L.q, &L.k, &L.v, &L.qn, &L.kn, &L.qr, &L.kr, &L.o, &L.z, &L.og, &L.proj, &L.pn,
-                        &L.h2, &L.b, &L.uw, &L.s, &L.m, &L.mn}) {
-        f(*buf);
-      }
-      for (auto* buf : {&L.rstd_a, &L.rstd_q, &L.rstd_k, &L.lse, &L.rstd_p, &L.rstd_b, &L.rstd_m}) f(*buf);
-    }
-  }
-
  private:
   void forward_layer(int l, const Act* h_in, Act* h_out);
   void backward_layer(int l, Act* dh, double loss_scale);  // dh: in = dL/dh_out, out = dL/dh_in

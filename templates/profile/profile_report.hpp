@@ -46,6 +46,13 @@ inline std::vector<OpRow> op_rows(const Recorder& r) {
   return rows;
 }
 
+// Timed ops a step (each is one or a few kernel launches: a launch-count proxy).
+inline double ops_per_step(const std::vector<OpRow>& rows) {
+  double calls = 0.0;
+  for (const OpRow& row : rows) calls += row.calls;
+  return calls;
+}
+
 // Milliseconds per step of each category, and the ops' sum.
 inline std::vector<double> category_ms(const std::vector<OpRow>& rows, double* ops_ms) {
   std::vector<double> ms(kCategories, 0.0);
@@ -96,6 +103,7 @@ inline nlohmann::json profile_json(const Recorder& r, const ReportInfo& info) {
           {"tokens_per_step", info.tokens_per_step},
           {"step_ms", step_ms},
           {"ops_ms", ops_ms},
+          {"ops_per_step", ops_per_step(rows)},
           {"idle_ms", idle},
           {"tokens_per_s", step_ms > 0 ? info.tokens_per_step / (step_ms * 1e-3) : 0.0},
           {"ceiling_tflops", rate(info.ceiling_tflops)},
@@ -133,8 +141,9 @@ inline std::string profile_table(const Recorder& r, const ReportInfo& info) {
   const auto pct = [&](double ms) { return step_ms > 0 ? 100.0 * ms / step_ms : 0.0; };
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "step profile: %s, %d steps after %d warm-up, %s; %.3f ms a step, %.0f tokens/s\n",
-                info.device.c_str(), r.steps(), info.warmup_steps, r.clock_name(), step_ms,
+  std::snprintf(line, sizeof line,
+                "step profile: %s, %d steps after %d warm-up, %s; %.3f ms a step, %.0f timed ops a step, %.0f tokens/s\n",
+                info.device.c_str(), r.steps(), info.warmup_steps, r.clock_name(), step_ms, ops_per_step(rows),
                 step_ms > 0 ? info.tokens_per_step / (step_ms * 1e-3) : 0.0);
   out += line;
   std::snprintf(line, sizeof line, "%-15s %-34s %-8s %9s %10s %7s  %s\n", "category", "op", "pass", "calls", "ms/step",

@@ -93,6 +93,7 @@ TEST(StepProfile, TimesEachOpOfAStepAndCallsTheRestIdle) {
   EXPECT_EQ(j["schema"], "gcompile-profile-1");
   EXPECT_EQ(j["profiled_steps"], 3);
   EXPECT_NEAR(j["idle_ms"].get<double>(), 0.25, 1e-12);
+  EXPECT_DOUBLE_EQ(j["ops_per_step"].get<double>(), 2.0);
   double total = 0.0;
   for (const auto& [name, c] : j["categories"].items()) total += c["ms_per_step"].get<double>();
   EXPECT_NEAR(total, j["step_ms"].get<double>(), 1e-12);  // categories and idle cover the step

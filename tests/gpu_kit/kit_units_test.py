@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""The GPU kit's Python parts without a build or a GPU (ctest GpuKit.Units): the store of the
+trees' shared files (scripts/gpu_kit.d/kit_data.py), the profile row's checker and the bench
+row's report (kit_report.py), and summary.md's sections, on synthetic files.
+
+    python3 tests/gpu_kit/kit_units_test.py
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gpu_kit  # noqa: E402
+import kit_data  # noqa: E402  (gpu_kit puts scripts/gpu_kit.d on the path)
+import kit_report  # noqa: E402
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def fake_kit(root):
+    """Two trees on the same tokens, a shared source, a tree's own file and a third tree's tokens."""
+    tokens, other = os.urandom(50000), os.urandom(3000)
+    shared = "// the same runtime source in every tree\n" * 100
+    for t in ("tiny", "moe_tiny"):
+        write(f"{root}/trees/{t}/data/train.bin", tokens)
+        write(f"{root}/trees/{t}/data/val.bin", tokens[:5000])
+        write(f"{root}/trees/{t}/runtime/shared.hpp", shared)
+        write(f"{root}/trees/{t}/CMakeLists.txt", f"project({t})\n")
+        write(f"{root}/trees/{t}/small.hpp", "#pragma once\n")  # shared but small: stays
+    write(f"{root}/trees/bench_x/data/train.bin", other)  # a token file of its own: stored too
+    return tokens
+
+
+class Store(unittest.TestCase):
+    def test_gpu_kit_travels_without_duplicates_or_links_and_the_run_links_them_back(self):
+        with tempfile.TemporaryDirectory() as kit:
+            tokens = fake_kit(kit)
+            before = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(kit) for f in fs)
+            kit_data.store(kit, "gpu")
+            after = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(kit) for f in fs)
+            self.assertLess(after, before - len(tokens) + 2000)
+            self.assertFalse(os.path.exists(f"{kit}/trees/tiny/data/train.bin"))
+            self.assertFalse(os.path.exists(f"{kit}/trees/bench_x/data/train.bin"))
+            self.assertTrue(os.path.exists(f"{kit}/trees/tiny/small.hpp"))
+            self.assertTrue(os.path.exists(f"{kit}/trees/tiny/CMakeLists.txt"))
+            links = [f for r, ds, fs in os.walk(kit) for f in fs + ds if os.path.islink(os.path.join(r, f))]
+            self.assertEqual(links, [])
+            stored = kit_data.stored_paths(kit)
+            self.assertIn("trees/moe_tiny/runtime/shared.hpp", stored)
+            self.assertEqual(len(os.listdir(f"{kit}/store")), 5)  # train, val, shared, bench tokens, index
+
+            created = os.path.join(kit, "..", os.path.basename(kit) + ".created")
+            self.assertEqual(kit_data.materialize(kit, created), 0)
+            with open(f"{kit}/trees/moe_tiny/data/train.bin", "rb") as f:
+                self.assertEqual(f.read(), tokens)
+            a, b = os.stat(f"{kit}/trees/tiny/data/train.bin"), os.stat(f"{kit}/trees/moe_tiny/data/train.bin")
+            self.assertEqual((a.st_ino, a.st_dev), (b.st_ino, b.st_dev))  # hard links, no copies
+            self.assertEqual(kit_data.materialize(kit, ""), 0)  # a second run finds them there
+            kit_data.unmaterialize(kit, created)
+            os.remove(created)
+            self.assertFalse(os.path.exists(f"{kit}/trees/tiny/data/train.bin"))
+            self.assertTrue(os.path.exists(f"{kit}/trees/tiny/small.hpp"))
+
+            sha = next(s for s, e in kit_data.load_index(kit).items() if "trees/bench_x/data/train.bin" in e["paths"])
+            write(f"{kit}/store/{sha}", b"x" * 3000)  # damaged in transit: same size, other bytes
+            self.assertEqual(kit_data.materialize(kit, ""), 1)
+
+    def test_emulated_kit_links_at_once(self):
+        with tempfile.TemporaryDirectory() as kit:
+            tokens = fake_kit(kit)
+            kit_data.store(kit, "emulated")
+            self.assertTrue(os.path.islink(f"{kit}/trees/tiny/data/train.bin"))
+            with open(f"{kit}/trees/moe_tiny/data/train.bin", "rb") as f:
+                self.assertEqual(f.read(), tokens)
+            self.assertFalse(os.path.isabs(os.readlink(f"{kit}/trees/tiny/data/train.bin")))
+            self.assertEqual(kit_data.materialize(kit, ""), 0)
+            self.assertEqual(kit_data.sizes(kit), 0)
+
+
+CATS = {"attention": 3.0, "gemm.qkv": 1.0, "gemm.mlp_in": 2.0, "lm_head_ce": 2.5, "norm": 0.4, "optimizer": 0.6}
+
+
+def profile_doc(step=10.0, idle=0.5, cats=None, **extra):
+    cats = dict(CATS if cats is None else cats)
+    doc = {"schema": "gcompile-profile-1", "implementation": "gcompile", "step_ms": step,
+           "ops_ms": sum(cats.values()), "idle_ms": idle,
+           "categories": {k: {"ms_per_step": v, "share": v / step if step else 0.0} for k, v in cats.items()}, "ops": []}
+    doc.update(extra)
+    return doc
+
+
+TABLE = "category      ms/step  share\nattention     3.000    30%\nlm_head_ce    2.500    25%\ngemm.mlp_in   2.000    20%\n" \
+        "gemm.qkv      1.000    10%\n"
+
+
+class Profile(unittest.TestCase):
+    def check(self, doc, log_text=TABLE):
+        with tempfile.TemporaryDirectory() as d:
+            write(f"{d}/run/profile.json", doc if isinstance(doc, str) else json.dumps(doc))
+            write(f"{d}/train.log", "$ train --profile 3 attention lm_head_ce\n" + log_text)
+            return kit_report.profile_check(kit_report.find_profile(f"{d}/run"), f"{d}/train.log")
+
+    def test_good_profile_passes(self):
+        ok, detail = self.check(profile_doc())
+        self.assertTrue(ok, detail)
+        self.assertIn("attention 30%", detail)
+
+    def test_idle_as_a_category_counts_once(self):
+        doc = profile_doc()
+        doc["categories"]["idle"] = {"ms_per_step": 0.5, "share": 0.05}
+        self.assertTrue(self.check(doc)[0])
+
+    def test_failures_name_the_problem(self):
+        cases = [
+            (profile_doc(step=12.0), "off step_ms"),
+            (profile_doc(step=0.0), "step_ms"),
+            (profile_doc(cats=dict(CATS, bogus=0.0)), "not in the schema"),
+            (profile_doc(schema="other"), "schema"),
+            ("{not json", "does not parse"),
+        ]
+        for doc, words in cases:
+            ok, detail = self.check(doc)
+            self.assertFalse(ok, detail)
+            self.assertIn(words, detail)
+        ok, detail = self.check(profile_doc(), log_text="loss 3.2 grad_norm 1.0\n")  # no table
+        self.assertFalse(ok)
+        self.assertIn("the printed table lacks attention", detail)
+
+    def test_no_profile_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(kit_report.find_profile(f"{d}/missing"), "")
+
+
+NEW_ROWS = {"rows": [
+    {"spec": "dense_0.1b", "impl": "gcompile", "tokens_per_s": 400000.0, "mfu_989": 0.31, "peak_bytes": 2 << 30,
+     "plan_bytes": 2 << 30, "torch_rows": [
+         {"sdpa_backend": {"requested": "auto", "used": "cudnn"}, "tokens_per_s": 330000.0},
+         {"sdpa_backend_requested": "flash", "sdpa_backend_used": "flash", "tokens_per_s": 300000.0},
+         {"sdpa_backend_requested": "cudnn", "sdpa_backend_used": "cudnn", "tokens_per_s": 340000.0}],
+     "sdpa_backend_auto_picked": "cudnn", "fastest_torch": "cudnn", "ratio_vs_fastest": 400000 / 340000},
+    {"spec": "dense_0.1b", "impl": "torch", "tokens_per_s": 340000.0}]}
+# bench/gpu_vs_torch_table.py's form: the per-spec fields under "specs", torch rows also in "rows".
+SPECS_ROWS = {"rows": [
+    {"spec": "dense_1.5b", "impl": "gcompile", "tokens_per_s": 60000.0, "mfu_989": 0.45},
+    {"spec": "dense_1.5b", "impl": "torch", "sdpa": "auto=flash", "sdpa_backend": "auto", "tokens_per_s": 50000.0}],
+    "specs": {"dense_1.5b": {"torch_rows": [
+        {"sdpa_backend": "auto", "sdpa_backend_used": "flash", "label": "auto=flash", "tokens_per_s": 50000.0,
+         "mfu_989": 0.37},
+        {"sdpa_backend": "flash", "sdpa_backend_used": "flash", "label": "flash", "tokens_per_s": 49000.0},
+        {"sdpa_backend": "cudnn", "sdpa_backend_used": None, "label": "cudnn", "tokens_per_s": None,
+         "error": "cuDNN attention unavailable"}],
+        "sdpa_backend_auto_picked": "flash", "fastest_torch": "auto", "fastest_torch_label": "auto=flash",
+        "ratio_vs_fastest": 1.2, "profile_compare": "dense_1.5b/profile_compare.md"}},
+    "notes": ["dense_1.5b: torch cudnn: cuDNN attention unavailable"]}
+OLD_ROWS = {"rows": [{"spec": "dense_1.5b", "impl": "gcompile", "tokens_per_s": 50000.0, "mfu_989": 0.4, "ratio": 1.1},
+                     {"spec": "dense_1.5b", "impl": "torch", "tokens_per_s": 45000.0}], "notes": ["a note"]}
+
+
+class Bench(unittest.TestCase):
+    def detail(self, doc):
+        with tempfile.TemporaryDirectory() as d:
+            write(f"{d}/rows.json", json.dumps(doc))
+            return kit_report.bench_detail(f"{d}/rows.json")
+
+    def test_backends_and_the_fastest(self):
+        ok, detail = self.detail(NEW_ROWS)
+        self.assertTrue(ok, detail)
+        for words in ("ours 400,000 tok/s", "MFU 31.0%", "auto->cudnn 330,000", "flash 300,000", "cudnn 340,000",
+                      "auto picked cudnn", "ours / fastest torch (cudnn) 1.18"):
+            self.assertIn(words, detail)
+
+    def test_computed_when_the_fields_are_absent(self):
+        doc = json.loads(json.dumps(NEW_ROWS))
+        for k in ("sdpa_backend_auto_picked", "fastest_torch", "ratio_vs_fastest"):
+            del doc["rows"][0][k]
+        ok, detail = self.detail(doc)
+        self.assertTrue(ok, detail)
+        self.assertIn("auto picked cudnn", detail)
+        self.assertIn("fastest torch (cudnn) 1.18", detail)
+
+    def test_per_spec_fields_under_specs(self):
+        ok, detail = self.detail(SPECS_ROWS)
+        self.assertTrue(ok, detail)  # cudnn did not run: listed, not failed
+        for words in ("ours 60,000 tok/s, MFU 45.0%", "auto->flash 50,000 (MFU 37.0%)", "cudnn no time",
+                      "auto picked flash", "ours / fastest torch (auto=flash) 1.20", "note: dense_1.5b: torch cudnn"):
+            self.assertIn(words, detail)
+
+    def test_older_rows_json(self):
+        ok, detail = self.detail(OLD_ROWS)
+        self.assertTrue(ok, detail)
+        self.assertIn("torch default 45,000 tok/s", detail)
+        self.assertIn("ours / fastest torch (default) 1.11", detail)
+        self.assertIn("note: a note", detail)
+
+    def test_gcompile_only_and_failures(self):
+        self.assertTrue(self.detail({"rows": [{"spec": "t", "impl": "gcompile", "tokens_per_s": 10.0}]})[0])
+        self.assertFalse(self.detail({"rows": [{"spec": "t", "impl": "gcompile", "tokens_per_s": None}]})[0])
+        doc = json.loads(json.dumps(NEW_ROWS))
+        for r in doc["rows"][0]["torch_rows"]:
+            r["tokens_per_s"] = None
+        doc["rows"] = doc["rows"][:1]
+        self.assertFalse(self.detail(doc)[0])
+        doc["rows"][0]["torch_rows"][1]["tokens_per_s"] = 1.0  # one backend timed: the others listed
+        self.assertTrue(self.detail(doc)[0])
+        self.assertFalse(self.detail({"rows": []})[0])
+        with tempfile.TemporaryDirectory() as d:
+            self.assertFalse(kit_report.bench_detail(f"{d}/rows.json")[0])
+
+
+class Summary(unittest.TestCase):
+    def test_sections_after_the_table(self):
+        with tempfile.TemporaryDirectory() as d:
+            res, out = f"{d}/results", f"{d}/out"
+            os.makedirs(out)
+            write(f"{res}/bench/rows.json", json.dumps(NEW_ROWS))
+            write(f"{res}/bench/dense_0.1b/profile_compare.md", "# compare\n\n| category | ours ms | torch ms |\n"
+                  "|---|---:|---:|\n| attention | 1.0 | 1.2 |\n")
+            write(f"{res}/bench/dense_0.1b/profile_ours.json", json.dumps(profile_doc()))
+            write(f"{res}/runs/profile.json", json.dumps(profile_doc()))
+            write(f"{d}/rows.tsv", "env\tPASS\t0\tfacts\nbench\tPASS\t100\tdetail\nprofile\tFAIL\t3\tx\n")
+            gpu_kit.summary(f"{d}/rows.tsv", out, f"{d}/missing.json", res)
+            md = read(f"{out}/summary.md")
+            self.assertIn("| dense_0.1b | torch.compile | cudnn (cudnn) (fastest) | 340,000 |", md)
+            self.assertIn("\n### compare\n", md)
+            self.assertIn("| attention | 1.0 | 1.2 |", md)
+            self.assertIn("tiny fp32, step 10.000 ms", md)
+            # The kit's test counts rows by these patterns: the sections add none.
+            self.assertEqual(len(re.findall(r"^\| [a-z0-9_]+ \| (PASS|FAIL|SKIP) \|", md, re.M)), 3)
+            js = json.loads(read(f"{out}/summary.json"))
+            self.assertEqual(js["bench"][0]["fastest"]["backend"], "cudnn")
+            self.assertIn("dense_0.1b", js["profile_compare"])
+            self.assertEqual(js["profile_files"], ["bench/dense_0.1b/profile_ours.json"])
+            gpu_kit.summary(f"{d}/rows.tsv", out, f"{d}/missing.json", f"{d}/none")  # nothing there: the table alone
+            self.assertNotIn("## bench", read(f"{out}/summary.md"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
