@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -51,6 +52,7 @@
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/error.hpp"
 #include "engine/engine.hpp"
+#include "engine/layer_stack.hpp"
 #include "train/zero.hpp"
 
 namespace gcm {
@@ -466,28 +468,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
 
 #ifdef GC_HAVE_NCCL
-  // Buckets follow the layer stack when each layer's tensors are one run of the flat
-  // array and the layers follow each other (plan.hpp's order); otherwise everything is reduced
-  // after the backward pass.
+  // Buckets follow the layer stack (engine/layer_stack.hpp) where the layout allows; otherwise
+  // everything is reduced after the backward pass.
   void plan_buckets() {
-    std::vector<std::int64_t> begin(kLayers, -1), end(kLayers, -1);
-    for (int i = 0; i < kNumParams; ++i) {
-      const int l = kParams[i].layer;
-      if (l < 0) continue;
-      if (begin[std::size_t(l)] < 0) begin[std::size_t(l)] = kOffsets.at[i];
-      end[std::size_t(l)] = kOffsets.at[i + 1];
-    }
-    // Tensors outside the stack lie before or after it; adjacent layer ranges rule out
-    // interleaved layers.
-    for (int i = 0; i < kNumParams; ++i) {
-      const bool outside = kOffsets.at[i + 1] <= begin.front() || kOffsets.at[i] >= end.back();
-      if (kParams[i].layer < 0 && !outside) return;
-    }
-    for (int l = 0; l + 1 < kLayers; ++l) {
-      if (end[std::size_t(l)] != begin[std::size_t(l + 1)]) return;
-    }
-    layer_begin_ = begin;
-    stack_end_ = reduced_from_ = end.back();
+    const std::optional<LayerStack> stack = contiguous_layer_stack();
+    if (!stack) return;
+    layer_begin_ = stack->begin;
+    stack_end_ = reduced_from_ = stack->end;
     GC_CUDA_CHECK(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
     GC_CUDA_CHECK(cudaEventCreateWithFlags(&backward_queued_, cudaEventDisableTiming));
     GC_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
