@@ -59,7 +59,15 @@ Comm::Comm() {
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
   handle_ = int(MPI_Comm_c2f(MPI_COMM_WORLD));
-  local_rank_ = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("SLURM_LOCALID", env_int("MPI_LOCALRANKID", 0)));
+  MPI_Comm node;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  check(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(node, &local_size_), "MPI_Comm_size");
+  node_handle_ = int(MPI_Comm_c2f(node));
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  check(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
+  host_.assign(name, std::size_t(length));
 #else
   if (launched > 1) {
     throw RuntimeError("train", "launched as one of " + std::to_string(launched) +
@@ -188,6 +196,37 @@ int mpi_count(std::int64_t n, const char* what) {
 
 }  // namespace
 #endif
+
+Comm Comm::node() const {
+  Comm sub = *this;
+#ifdef GC_HAVE_MPI
+  if (mpi_ && node_handle_ != 0) {
+    sub.handle_ = node_handle_;
+    sub.rank_ = local_rank_;
+    sub.size_ = local_size_;
+  }
+#endif
+  return sub;
+}
+
+std::vector<std::string> Comm::allgather(const std::string& mine) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1) {
+    const int n = mpi_count(std::int64_t(mine.size()), "Comm::allgather(string)");
+    std::vector<int> lengths(std::size_t(size_), 0);
+    check(MPI_Allgather(&n, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_of(handle_)), "MPI_Allgather");
+    const std::vector<int> displs = displacements(lengths);
+    std::string all(std::size_t(displs.back() + lengths.back()), '\0');
+    check(MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR,
+                         comm_of(handle_)),
+          "MPI_Allgatherv");
+    std::vector<std::string> out;
+    for (int r = 0; r < size_; ++r) out.push_back(all.substr(std::size_t(displs[std::size_t(r)]), std::size_t(lengths[std::size_t(r)])));
+    return out;
+  }
+#endif
+  return {mine};
+}
 
 void Comm::alltoallv(const float* send, const std::vector<std::int64_t>& send_counts, float* recv,
                      const std::vector<std::int64_t>& recv_counts) const {

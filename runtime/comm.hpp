@@ -27,8 +27,16 @@ class Comm {
   int size() const { return size_; }
   bool distributed() const { return size_ > 1; }
   bool root() const { return rank_ == 0; }
-  // Local rank on this node (OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), for the GPU choice.
+  // This process's rank among the ranks on its node (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED):
+  // right under any launcher, with or without Slurm's variables), how many ranks share the node,
+  // and the node's name: the GPU choice (engine/device_choice.cuh).
   int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+  // The ranks on this process's node, numbered as local_rank() (in a world of one, a copy).
+  Comm node() const;
+  // Every rank's string, in rank order (a collective; in a world of one, {mine}).
+  std::vector<std::string> allgather(const std::string& mine) const;
 
   // In-place sums over all ranks.
   void allreduce_sum(float* data, std::int64_t n) const;
@@ -62,9 +70,11 @@ class Comm {
 
  private:
   Comm();
-  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string host_;
   bool mpi_ = false;
-  int handle_ = 0;  // MPI's Fortran handle of the communicator (MPI_COMM_WORLD for world())
+  int handle_ = 0;       // MPI's Fortran handle of the communicator (MPI_COMM_WORLD for world())
+  int node_handle_ = 0;  // the same for the ranks on this node (world() only; 0: none)
 };
 
 // The micro-batches of one optimizer step that `rank` of `world` computes:

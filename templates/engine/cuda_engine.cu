@@ -51,6 +51,7 @@
 #include "engine/nccl_expert_exchange.cuh"
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/error.hpp"
+#include "engine/device_choice.cuh"
 #include "engine/engine.hpp"
 #include "engine/layer_stack.hpp"
 #include "train/zero.hpp"
@@ -567,25 +568,9 @@ bool cuda_has_nccl() {
 }
 
 std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
-  // One GPU per local rank of a data-parallel job, chosen before any allocation.
+  // One GPU per rank of a multi-process job, chosen before any allocation (engine/device_choice.cuh).
   const gc::rt::Comm& comm = gc::rt::Comm::world();
-  if (comm.distributed()) {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-      devices = 0;
-      cudaGetLastError();  // no GPU: unusable_device_reason below says so
-    }
-    if (devices > 0 && comm.local_rank() >= devices) {
-      // NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected").
-      throw gc::rt::RuntimeError(
-          "--device cuda", "rank " + std::to_string(comm.rank()) + " is local rank " +
-                               std::to_string(comm.local_rank()) + " on its node, which has " +
-                               std::to_string(devices) + " GPU(s): NCCL cannot put two ranks on one GPU; launch "
-                               "at most one rank per GPU on each node (mpirun --map-by ppr:" +
-                               std::to_string(devices) + ":node), or train on the CPU backend (--device cpu)");
-    }
-    if (devices > 0) GC_CUDA_CHECK(cudaSetDevice(comm.local_rank()));
-  }
+  if (comm.distributed()) choose_device(comm);
   const std::string reason = cuda::unusable_device_reason();
   if (!reason.empty()) throw gc::rt::RuntimeError("--device cuda: " + reason);
   return std::make_unique<CudaEngine>(micro_batch, seq_len);

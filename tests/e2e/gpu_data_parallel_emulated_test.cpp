@@ -84,15 +84,18 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
     return out;
   }
   // One process, or `ranks` under mpirun, on the emulated GPUs (one per rank unless `gpus` says
-  // how many the machine has), or on `device`.
+  // how many each process sees; with gpu_per_rank each rank's are its own, as under
+  // srun --gpus-per-task), or on `device`.
   Outcome train(const fs::path& tree, const std::string& args, int ranks = 0, const std::string& device = "cuda",
-                int gpus = 0) {
+                int gpus = 0, bool gpu_per_rank = false) {
     const std::string program = (tree / "train").string() + " --device " + device + " " + args;
-    const std::string env = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 GC_CUDA_EMULATOR_DEVICES=" +
+    const std::string env = "GC_BLASLT_CACHE=off OMP_NUM_THREADS=1 GC_CUDA_EMULATOR_GPU_PER_RANK=" +
+                            std::string(gpu_per_rank ? "1" : "0") + " GC_CUDA_EMULATOR_DEVICES=" +
                             std::to_string(gpus > 0 ? gpus : std::max(ranks, 1)) + " ";
     if (ranks == 0) return sh(env + program);
     return sh(env + "timeout 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -x "
-                    "GC_CUDA_EMULATOR_DEVICES -np " + std::to_string(ranks) + " " + program);
+                    "GC_CUDA_EMULATOR_DEVICES -x GC_CUDA_EMULATOR_GPU_PER_RANK -np " + std::to_string(ranks) + " " +
+                    program);
   }
 };
 
@@ -223,13 +226,21 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   EXPECT_EQ(s0["measurements"], 2) << s0.dump();
   EXPECT_LT(100.0 * s0["metrics_device_to_host_bytes"].get<double>(), s1["metrics_device_to_host_bytes"].get<double>())
       << s0.dump();
-  // NCCL cannot put two ranks on one GPU: two ranks on a one-GPU machine are refused up front.
+  // NCCL cannot put two ranks on one GPU: two ranks that see the same single GPU are refused up
+  // front, on both ranks, naming the pair, the host, what each sees and the launcher's variables.
   const Outcome crowded = train(tree, "--out " + (dir_ / "crowded").string(), 2, "cuda", 1);
   EXPECT_NE(crowded.status, 0);
-  EXPECT_NE(crowded.output.find("rank 1 is local rank 1 on its node, which has 1 GPU(s): NCCL cannot put two ranks "
-                                "on one GPU"),
-            std::string::npos)
+  EXPECT_NE(crowded.output.find("local ranks 0 and 1 of host "), std::string::npos) << crowded.output;
+  // The emulator names physical GPU 0 "gc-emu-gpu-00000", printed as the UUID's hex bytes.
+  EXPECT_NE(crowded.output.find("share one GPU (UUID 67632d656d752d6770752d3030303030)"), std::string::npos)
       << crowded.output;
+  EXPECT_NE(crowded.output.find("OMPI_COMM_WORLD_LOCAL_RANK="), std::string::npos) << crowded.output;
+  // One visible GPU per rank (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank): each rank
+  // takes its device 0, and the job trains as the 2-rank run above (was refused: local rank 1 on
+  // a node whose rank saw one GPU).
+  const Outcome own = train(tree, "--out " + (dir_ / "own_gpu").string(), 2, "cuda", 1, /*gpu_per_rank=*/true);
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_EQ(losses(dir_ / "own_gpu"), loss_two);
   expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 

@@ -72,8 +72,13 @@ struct cudaFuncAttributes {
   int maxThreadsPerBlock;
 };
 
+struct cudaUUID_t {
+  char bytes[16];
+};
+
 struct cudaDeviceProp {
   char name[256];
+  cudaUUID_t uuid;  // which physical device (GC_CUDA_EMULATOR_GPU_PER_RANK, runtime.cpp)
   std::size_t totalGlobalMem;
   std::size_t sharedMemPerBlock;
   std::size_t sharedMemPerBlockOptin;

@@ -249,7 +249,21 @@ ncclResult_t flush_point_to_point() {
       copies[i].assign(static_cast<const char*>(op.buffer), static_cast<const char*>(op.buffer) + op.bytes);
       MPI_Isend(copies[i].data(), int(op.bytes), MPI_BYTE, op.peer, 0, op.comm->mpi, &requests[i]);
     }
-    MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    std::vector<MPI_Status> statuses(ops.size());
+    MPI_Waitall(int(requests.size()), requests.data(), statuses.data());
+    // MPI accepts a message shorter than the receive; NCCL's send and receive must match: a
+    // mismatch is a bug of the caller, which real NCCL turns into a hang or garbage.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].send) continue;
+      int got = 0;
+      MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+      if (std::size_t(got) != ops[i].bytes) {
+        fail(ops[i].comm, ncclInvalidUsage, "ncclRecv from rank " + std::to_string(ops[i].peer) + ": expected " +
+                                                std::to_string(ops[i].bytes) + " bytes, the matching ncclSend sent " +
+                                                std::to_string(got));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
   });
 }
 

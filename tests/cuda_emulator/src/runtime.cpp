@@ -308,6 +308,17 @@ int emulated_devices() {
   if (env == nullptr || *env == '\0') return 1;
   return std::max(0, std::atoi(env));
 }
+
+// The physical GPU behind visible device d: d itself, as when every process sees every GPU; with
+// GC_CUDA_EMULATOR_GPU_PER_RANK=1, d + the process's local rank (OMPI_COMM_WORLD_LOCAL_RANK), as
+// when the launcher gives each rank its own GPUs (srun --gpus-per-task, CUDA_VISIBLE_DEVICES per
+// rank). It names the device's UUID, which is how ranks find out that they share a GPU.
+int physical_device(int device) {
+  const char* per_rank = std::getenv("GC_CUDA_EMULATOR_GPU_PER_RANK");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (per_rank == nullptr || std::strcmp(per_rank, "1") != 0 || local == nullptr) return device;
+  return device + std::atoi(local);
+}
 }  // namespace
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -340,6 +351,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   }
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "gcompile CUDA emulator (CPU)");
+  char uuid[17] = {};
+  std::snprintf(uuid, sizeof uuid, "gc-emu-gpu-%05d", physical_device(device));
+  std::memcpy(prop->uuid.bytes, uuid, 16);
   prop->totalGlobalMem = gc_emu::kNominalTotal;
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;
