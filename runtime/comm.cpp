@@ -31,6 +31,14 @@ void check(int rc, const char* what) {
 // A Comm keeps its communicator as MPI's Fortran handle (an int in every MPI), so comm.hpp
 // needs no MPI header.
 MPI_Comm comm_of(int handle) { return MPI_Comm_f2c(MPI_Fint(handle)); }
+
+// An element count as MPI's int, or an error naming what overflowed.
+int mpi_count(std::int64_t n, const char* what) {
+  if (n < 0 || n > std::int64_t(0x7fffffff)) {
+    throw RuntimeError("MPI", std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
+  }
+  return int(n);
+}
 #endif
 
 }  // namespace
@@ -95,6 +103,24 @@ void Comm::allreduce_sum(double* data, std::int64_t n) const {
 #ifdef GC_HAVE_MPI
   if (mpi_ && size_ > 1 && n > 0) {
     check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, MPI_SUM, comm_of(handle_)), "MPI_Allreduce");
+  }
+#else
+  (void)data;
+  (void)n;
+#endif
+}
+
+void Comm::allreduce_sum_in_rank_order(double* data, std::int64_t n) const {
+#ifdef GC_HAVE_MPI
+  if (mpi_ && size_ > 1 && n > 0) {
+    const int count = mpi_count(n, "allreduce_sum_in_rank_order");
+    std::vector<double> all(std::size_t(n) * std::size_t(size_));
+    check(MPI_Allgather(data, count, MPI_DOUBLE, all.data(), count, MPI_DOUBLE, comm_of(handle_)), "MPI_Allgather");
+    for (std::int64_t i = 0; i < n; ++i) {
+      double sum = all[std::size_t(i)];
+      for (int r = 1; r < size_; ++r) sum += all[std::size_t(r) * std::size_t(n) + std::size_t(i)];
+      data[i] = sum;
+    }
   }
 #else
   (void)data;
@@ -183,19 +209,6 @@ Comm Comm::split(int color) const {
   return sub;
 }
 
-#ifdef GC_HAVE_MPI
-namespace {
-
-// An element count as MPI's int, or an error naming what overflowed.
-int mpi_count(std::int64_t n, const char* what) {
-  if (n < 0 || n > std::int64_t(0x7fffffff)) {
-    throw RuntimeError("MPI", std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
-  }
-  return int(n);
-}
-
-}  // namespace
-#endif
 
 Comm Comm::node() const {
   Comm sub = *this;

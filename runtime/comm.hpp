@@ -40,6 +40,11 @@ class Comm {
 
   // In-place sums over all ranks.
   void allreduce_sum(float* data, std::int64_t n) const;
+  // In-place sums over all ranks added in rank order (r = 0, 1, ...) on every rank: the same bits
+  // everywhere and in every communicator of the same size holding the same values, whatever
+  // order the MPI library adds in (for small arrays that feed a replicated value: a gradient
+  // norm's partial sums). Costs an all-gather of size() · n values.
+  void allreduce_sum_in_rank_order(double* data, std::int64_t n) const;
   void allreduce_sum(double* data, std::int64_t n) const;
   void allreduce_sum(std::int64_t* data, std::int64_t n) const;
   double allreduce_sum(double value) const;

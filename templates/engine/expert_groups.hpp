@@ -70,7 +70,7 @@ inline void add_expert_sums_over_group(const gc::rt::Comm& group, double* sums, 
   for (int i = 0; i < kNumParams; ++i) {
     if (is_expert_tensor(i)) scratch.insert(scratch.end(), sums + std::int64_t(i) * per, sums + std::int64_t(i + 1) * per);
   }
-  group.allreduce_sum(scratch.data(), std::int64_t(scratch.size()));
+  group.allreduce_sum_in_rank_order(scratch.data(), std::int64_t(scratch.size()));  // same bits in every group
   std::size_t k = 0;
   for (int i = 0; i < kNumParams; ++i) {
     if (!is_expert_tensor(i)) continue;
