@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_timing.hpp"
 #include "cuda/attention.cuh"
 #include "cuda/flash_attention.cuh"
 #include "runtime/cuda/check.hpp"
@@ -40,24 +41,7 @@ struct Options {
 // Median milliseconds of `run` over opt.iters timed calls, after opt.warmup untimed ones.
 template <class F>
 double median_ms(const Options& opt, F&& run) {
-  for (int i = 0; i < opt.warmup; ++i) run();
-  cudaEvent_t start, stop;
-  GC_CUDA_CHECK(cudaEventCreate(&start));
-  GC_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < opt.iters; ++i) {
-    GC_CUDA_CHECK(cudaEventRecord(start));
-    run();
-    GC_CUDA_CHECK(cudaEventRecord(stop));
-    GC_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    GC_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  GC_CUDA_CHECK(cudaEventDestroy(start));
-  GC_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return gcm::bench::median_ms(opt.iters, opt.warmup, run);
 }
 
 template <class S>

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_timing.hpp"
 #include "cuda/common.cuh"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
@@ -68,24 +69,7 @@ struct Device {
 };
 
 double median_ms(const Options& opt, const std::function<void()>& run) {
-  for (int i = 0; i < opt.warmup; ++i) run();
-  cudaEvent_t start, stop;
-  GC_CUDA_CHECK(cudaEventCreate(&start));
-  GC_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < opt.iters; ++i) {
-    GC_CUDA_CHECK(cudaEventRecord(start));
-    run();
-    GC_CUDA_CHECK(cudaEventRecord(stop));
-    GC_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0.0f;
-    GC_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  GC_CUDA_CHECK(cudaEventDestroy(start));
-  GC_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return gcm::bench::median_ms(opt.iters, opt.warmup, run);
 }
 
 void emit(const char* candidate, const char* shape, const std::string& variant, const char* gemm, double ms,

@@ -3,7 +3,7 @@
 kit=gpu-kit
 build=build
 mode=gpu
-budget_s=480
+budget_s=560
 timeout_s=600
 while [ $# -gt 0 ]; do
   case "$1" in
