@@ -41,6 +41,7 @@ NOT_IN_REPOSITORY = {
     "store/index.json": "the GPU kit", "bin/": "the GPU kit", "kit.json": "the GPU kit",
     "command.txt": "the GPU kit", "summary.md": "the GPU kit's results", "summary.json": "the GPU kit's results",
     "rows.json": "the bench's results", "build-bench/": "the bench's results",
+    "profile_compare.md": "the bench's results (RESULTS/SPEC/)",
     # a user's own experiment files in the examples
     "experiments/": "a user's own specs",
 }
