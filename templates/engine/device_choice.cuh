@@ -11,7 +11,6 @@
 // message and none waits in a later collective.
 #pragma once
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -45,13 +44,19 @@ inline std::string uuid_text(const cudaUUID_t& id) {
   return out;
 }
 
-// This rank's proposal: "ok <device> <uuid>" or "error <why>".
-inline std::string propose_device(const gc::rt::Comm& world) {
+// The GPUs this process sees (0 where none is usable: unusable_device_reason says why, after
+// the choice).
+inline int visible_devices() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();  // no usable GPU: unusable_device_reason says why, after the choice
+    cudaGetLastError();
     devices = 0;
   }
+  return devices;
+}
+
+// This rank's proposal among `devices` visible GPUs: "ok <device> <uuid>", "none" or "error <why>".
+inline std::string propose_device(const gc::rt::Comm& world, int devices) {
   const int local = world.local_rank(), ranks = world.local_size();
   if (devices == 0) return "none";
   int device = -1;
@@ -74,11 +79,8 @@ inline std::string propose_device(const gc::rt::Comm& world) {
 // Sets this rank's device (a multi-process job); throws on every rank of the node, naming the
 // rank, the host, what it sees and the launcher's variables, when no valid mapping exists.
 inline void choose_device(const gc::rt::Comm& world) {
-  const gc::rt::Comm node = world.node();
-  const std::string mine = detail::propose_device(world);
-  const std::vector<std::string> all = node.allgather(mine);
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
+  const int devices = detail::visible_devices();
+  const std::vector<std::string> all = world.node().allgather(detail::propose_device(world, devices));
   const std::string where = "rank " + std::to_string(world.rank()) + " (local rank " +
                             std::to_string(world.local_rank()) + " of " + std::to_string(world.local_size()) +
                             " on host " + world.host() + ", " + std::to_string(devices) +

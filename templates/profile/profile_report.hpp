@@ -53,44 +53,49 @@ inline double ops_per_step(const std::vector<OpRow>& rows) {
   return calls;
 }
 
-// Milliseconds per step of each category, and the ops' sum.
-inline std::vector<double> category_ms(const std::vector<OpRow>& rows, double* ops_ms) {
-  std::vector<double> ms(kCategories, 0.0);
-  *ops_ms = 0.0;
-  for (const OpRow& row : rows) {
-    ms[std::size_t(row.op->tag.category)] += row.ms;
-    *ops_ms += row.ms;
+// What both outputs show, computed once: the op rows, each category's and the ops' milliseconds
+// per step, the step and its idle time.
+struct Summary {
+  std::vector<OpRow> rows;
+  std::vector<double> category_ms;  // kCategories entries
+  double ops_ms = 0.0, step_ms = 0.0, idle_ms = 0.0;
+  double share(double ms) const { return step_ms > 0 ? ms / step_ms : 0.0; }
+  double tokens_per_s(double tokens_per_step) const { return step_ms > 0 ? tokens_per_step / (step_ms * 1e-3) : 0.0; }
+};
+
+inline Summary summarize(const Recorder& r) {
+  Summary s;
+  s.rows = op_rows(r);
+  s.category_ms.assign(kCategories, 0.0);
+  for (const OpRow& row : s.rows) {
+    s.category_ms[std::size_t(row.op->tag.category)] += row.ms;
+    s.ops_ms += row.ms;
   }
-  return ms;
+  s.step_ms = r.step_ms();
+  s.idle_ms = std::max(s.step_ms - s.ops_ms, 0.0);
+  return s;
 }
 
 inline nlohmann::json profile_json(const Recorder& r, const ReportInfo& info) {
-  const std::vector<OpRow> rows = op_rows(r);
-  double ops_ms = 0.0;
-  const std::vector<double> by_category = category_ms(rows, &ops_ms);
-  const double step_ms = r.step_ms();
-  const auto share = [&](double ms) { return step_ms > 0 ? ms / step_ms : 0.0; };
+  const Summary s = summarize(r);
   const auto rate = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
   nlohmann::json ops = nlohmann::json::array();
-  for (const OpRow& row : rows) {
+  for (const OpRow& row : s.rows) {
     ops.push_back({{"category", name_of(row.op->tag.category)},
                    {"op", row.op->tag.op},
                    {"pass", name_of(row.op->tag.pass)},
                    {"calls_per_step", row.calls},
                    {"ms_per_step", row.ms},
-                   {"share", share(row.ms)},
+                   {"share", s.share(row.ms)},
                    {"tflops", rate(row.tflops)},
                    {"gbps", rate(row.gbps)}});
   }
   nlohmann::json categories = nlohmann::json::object();
   for (int c = 0; c < kCategories; ++c) {
-    if (by_category[std::size_t(c)] > 0) {
-      categories[kCategoryNames[c]] = {{"ms_per_step", by_category[std::size_t(c)]},
-                                       {"share", share(by_category[std::size_t(c)])}};
-    }
+    const double ms = s.category_ms[std::size_t(c)];
+    if (ms > 0) categories[kCategoryNames[c]] = {{"ms_per_step", ms}, {"share", s.share(ms)}};
   }
-  const double idle = std::max(step_ms - ops_ms, 0.0);
-  categories["idle"] = {{"ms_per_step", idle}, {"share", share(idle)}};
+  categories["idle"] = {{"ms_per_step", s.idle_ms}, {"share", s.share(s.idle_ms)}};
   return {{"schema", "gcompile-profile-1"},
           {"implementation", info.implementation},
           {"backend", info.backend},
@@ -101,11 +106,11 @@ inline nlohmann::json profile_json(const Recorder& r, const ReportInfo& info) {
           {"profiled_steps", r.steps()},
           {"micro_batches_per_step", info.micro_batches_per_step},
           {"tokens_per_step", info.tokens_per_step},
-          {"step_ms", step_ms},
-          {"ops_ms", ops_ms},
-          {"ops_per_step", ops_per_step(rows)},
-          {"idle_ms", idle},
-          {"tokens_per_s", step_ms > 0 ? info.tokens_per_step / (step_ms * 1e-3) : 0.0},
+          {"step_ms", s.step_ms},
+          {"ops_ms", s.ops_ms},
+          {"ops_per_step", ops_per_step(s.rows)},
+          {"idle_ms", s.idle_ms},
+          {"tokens_per_s", s.tokens_per_s(info.tokens_per_step)},
           {"ceiling_tflops", rate(info.ceiling_tflops)},
           {"ceiling_gbps", rate(info.ceiling_gbps)},
           {"overflowed", r.overflowed()},
@@ -134,22 +139,19 @@ inline std::string rate_text(double tflops, double gbps, const ReportInfo& info)
 
 // The printed table: every op (largest first), then the categories with idle time.
 inline std::string profile_table(const Recorder& r, const ReportInfo& info) {
-  const std::vector<OpRow> rows = op_rows(r);
-  double ops_ms = 0.0;
-  const std::vector<double> by_category = category_ms(rows, &ops_ms);
-  const double step_ms = r.step_ms();
-  const auto pct = [&](double ms) { return step_ms > 0 ? 100.0 * ms / step_ms : 0.0; };
+  const Summary s = summarize(r);
+  const auto pct = [&](double ms) { return 100.0 * s.share(ms); };
   std::string out;
   char line[256];
   std::snprintf(line, sizeof line,
                 "step profile: %s, %d steps after %d warm-up, %s; %.3f ms a step, %.0f timed ops a step, %.0f tokens/s\n",
-                info.device.c_str(), r.steps(), info.warmup_steps, r.clock_name(), step_ms, ops_per_step(rows),
-                step_ms > 0 ? info.tokens_per_step / (step_ms * 1e-3) : 0.0);
+                info.device.c_str(), r.steps(), info.warmup_steps, r.clock_name(), s.step_ms, ops_per_step(s.rows),
+                s.tokens_per_s(info.tokens_per_step));
   out += line;
   std::snprintf(line, sizeof line, "%-15s %-34s %-8s %9s %10s %7s  %s\n", "category", "op", "pass", "calls", "ms/step",
                 "share", "rate");
   out += line;
-  for (const OpRow& row : rows) {
+  for (const OpRow& row : s.rows) {
     std::snprintf(line, sizeof line, "%-15s %-34s %-8s %9.1f %10.3f %6.1f%%  %s\n", name_of(row.op->tag.category),
                   row.op->tag.op, name_of(row.op->tag.pass), row.calls, row.ms, pct(row.ms),
                   rate_text(row.tflops, row.gbps, info).c_str());
@@ -158,19 +160,19 @@ inline std::string profile_table(const Recorder& r, const ReportInfo& info) {
   out += "\nby category (ms per step, share of the step)\n";
   std::vector<int> order;
   for (int c = 0; c < kCategories; ++c) {
-    if (by_category[std::size_t(c)] > 0) order.push_back(c);
+    if (s.category_ms[std::size_t(c)] > 0) order.push_back(c);
   }
   std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return by_category[std::size_t(a)] > by_category[std::size_t(b)]; });
+                   [&](int a, int b) { return s.category_ms[std::size_t(a)] > s.category_ms[std::size_t(b)]; });
   for (int c : order) {
-    std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%\n", kCategoryNames[c], by_category[std::size_t(c)],
-                  pct(by_category[std::size_t(c)]));
+    std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%\n", kCategoryNames[c], s.category_ms[std::size_t(c)],
+                  pct(s.category_ms[std::size_t(c)]));
     out += line;
   }
-  const double idle = std::max(step_ms - ops_ms, 0.0);
-  std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%   (step time no op covers)\n", "idle", idle, pct(idle));
+  std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%   (step time no op covers)\n", "idle", s.idle_ms,
+                pct(s.idle_ms));
   out += line;
-  std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%\n", "step", step_ms, step_ms > 0 ? 100.0 : 0.0);
+  std::snprintf(line, sizeof line, "  %-15s %10.3f %6.1f%%\n", "step", s.step_ms, s.step_ms > 0 ? 100.0 : 0.0);
   out += line;
   if (r.overflowed()) out += "note: a profiled step had more ops than the counting step; the excess was not timed\n";
   return out;

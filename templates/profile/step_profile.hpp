@@ -19,9 +19,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <string>
 #include <vector>
 
 namespace gcm::profile {
@@ -127,7 +125,6 @@ class Recorder {
     ms_.resize(std::size_t(2 * capacity_ + 2));
     state_ = State::idle;
   }
-  bool sized() const { return capacity_ > 0; }
 
   // A profiled step: begin_step .. end_step bracket it; end_step waits for the clock and adds
   // the step's ops to the totals.
