@@ -104,7 +104,7 @@ int generate_command(const GenerateOptions& options) {
   std::ofstream(log, std::ios::trunc) << "";
   const int jobs = options.jobs > 0 ? options.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   const std::string build_dir = shell_quote((fs::path(dir) / "build").string());
-  const bool ok = run_step("configuring", "cmake -S " + shell_quote(dir) + " -B " + build_dir + " -DCMAKE_BUILD_TYPE=Release" + (options.cuda ? "" : " -DGC_CUDA=OFF") +
+  const bool ok = run_step("configuring", "cmake -S " + shell_quote(dir) + " -B " + build_dir + " -DCMAKE_BUILD_TYPE=" + (options.quick ? "Quick" : "Release") + (options.cuda ? "" : " -DGC_CUDA=OFF") +
                                  (options.cuda_arch.empty() ? "" : " '-DGC_CUDA_ARCHITECTURES=" + options.cuda_arch + "'"), log) &&
                   run_step("building with " + std::to_string(jobs) + " jobs",
                            "cmake --build " + build_dir + " -j " + std::to_string(jobs), log);

@@ -31,7 +31,7 @@ namespace {
 
 const char* const kSweepUsage =
     R"(usage: gcompile sweep BASE.toml --set KEY=V1,V2,... [--set ...] -o DIR
-                      [--train] [--steps N] [--no-build] [--cpu-only] [-j N]
+                      [--train] [--steps N] [--no-build] [--cpu-only] [--quick-build] [-j N]
 
   Writes one spec per point of the grid into DIR (NAME.toml, each extends
   BASE and sets the point's values), generates and builds every tree
@@ -54,7 +54,7 @@ struct Point {
 struct SweepArgs {
   std::string base, out;
   std::vector<Axis> axes;
-  bool train = false, build = true, cuda = true;
+  bool train = false, build = true, cuda = true, quick = false;
   long steps = 0;
   int jobs = 0;
 };
@@ -149,6 +149,8 @@ bool parse_sweep_args(int argc, char** argv, SweepArgs& a, int& status) {
       a.build = false;
     } else if (arg == "--cpu-only") {
       a.cuda = false;
+    } else if (arg == "--quick-build") {
+      a.quick = true;
     } else if (!arg.empty() && arg[0] == '-') {
       return (status = usage("unknown option '" + arg + "'")), false;
     } else if (a.base.empty()) {
@@ -360,7 +362,7 @@ int sweep_command(int argc, char** argv) {
   std::cerr << "gcompile sweep: " << points.size() << " points, specs in " << a.out << "\n";
   for (std::size_t i = 0; i < points.size(); ++i) {
     std::cerr << "gcompile sweep: point " << i + 1 << "/" << points.size() << ": " << points[i].name << "\n";
-    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda, ""}) != 0) return 1;
+    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda, "", a.quick}) != 0) return 1;
   }
   if (!a.train) return 0;
   if (!train_points(points, a)) return 1;

@@ -31,7 +31,7 @@ Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURC
 TEST(Cli, HelpAndVersion) {
   auto help = gcompile("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
+  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
   auto version = gcompile("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
@@ -66,6 +66,12 @@ TEST(Cli, UsageErrorsExitTwo) {
   }
   EXPECT_EQ(gcompile("check specs/tiny.toml --cuda-arch 90a").status, 2);
   EXPECT_EQ(gcompile("specs/tiny.toml --cpu-only --cuda-arch 90a").status, 2);
+  const auto quick_unbuilt = gcompile("specs/tiny.toml --quick-build --no-build");
+  EXPECT_EQ(quick_unbuilt.status, 2);
+  EXPECT_NE(quick_unbuilt.err.find("--quick-build and --no-build contradict each other"), std::string::npos)
+      << quick_unbuilt.err;
+  EXPECT_EQ(gcompile("check --quick-build specs/tiny.toml").status, 2);
+  EXPECT_EQ(gcompile("report run --quick-build").status, 2);
 }
 
 TEST(Cli, SpecErrorsExitOneWithDiagnosticsOnStderr) {

@@ -38,6 +38,9 @@ TEST_F(CudaTree, BuildsTheGpuEngineAndFallsBackWithoutAGpu) {
   EXPECT_NE(cmake.find("set(GC_CUDA_ARCHITECTURES \"80;86;89;90a\" CACHE STRING"), std::string::npos);
   EXPECT_NE(read_text(tree() / "build.log").find("CUDA backend for architectures 80"), std::string::npos);
   EXPECT_NE(read_text(tree() / "build" / "CMakeCache.txt").find("GC_CUDA_ARCHITECTURES:STRING=80\n"), std::string::npos);
+  // The tests build at -O1 (--quick-build), the tree's own build type, for host and device code.
+  EXPECT_NE(read_text(tree() / "build" / "CMakeCache.txt").find("CMAKE_BUILD_TYPE:STRING=Quick\n"), std::string::npos);
+  EXPECT_NE(cmake.find("set(CMAKE_CUDA_FLAGS_QUICK \"-O1 -DNDEBUG\")"), std::string::npos);
   ASSERT_TRUE(std::filesystem::exists(tree() / "parity"));
   // NCCL (multi-process training on GPUs): found where the toolkit ships it, and linked into train.
   const bool toolkit_nccl = std::filesystem::exists("/usr/local/cuda/include/nccl.h");
