@@ -59,6 +59,9 @@ inline constexpr RouterScoring kRouterScoring =
 inline constexpr LoadBalance kLoadBalance = gc::knob<LoadBalance>("plan.moe_load_balance", LoadBalance::aux_loss);
 inline constexpr double kLoadBalanceCoef = gc::knob<double>("plan.moe_load_balance_coef", 0.01);
 inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", false);
+// Router z-loss and the sequence-wise balancing loss coefficients (0: off; cpu/moe.hpp has the math).
+inline constexpr double kMoeZLoss = gc::knob<double>("plan.moe_z_loss", 0.0);
+inline constexpr double kMoeSeqAuxLoss = gc::knob<double>("plan.moe_seq_aux_loss", 0.0);
 
 // --- processes: distributed.backend = "none" refuses a launch as several ranks
 // (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp);

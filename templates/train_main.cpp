@@ -47,7 +47,7 @@ const char* const kUsage =
     "usage: train [--device cpu|cuda|auto] [--steps N] [--out DIR] [--resume DIR [--checkpoint C]]\n"
     "             [--train-data PATH] [--val-data PATH] [--log-every N] [--no-metrics]\n"
     "             [--no-checkpoint] [--init-from HF_DIR] [--expert-parallel N]\n"
-    "             [--profile [N] [--profile-ceilings TFLOPS,GBPS]] [--help]\n\n"
+    "             [--profile [N] [--profile-ceilings TFLOPS,GBPS]] [--watchdog-s S] [--help]\n\n"
     "Trains the experiment this tree was generated for.\n"
     "  --device D       cpu, cuda or auto (default auto: CUDA when a GPU and the CUDA backend\n"
     "                   are present, else CPU)\n"
@@ -72,7 +72,11 @@ const char* const kUsage =
     "                   the CPU); print a table (ops by category, ms per step, share, TFLOP/s or GB/s,\n"
     "                   idle time) and write RUN/profile.json; no checkpoint (docs/performance.md)\n"
     "  --profile-ceilings T,G  with --profile: the machine's measured GEMM TFLOP/s and copy GB/s; the\n"
-    "                   table then gives each op's rate as a share of them\n\n"
+    "                   table then gives each op's rate as a share of them\n"
+    "  --watchdog-s S   stop this rank (exit status 3, naming its step and phase) when it makes no\n"
+    "                   progress for S seconds, e.g. stuck in a collective with a dead or stuck rank\n"
+    "                   (default 1800; 0 = off); a GPU communicator's asynchronous error stops it\n"
+    "                   at once\n\n"
     "Under mpirun or srun the ranks train one data-parallel job (the spec's global batch split among\n"
     "them; NCCL on GPUs, one rank per GPU; MPI on the CPU; rank 0 logs and checkpoints):\n"
     "OMP_NUM_THREADS=1 mpirun -np 2 ./train (docs/distributed.md).\n";
@@ -203,6 +207,12 @@ int main(int argc, char** argv) {
     } else if (arg == "--profile-ceilings") {
       if (!value(v) || !parse_ceilings(v, options.profile_ceiling_tflops, options.profile_ceiling_gbps)) {
         return usage_error("--profile-ceilings needs two positive numbers, TFLOPS,GBPS (e.g. 780,4300)");
+      }
+    } else if (arg == "--watchdog-s") {
+      char* end = nullptr;
+      if (!value(v) || v.empty() || (options.watchdog_s = std::strtod(v.c_str(), &end), *end != '\0') ||
+          !(options.watchdog_s >= 0.0) || options.watchdog_s > 1e7) {
+        return usage_error("--watchdog-s needs a number of seconds (0 turns the watchdog off), not '" + v + "'");
       }
     } else if (arg == "--no-metrics") {
       options.metrics = false;

@@ -25,6 +25,8 @@ void add_moe_knobs(const Spec& s, KnobTable& t) {
                                                                                        : "none");
   t["plan.moe_load_balance_coef"] = Value::number(e.load_balance_coef);
   t["plan.moe_norm_topk_prob"] = Value::boolean(e.norm_topk_prob);
+  t["plan.moe_z_loss"] = Value::number(e.z_loss);
+  t["plan.moe_seq_aux_loss"] = Value::number(e.seq_aux_loss);
 }
 
 }  // namespace

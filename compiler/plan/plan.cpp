@@ -261,8 +261,8 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   double layer_stats = 2 + H + (m.qk_norm ? H + KVH : 0.0) + (sandwich ? 2.0 : 0.0);
   // MoE layers (model/moe_block.hpp), per row, k assignments each: xs ys (k·D),
   // eu ew es (k·Fe), [shared su sw ss]; fp32 router scores (E) and weights (k);
-  // int32 expert, order, position (k each). Scratch once: dys dxs, des deu dew,
-  // [dsu dsw dss]; fp32 logits (E) and dweight (k).
+  // int32 expert, order, position (k each); [fp32 router lse (1) with moe.z_loss]. Scratch
+  // once: dys dxs, des deu dew, [dsu dsw dss]; fp32 logits (E) and dweight (k).
   std::int64_t moe_layers = 0;
   for (int l = 0; l < m.n_layers; ++l) {
     moe_layers += moe && l >= e.n_dense_layers && (l - e.n_dense_layers) % e.layer_interval == 0;
@@ -272,7 +272,8 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const double S = double(e.n_shared_experts * e.shared_d_ff);
   const double moe_layer = 2 * k * D + 3 * k * Fe + 3 * S;
   const double moe_scratch = moe_layers > 0 ? 2 * k * D + 3 * k * Fe + 3 * S : 0.0;
-  const double moe_stats = (double(moe_layers) + (moe_layers > 0 ? 1.0 : 0.0)) * (E + k);
+  const double moe_stats = (double(moe_layers) + (moe_layers > 0 ? 1.0 : 0.0)) * (E + k) +
+                           (e.z_loss > 0.0 ? double(moe_layers) : 0.0);
   const double moe_ints = double(moe_layers) * 3 * k;
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
@@ -305,11 +306,11 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   bytes += double(32 << 20);                                        // cuBLASLt workspace
   bytes += 2 * 256 * 8.0;  // the logit moments' per-slice partials (cuda/cross_entropy.cuh kMomentBlocks)
   if (m.arch == Arch::moe) {
-    // MoE: bias (f32), balancing-loss gradient and mean probabilities (f64),
-    // counts and offsets (i64), per-row Σ scores (f64); bf16: the router's
-    // logit gradient as a GEMM operand.
-    const double E = double(spec.moe.n_experts);
-    bytes += E * 4.0 + 2 * E * 8.0 + (2 * E + 1) * 8.0 + N * 8.0;
+    // MoE: bias (f32), balancing-loss gradient and mean probabilities per sequence (f64),
+    // counts per sequence and offsets (i64), per-row Σ scores or lse² (f64), Σ lse² (f64);
+    // bf16: the router's logit gradient as a GEMM operand.
+    const double E = double(spec.moe.n_experts), B = double(spec.train.micro_batch);
+    bytes += E * 4.0 + 2 * B * E * 8.0 + (B * E + E + 1) * 8.0 + N * 8.0 + 8.0;
     if (spec.train.precision == Precision::bf16) bytes += N * E * 2.0;
   }
   return bytes;

@@ -148,6 +148,19 @@ void add_moe(Builder& b) {
                                 Value::number(0.01)),
                    0),
           "0.001");
+  example(at_least(with_default(b.add("moe.seq_aux_loss", KeyType::number,
+                                      "Sequence-wise balancing loss weight (DeepSeek-V3 eqs. 17-20): the aux_loss form "
+                                      "over each sequence, averaged over sequences; the same whatever the micro-batch "
+                                      "and data-parallel layout; combines with any load_balance. 0 = off."),
+                                Value::number(0.0)),
+                   0),
+          "0.0001");
+  example(at_least(with_default(b.add("moe.z_loss", KeyType::number,
+                                      "Router z-loss weight (ST-MoE eq. 5): weight · mean over tokens of "
+                                      "(log Σ_e exp router_logit_e)²; softmax routers only. 0 = off."),
+                                Value::number(0.0)),
+                   0),
+          "0.001");
 }
 
 void add_init(Builder& b) {

@@ -63,6 +63,8 @@ struct MoeSpec {
   LoadBalance load_balance = LoadBalance::aux_loss;
   double load_balance_coef = 0.01;
   bool norm_topk_prob = false;
+  double z_loss = 0.0;        // router z-loss coefficient (ST-MoE)
+  double seq_aux_loss = 0.0;  // sequence-wise balancing loss coefficient (DeepSeek-V3)
 };
 
 // A class's own rule; unset fields fall back (class -> mlp class for experts

@@ -229,6 +229,8 @@ void build_moe(Reader& r, Spec& spec) {
       "moe.load_balance", {{"none", LoadBalance::none}, {"aux_loss", LoadBalance::aux_loss}, {"aux_free", LoadBalance::aux_free}});
   e.load_balance_coef = r.number("moe.load_balance_coef");
   e.norm_topk_prob = r.boolean("moe.norm_topk_prob");
+  e.z_loss = r.number("moe.z_loss");
+  e.seq_aux_loss = r.number("moe.seq_aux_loss");
   if (!moe) return;
   r.derive("moe.shared_d_ff", Value::integer(e.shared_d_ff));
   r.derive("moe.dense_d_ff", Value::integer(e.dense_d_ff));
@@ -241,6 +243,11 @@ void build_moe(Reader& r, Spec& spec) {
     r.diags().error(r.loc("moe.n_dense_layers"), "'moe.n_dense_layers' (" + std::to_string(e.n_dense_layers) +
                                                      ") leaves no MoE layer among " + std::to_string(m.n_layers) +
                                                      " layers");
+  }
+  if (e.z_loss > 0.0 && e.router_scoring == RouterScoring::sigmoid) {
+    r.diags().error(r.loc("moe.z_loss"), "'moe.z_loss' penalizes the log-partition of a softmax router; with "
+                                         "'moe.router_scoring' = \"sigmoid\" there is none (set z_loss = 0 or "
+                                         "router_scoring = \"softmax\")");
   }
   if (e.n_dense_layers > 0 && e.dense_d_ff == 0) {
     r.diags().error(r.loc("moe.n_dense_layers"), "the " + std::to_string(e.n_dense_layers) +

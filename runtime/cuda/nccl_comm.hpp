@@ -3,6 +3,11 @@
 // ncclUniqueId with MPI. Every call is checked and a failure names it. Only in
 // trees whose CMake found NCCL (GC_HAVE_NCCL); under the CUDA emulator the
 // calls go to its NCCL over MPI (tests/cuda_emulator/nccl.h).
+//
+// Every live communicator is listed (NcclComm::abort_all, NcclComm::async_error) for the
+// training watchdog (runtime/watchdog.hpp), which polls their asynchronous errors and aborts
+// them off the main thread. A communicator destroyed while an exception unwinds is aborted
+// rather than destroyed (ncclCommDestroy may wait for work that will never complete).
 #pragma once
 
 #ifdef GC_HAVE_NCCL
@@ -10,10 +15,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
@@ -23,6 +32,7 @@ namespace gc::rt::cuda {
 class NcclComm {
  public:
   explicit NcclComm(const Comm& comm) {
+    check_version();
     ncclUniqueId id{};
     std::string bytes(sizeof id, '\0');
     if (comm.root()) {
@@ -32,10 +42,41 @@ class NcclComm {
     comm.broadcast(bytes);
     std::memcpy(&id, bytes.data(), sizeof id);
     check(ncclCommInitRank(&comm_, comm.size(), id, comm.rank()), "ncclCommInitRank");
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    registry().comms.push_back(comm_);
   }
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
-  ~NcclComm() { ncclCommDestroy(comm_); }
+  ~NcclComm() {
+    {
+      std::lock_guard<std::mutex> lock(registry().mutex);
+      auto& comms = registry().comms;
+      comms.erase(std::remove(comms.begin(), comms.end(), comm_), comms.end());
+    }
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+    } else {
+      ncclCommDestroy(comm_);
+    }
+  }
+
+  // The watchdog's view of every live communicator: aborts them all (a rank blocked in a
+  // collective returns), or names the first asynchronous error ("" when none).
+  static void abort_all() {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (ncclComm_t c : registry().comms) ncclCommAbort(c);
+    registry().comms.clear();
+  }
+  static std::string async_error() {
+    std::lock_guard<std::mutex> lock(registry().mutex);
+    for (ncclComm_t c : registry().comms) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(c, &state);
+      if (rc != ncclSuccess) return std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(rc);
+      if (state != ncclSuccess && state != ncclInProgress) return ncclGetErrorString(state);
+    }
+    return {};
+  }
 
   // data[0, n) = Σ over ranks, in place (T: float or double).
   template <typename T>
@@ -85,6 +126,29 @@ class NcclComm {
   }
   static void check(ncclResult_t rc, const char* what) {
     if (rc != ncclSuccess) throw RuntimeError("NCCL", std::string(what) + ": " + ncclGetErrorString(rc));
+  }
+  // The library found at run time must be at least the version whose header the tree was
+  // compiled against (an older libnccl.so.2 lacks symbols or behaves differently).
+  static void check_version() {
+    constexpr int kHeader = NCCL_MAJOR * 10000 + NCCL_MINOR * 100 + NCCL_PATCH;
+    int loaded = 0;
+    check(ncclGetVersion(&loaded), "ncclGetVersion");
+    if (loaded < kHeader) {
+      const auto text = [](int v) {
+        return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+      };
+      throw RuntimeError("NCCL", "the NCCL library loaded is version " + text(loaded) + ", older than the " +
+                                     text(kHeader) + " this tree was compiled against; put a newer libnccl.so.2 "
+                                     "first on LD_LIBRARY_PATH or rebuild the tree against this one");
+    }
+  }
+  struct Registry {
+    std::mutex mutex;
+    std::vector<ncclComm_t> comms;
+  };
+  static Registry& registry() {
+    static Registry r;
+    return r;
   }
   ncclComm_t comm_ = nullptr;
 };

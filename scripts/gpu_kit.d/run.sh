@@ -16,6 +16,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$kit" ] || die "run: --kit is missing (call KIT/run)"
 [ -f "$kit/kit.json" ] || die "$kit/kit.json is missing: run scripts/gpu_kit prepare first"
+kit=$(cd "$kit" && pwd)  # absolute: the emulated builds compile from inside each tree
 [[ $budget_s =~ ^[0-9]+$ ]] || die "--budget-s needs a whole number of seconds"
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive integer"
 out_dir=${out_dir:-gpu-kit-out}
@@ -174,9 +175,12 @@ emulated_build() {  # TREE TARGET SECONDS: the tree's CUDA backend compiled by g
              "$tree/src/train_main.cpp")
   fi
   export GC_EMU_FLAGS="-std=c++17 -O1 -fopenmp -w -DGC_CUDA_EMULATOR -DGC_HAVE_CUDA -DGC_NO_CBLAS -I$emu -I$tree/src -I$tree -I$tree/runtime/third_party"
-  export GC_EMU_OBJECTS=$objects
+  export GC_EMU_OBJECTS=$objects GC_EMU_TREE=$tree GC_EMU_LAUNCHER=
+  # Through ccache where installed (CI): compiled from inside the tree with paths relative to
+  # it, the trees share the objects of the sources they share (runtime/).
+  command -v ccache > /dev/null && GC_EMU_LAUNCHER="env CCACHE_BASEDIR=$tree CCACHE_NOHASHDIR=1 ccache"
   printf '%s\n' "${sources[@]}" | timeout "$3" xargs -P "$tree_jobs" -I{} \
-    bash -c 'g++ $GC_EMU_FLAGS -x c++ -c "$1" -o "$GC_EMU_OBJECTS/$(basename "$1").o"' _ {} || return
+    bash -c 'cd "$GC_EMU_TREE" && $GC_EMU_LAUNCHER g++ $GC_EMU_FLAGS -x c++ -c "$1" -o "$GC_EMU_OBJECTS/$(basename "$1").o"' _ {} || return
   g++ -fopenmp "$objects"/*.o "$kit/bin/libgcompile_cuda_emulator.a" -lz -o "$tree/$target"
 }
 tree_jobs=$(( JOBS / (${#need[@]} > 0 ? ${#need[@]} : 1) + 1 ))  # nvcc of one file dominates a tree

@@ -164,10 +164,17 @@ class Backend {
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
     cpu::moe_scatter_add(dx, dxs, position, N, dim, kTopK);
   }
-  void moe_mean_probs(double* mean_prob, const T* scores, int N) { cpu::moe_mean_probs(mean_prob, scores, N, kMoeShape); }
+  void moe_mean_probs(double* mean_prob, const T* scores, int N, int group_rows) {
+    cpu::moe_mean_probs(mean_prob, scores, N, group_rows, kMoeShape);
+  }
+  void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, int N, int group_rows) {
+    cpu::moe_group_counts(counts, expert, N, group_rows, kExperts, kTopK);
+  }
+  double moe_router_lse(T* lse, const T* logits, int N) { return cpu::moe_router_lse(lse, logits, N, kExperts); }
   void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
-                          const double* aux_grad, int N) {
-    cpu::moe_route_backward(dlogits, dweight, scores, expert, weight, aux_grad, N, kMoeShape);
+                          const double* aux_grad, int aux_group_rows, const T* lse, double z_scale, int N) {
+    cpu::moe_route_backward(dlogits, dweight, scores, expert, weight, aux_grad, aux_group_rows, lse, z_scale, N,
+                            kMoeShape);
   }
   // Expert e: y[rows of e] = x[rows of e] · W_eᵀ, W stacked [E, out, in]. One
   // expert per OpenMP thread (each GEMM single-threaded inside: no nesting).

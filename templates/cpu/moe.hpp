@@ -13,6 +13,12 @@
 //   L_aux = coef · E · Σ_e f_e · P_e,  f_e = (assignments to e)/(N·k),
 //   P_e = mean_t p_t[e], p_t = s_t (softmax) or s_t/Σ_e s_t[e] (sigmoid);
 //   exactly coef when the load is uniform. f is a count (no gradient).
+// Sequence-wise balancing loss (DeepSeek-V3, arXiv 2412.19437 eqs. 17-20; moe.seq_aux_loss):
+//   the same form with f and P over each sequence's T tokens (a group of rows),
+//   averaged over the sequences: L_seq = coef_s · (1/G) Σ_g E · Σ_e f_ge · P_ge.
+// Router z-loss (ST-MoE, arXiv 2202.08906 eq. 5; moe.z_loss, softmax routers):
+//   L_z = coef_z · mean_t (lse_t)², lse_t = log Σ_e exp r_t[e];
+//   dL_z/dr_t[e] = coef_z · 2 · lse_t · softmax(r_t)[e] / N.
 // Assignment a = t·k + j (token t, rank j); its row in expert order is
 // position[a]; order[p] is the assignment at row p.
 #pragma once
@@ -188,10 +194,11 @@ void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int
   }
 }
 
-// P_e = mean over tokens of p_t[e] (the balancing loss's router probability),
-// summed in token order per expert.
+// P_ge = mean over group g's rows of p_t[e] (the balancing losses' router probability),
+// summed in token order; groups of group_rows rows (N a multiple of it): one group of N rows
+// for aux_loss, one per sequence for seq_aux_loss. mean_prob has (N / group_rows) · E entries.
 template <typename T>
-void moe_mean_probs(double* mean_prob, const T* scores, std::int64_t N, const MoeShape& m) {
+void moe_mean_probs(double* mean_prob, const T* scores, std::int64_t N, std::int64_t group_rows, const MoeShape& m) {
   const int E = m.experts;
   double* const row_total = thread_scratch<1>(std::size_t(N));  // Σ_e s_t[e] (sigmoid scores)
   if (m.sigmoid) {
@@ -204,21 +211,62 @@ void moe_mean_probs(double* mean_prob, const T* scores, std::int64_t N, const Mo
       row_total[t] = total;
     }
   }
+  const std::int64_t groups = N / group_rows;
 #pragma omp parallel for
-  for (int e = 0; e < E; ++e) {
+  for (std::int64_t ge = 0; ge < groups * E; ++ge) {
+    const std::int64_t g = ge / E;
+    const int e = int(ge % E);
     double sum = 0.0;
-    for (std::int64_t t = 0; t < N; ++t) {
+    for (std::int64_t t = g * group_rows; t < (g + 1) * group_rows; ++t) {
       sum += m.sigmoid ? double(scores[t * E + e]) / row_total[t] : double(scores[t * E + e]);
     }
-    mean_prob[e] = sum / double(N);
+    mean_prob[ge] = sum / double(group_rows);
   }
 }
 
-// dlogits [N, E] from dweight [N, k] and the balancing loss's dL/dp_t[e] =
-// aux_grad[e] (the same for every token; nullptr: no balancing loss).
+// counts[g·E + e] = the assignments of group g's rows to expert e (groups of group_rows rows).
+inline void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, std::int64_t N, std::int64_t group_rows,
+                             int experts, int top_k) {
+  const std::int64_t groups = N / group_rows;
+  for (std::int64_t i = 0; i < groups * experts; ++i) {
+    counts[i] = 0;
+  }
+  for (std::int64_t a = 0; a < N * top_k; ++a) {
+    ++counts[(a / top_k) / group_rows * experts + expert[a]];
+  }
+}
+
+// lse_t = log Σ_e exp r_t[e] for every row; returns Σ_t lse_t² (summed in row order).
+template <typename T>
+double moe_router_lse(T* lse, const T* logits, std::int64_t N, int experts) {
+#pragma omp parallel for
+  for (std::int64_t t = 0; t < N; ++t) {
+    const T* r = logits + t * experts;
+    double max_r = double(r[0]);
+    for (int e = 1; e < experts; ++e) {
+      max_r = double(r[e]) > max_r ? double(r[e]) : max_r;
+    }
+    double sum = 0.0;
+    for (int e = 0; e < experts; ++e) {
+      sum += std::exp(double(r[e]) - max_r);
+    }
+    lse[t] = T(max_r + std::log(sum));
+  }
+  double total = 0.0;
+  for (std::int64_t t = 0; t < N; ++t) {
+    total += double(lse[t]) * double(lse[t]);
+  }
+  return total;
+}
+
+// dlogits [N, E] from dweight [N, k], the balancing losses' dL/dp_t[e] =
+// aux_grad[(t / aux_group_rows)·E + e] (the same for every row of a group; nullptr: no
+// balancing loss), and the z-loss's z_scale · lse_t · softmax(r_t)[e] (lse nullptr: none;
+// softmax scores only, where s_t = softmax(r_t)).
 template <typename T>
 void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
-                        const double* aux_grad, std::int64_t N, const MoeShape& m) {
+                        const double* aux_grad, std::int64_t aux_group_rows, const T* lse, double z_scale,
+                        std::int64_t N, const MoeShape& m) {
   const int E = m.experts, k = m.top_k;
 #pragma omp parallel
   {
@@ -248,6 +296,7 @@ void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std
         }
       }
       if (aux_grad) {
+        const double* a = aux_grad + (t / aux_group_rows) * E;
         if (m.sigmoid) {
           // p_e = s_e / Σs:  ds_e += (a_e − Σ_f a_f·p_f) / Σs.
           double total = 0.0, dot = 0.0;
@@ -255,14 +304,14 @@ void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std
             total += double(s[e]);
           }
           for (int e = 0; e < E; ++e) {
-            dot += aux_grad[e] * double(s[e]) / total;
+            dot += a[e] * double(s[e]) / total;
           }
           for (int e = 0; e < E; ++e) {
-            ds[e] += (aux_grad[e] - dot) / total;
+            ds[e] += (a[e] - dot) / total;
           }
         } else {
           for (int e = 0; e < E; ++e) {
-            ds[e] += aux_grad[e];
+            ds[e] += a[e];
           }
         }
       }
@@ -276,8 +325,9 @@ void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std
         for (int e = 0; e < E; ++e) {
           dot += ds[e] * double(s[e]);
         }
+        const double z = lse ? z_scale * double(lse[t]) : 0.0;
         for (int e = 0; e < E; ++e) {
-          dr[e] = T(double(s[e]) * (ds[e] - dot));
+          dr[e] = T(double(s[e]) * (ds[e] - dot + z));
         }
       }
     }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -135,12 +136,17 @@ class Backend {
     step_loss_.resize(1);
     step_loss_.zero();
     if constexpr (kMoe) {
+      // Per-sequence balancing (moe.seq_aux_loss): P, counts and dL/dp for each of the batch's
+      // sequences; the z-loss's Σ lse² reduces N squares.
+      const std::size_t groups = std::size_t(std::max(batch, 1));
+      moe_groups_ = int(groups);
       moe_bias_.resize(kExperts);
-      moe_aux_.resize(kExperts);
-      moe_mean_.resize(kExperts);
-      moe_counts_.resize(kExperts);
+      moe_aux_.resize(groups * kExperts);
+      moe_mean_.resize(groups * kExperts);
+      moe_counts_.resize(groups * kExperts);
       moe_offsets_.resize(std::size_t(kExperts) + 1);
       moe_row_total_.resize(std::size_t(N));
+      moe_lse_total_.resize(1);
       if constexpr (!std::is_same_v<T, float>) {
         moe_router_grad_.resize(std::size_t(N) * kExperts);
       }
@@ -328,18 +334,35 @@ class Backend {
     check_moe_dim(dim);
     cuda::moe_scatter_add<MoeLayout>(dx, dxs, position, N);
   }
-  void moe_mean_probs(double* mean_host, const float* scores, int N) {
-    cuda::moe_mean_probs<MoeLayout>(moe_mean_.data(), moe_row_total_.data(), scores, N);
-    moe_mean_.download(mean_host, std::size_t(kExperts));
+  void moe_mean_probs(double* mean_host, const float* scores, int N, int group_rows) {
+    check_moe_groups(N, group_rows);
+    cuda::moe_mean_probs<MoeLayout>(moe_mean_.data(), moe_row_total_.data(), scores, N, group_rows);
+    moe_mean_.download(mean_host, std::size_t(N / group_rows) * kExperts);
+  }
+  void moe_group_counts(std::int64_t* counts_host, const std::int32_t* expert, int N, int group_rows) {
+    check_moe_groups(N, group_rows);
+    cuda::moe_group_counts<MoeLayout>(moe_counts_.data(), expert, N, group_rows);
+    moe_counts_.download(counts_host, std::size_t(N / group_rows) * kExperts);
+  }
+  // The z-loss's lse per row; Σ lse² comes back to the host (N doubles of scratch: row_total's,
+  // unused by softmax routers, the only ones the z-loss allows).
+  double moe_router_lse(float* lse, const float* logits, int N) {
+    static_assert(kRouterScoring == RouterScoring::softmax || kMoeZLoss == 0.0, "the z-loss needs a softmax router");
+    double total = 0.0;
+    cuda::moe_router_lse<MoeLayout>(lse, moe_row_total_.data(), moe_lse_total_.data(), logits, N);
+    moe_lse_total_.download(&total, 1);
+    return total;
   }
   void moe_route_backward(float* dlogits, const float* dweight, const float* scores, const std::int32_t* expert,
-                          const float* weight, const double* aux_host, int N) {
+                          const float* weight, const double* aux_host, int aux_group_rows, const float* lse,
+                          double z_scale, int N) {
     const double* aux = nullptr;
     if (aux_host != nullptr) {
-      moe_aux_.upload(aux_host, std::size_t(kExperts));
+      check_moe_groups(N, aux_group_rows);
+      moe_aux_.upload(aux_host, std::size_t(N / aux_group_rows) * kExperts);
       aux = moe_aux_.data();
     }
-    cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, N);
+    cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, aux_group_rows, lse, z_scale, N);
   }
   // One cuBLASLt GEMM per expert with rows (W stacked [E, out, in]). An expert's row count
   // changes every step, so these GEMMs are not timed (runtime/cuda/blaslt.hpp).
@@ -457,6 +480,14 @@ class Backend {
     require_specialized(width == SwigluShape::kDff, "swiglu", "d_ff = " + std::to_string(SwigluShape::kDff),
                         std::to_string(width));
   }
+  // Groups of rows for the balancing losses: whole (one group) or sequences, at most the batch's.
+  void check_moe_groups(int N, int group_rows) const {
+    if (group_rows <= 0 || N % group_rows != 0 || N / group_rows > moe_groups_) {
+      throw std::runtime_error("CUDA backend: MoE balancing groups of " + std::to_string(group_rows) + " rows over " +
+                               std::to_string(N) + " rows exceed the " + std::to_string(moe_groups_) +
+                               " sequences prepared");
+    }
+  }
   static void check_moe_dim(int dim) {
     require_specialized(dim == MoeLayout::kDim, "moe", "rows of " + std::to_string(MoeLayout::kDim),
                         "rows of " + std::to_string(dim));
@@ -549,7 +580,9 @@ class Backend {
   DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
   double deferred_weight_ = -1.0;   // ≥ 0: the next mean_loss is deferred with it
   DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias
-  DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P_e, Σ_e s (sigmoid)
+  DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P per group, Σ_e s (sigmoid) or lse²
+  DeviceBuffer<double> moe_lse_total_;                      // the z-loss's Σ lse²
+  int moe_groups_ = 1;                                      // sequences of the prepared batch
   DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;
   DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };

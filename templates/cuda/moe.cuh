@@ -212,25 +212,69 @@ __global__ void moe_row_total_kernel(double* total, const T* scores, std::int64_
   total[t] = s;
 }
 
-// Block e: P_e = mean_t p_t[e] (row_total null for softmax scores).
+// Block g·E + e: P_ge = mean over group g's rows of p_t[e] (row_total null for softmax scores).
 template <class M, typename T>
-__global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const double* row_total, std::int64_t N) {
+__global__ void moe_mean_probs_kernel(double* mean_prob, const T* scores, const double* row_total,
+                                      std::int64_t group_rows) {
   constexpr int experts = M::kExperts;
   __shared__ double scratch[kWarp];
-  const int e = blockIdx.x;
+  const std::int64_t g = blockIdx.x / experts;
+  const int e = int(blockIdx.x % experts);
   double sum = 0.0;
-  for (std::int64_t t = threadIdx.x; t < N; t += blockDim.x) {
+  for (std::int64_t t = g * group_rows + threadIdx.x; t < (g + 1) * group_rows; t += blockDim.x) {
     const double s = double(to_float(scores[t * experts + e]));
     sum += row_total ? s / row_total[t] : s;
   }
   sum = block_sum(sum, scratch);
-  if (threadIdx.x == 0) mean_prob[e] = sum / double(N);
+  if (threadIdx.x == 0) mean_prob[blockIdx.x] = sum / double(group_rows);
 }
 
-// dlogits from dweight and the balancing loss's dL/dp (aux_grad: E values or null).
+// Thread g·E + e counts group g's assignments to expert e (group_rows rows of K each).
+template <class M>
+__global__ void moe_group_counts_kernel(std::int64_t* counts, const std::int32_t* expert, std::int64_t groups,
+                                        std::int64_t group_rows) {
+  constexpr int experts = M::kExperts, k = M::kTopK;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= groups * experts) return;
+  const std::int64_t g = i / experts;
+  const int e = int(i % experts);
+  std::int64_t count = 0;
+  for (std::int64_t a = g * group_rows * k; a < (g + 1) * group_rows * k; ++a) count += expert[a] == e ? 1 : 0;
+  counts[i] = count;
+}
+
+// One thread per row: lse_t = log Σ_e exp r_t[e] (in double, as on the CPU), and lse_t².
+template <class M, typename T>
+__global__ void moe_router_lse_kernel(T* lse, double* squares, const T* logits, std::int64_t N) {
+  constexpr int experts = M::kExperts;
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  const T* r = logits + t * experts;
+  double max_r = double(to_float(r[0]));
+  for (int e = 1; e < experts; ++e) max_r = fmax(max_r, double(to_float(r[e])));
+  double sum = 0.0;
+  for (int e = 0; e < experts; ++e) sum += exp(double(to_float(r[e])) - max_r);
+  const T value = from_float<T>(float(max_r + log(sum)));
+  lse[t] = value;
+  squares[t] = double(to_float(value)) * double(to_float(value));
+}
+
+// One block: total = Σ_t squares[t] in a fixed order (a template: defined in a header).
+template <int = 0>
+__global__ void moe_sum_kernel(double* total, const double* squares, std::int64_t N) {
+  __shared__ double scratch[kWarp];
+  double sum = 0.0;
+  for (std::int64_t t = threadIdx.x; t < N; t += blockDim.x) sum += squares[t];
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+// dlogits from dweight, the balancing losses' dL/dp (aux_grad: E values per group of
+// aux_group_rows rows, or null) and the z-loss's z_scale · lse_t · s_t (lse null: none).
 template <class M, typename T>
 __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert,
-                                          const T* weight, const double* aux_grad, std::int64_t N) {
+                                          const T* weight, const double* aux_grad, std::int64_t aux_group_rows,
+                                          const T* lse, double z_scale, std::int64_t N) {
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= N) return;
   constexpr int E = M::kExperts, k = M::kTopK;
@@ -249,13 +293,14 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
     for (int j = 0; j < k; ++j) ds[expert[t * k + j]] += double(to_float(dweight[t * k + j]));
   }
   if (aux_grad) {
+    const double* a = aux_grad + (t / aux_group_rows) * E;
     if (kSigmoid) {
       double total = 0.0, dot = 0.0;
       for (int e = 0; e < E; ++e) total += double(to_float(s[e]));
-      for (int e = 0; e < E; ++e) dot += aux_grad[e] * double(to_float(s[e])) / total;
-      for (int e = 0; e < E; ++e) ds[e] += (aux_grad[e] - dot) / total;
+      for (int e = 0; e < E; ++e) dot += a[e] * double(to_float(s[e])) / total;
+      for (int e = 0; e < E; ++e) ds[e] += (a[e] - dot) / total;
     } else {
-      for (int e = 0; e < E; ++e) ds[e] += aux_grad[e];
+      for (int e = 0; e < E; ++e) ds[e] += a[e];
     }
   }
   T* dr = dlogits + t * E;
@@ -267,7 +312,8 @@ __global__ void moe_route_backward_kernel(T* dlogits, const T* dweight, const T*
   } else {
     double dot = 0.0;
     for (int e = 0; e < E; ++e) dot += ds[e] * double(to_float(s[e]));
-    for (int e = 0; e < E; ++e) dr[e] = from_float<T>(float(double(to_float(s[e])) * (ds[e] - dot)));
+    const double z = lse ? z_scale * double(to_float(lse[t])) : 0.0;
+    for (int e = 0; e < E; ++e) dr[e] = from_float<T>(float(double(to_float(s[e])) * (ds[e] - dot + z)));
   }
 }
 
@@ -326,15 +372,34 @@ void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int
   launch(moe_scatter_add_kernel<M, T>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, dx, dxs, position, N);
 }
 
-// mean_prob: E doubles on the device; row_total: N doubles of scratch (sigmoid only).
+// mean_prob: (N / group_rows) · E doubles on the device; row_total: N doubles of scratch
+// (sigmoid only).
 template <class M, typename T>
-void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N) {
+void moe_mean_probs(double* mean_prob, double* row_total, const T* scores, std::int64_t N, std::int64_t group_rows) {
   constexpr bool kSigmoid = M::kScoring == RouterScoring::sigmoid;
+  if (N <= 0) return;
   if (kSigmoid) {
     launch(moe_row_total_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, row_total, scores, N);
   }
-  launch(moe_mean_probs_kernel<M, T>, unsigned(M::kExperts), kMoeThreads, 0, mean_prob, scores,
-         kSigmoid ? static_cast<const double*>(row_total) : nullptr, N);
+  launch(moe_mean_probs_kernel<M, T>, unsigned(N / group_rows * M::kExperts), kMoeThreads, 0, mean_prob, scores,
+         kSigmoid ? static_cast<const double*>(row_total) : nullptr, group_rows);
+}
+
+// counts: (N / group_rows) · E on the device.
+template <class M>
+void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, std::int64_t N, std::int64_t group_rows) {
+  if (N <= 0) return;
+  const std::int64_t groups = N / group_rows;
+  launch(moe_group_counts_kernel<M>, blocks_for(groups * M::kExperts, kMoeThreads), kMoeThreads, 0, counts, expert,
+         groups, group_rows);
+}
+
+// lse: N values; squares: N doubles of scratch; total: one double (Σ lse², fixed order).
+template <class M, typename T>
+void moe_router_lse(T* lse, double* squares, double* total, const T* logits, std::int64_t N) {
+  if (N <= 0) return;
+  launch(moe_router_lse_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, lse, squares, logits, N);
+  launch(moe_sum_kernel<>, 1u, kMoeThreads, 0, total, static_cast<const double*>(squares), N);
 }
 
 // fp32 gradient of the router logits → T, for the router's backward GEMMs.
@@ -354,10 +419,11 @@ void moe_cast(T* out, const float* in, std::int64_t n) {
 
 template <class M, typename T>
 void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
-                        const double* aux_grad, std::int64_t N) {
+                        const double* aux_grad, std::int64_t aux_group_rows, const T* lse, double z_scale,
+                        std::int64_t N) {
   if (N <= 0) return;
   launch(moe_route_backward_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, dlogits, dweight, scores, expert,
-         weight, aux_grad, N);
+         weight, aux_grad, aux_group_rows, lse, z_scale, N);
 }
 
 }  // namespace gcm::cuda

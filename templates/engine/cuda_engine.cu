@@ -221,11 +221,16 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   bool sharded() const override { return zero1_; }
 #ifdef GC_HAVE_NCCL
+  void abort_communicators() override { gc::rt::cuda::NcclComm::abort_all(); }
+  std::string communicator_error() override { return gc::rt::cuda::NcclComm::async_error(); }
+#endif
+#ifdef GC_HAVE_NCCL
   // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
   // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
   void split_experts(int G) override {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
     model_.attach_expert_exchange(&experts_->exchange());
+    experts_->exchange().before_collective = [this] { order_after_reductions(); };
     upload_tensor_table();
   }
   void assemble_moments() override {
@@ -240,7 +245,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
   void overlap_next_backward() override {
     armed_ = reduce_stream_ != nullptr;
-    reductions_ = 0;
+    reductions_ = reductions_ordered_ = 0;
   }
   void reduce_grads() override {
 #ifdef GC_HAVE_NCCL
@@ -520,6 +525,16 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     }
     ++reductions_;
   }
+  // Issue 41: an expert exchange (its group's communicator, on the compute stream) starts after
+  // the bucket reductions queued before it (the world's, on reduce_stream_), and each later
+  // reduction waits for the compute stream (backward_queued_): every rank runs its collectives
+  // in program order, so no rank holds one communicator while waiting on the other.
+  void order_after_reductions() {
+    if (!armed_ || reductions_ == reductions_ordered_) return;
+    GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
+    GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
+    reductions_ordered_ = reductions_;
+  }
   std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
   std::unique_ptr<DeviceExpertGroups<ComputeType>> experts_;  // distributed.expert_parallel > 1
 #endif
@@ -551,6 +566,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   bool head_reduced_ = false;  // this step's tensors after the layer stack are being reduced
   bool zero1_ = false;  // distributed.zero_stage = 1 over several ranks
   int reductions_ = 0;  // gradient reductions issued in the current (or last) step
+  int reductions_ordered_ = 0;  // of them, those an expert exchange already waited for
   cudaStream_t reduce_stream_ = nullptr;
   cudaEvent_t backward_queued_ = nullptr, reduced_ = nullptr;
 };

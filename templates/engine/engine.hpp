@@ -132,6 +132,11 @@ class EngineDistribution {
     std::int64_t exchanges = 0;
   };
   virtual ExchangeTotals expert_exchange_totals() const { return {}; }
+  // The training watchdog's hooks (runtime/watchdog.hpp), called from its thread: abort every
+  // communicator (a rank blocked in a collective returns), or name an asynchronous error (""
+  // when none). Without communicators of its own (MPI on the CPU): nothing to do.
+  virtual void abort_communicators() {}
+  virtual std::string communicator_error() { return {}; }
 };
 
 // What the metrics, the logs and the summary record read.

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
   int rank() const override { return group_.rank(); }
   void exchange(const Act* send, const std::vector<std::int64_t>& send_rows, Act* recv,
                 const std::vector<std::int64_t>& recv_rows, int width) override {
+    if (before_collective) before_collective();
     std::int64_t sent = 0, received = 0;
     nccl_.group_start();
     for (int q = 0; q < group_.size(); ++q) {
@@ -62,6 +64,9 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
 
   std::int64_t bytes_sent = 0;  // to other ranks, over the run
   std::int64_t exchanges = 0;
+  // Run before each exchange is queued: the engine orders it after the gradient reductions
+  // queued on its other stream (engine/cuda_engine.cu's order_after_reductions).
+  std::function<void()> before_collective;
 
  private:
   gc::rt::Comm group_;

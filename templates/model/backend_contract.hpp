@@ -99,8 +99,13 @@ struct ContractBackend {
   void moe_combine(Act*, const Act*, const Stat*, const std::int32_t*, int, int, bool) {}
   void moe_combine_backward(Act*, Stat*, const Act*, const Act*, const Stat*, const std::int32_t*, int, int) {}
   void moe_scatter_add(Act*, const Act*, const std::int32_t*, int, int) {}
-  void moe_mean_probs(double*, const Stat*, int) {}
-  void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int) {}
+  // The balancing losses' P per group of rows and assignments per group (both to the host), the
+  // router's log-sum-exp per row (returns Σ lse², to the host) for the z-loss.
+  void moe_mean_probs(double*, const Stat*, int, int) {}
+  void moe_group_counts(std::int64_t*, const std::int32_t*, int, int) {}
+  double moe_router_lse(Stat*, const Stat*, int) { return 0.0; }
+  void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int,
+                          const Stat*, double, int) {}
   void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, int, int) {}
   // Expert parallelism (model/expert_parallel.hpp): rows picked by index, and the host-planned
   // indices copied to where the rows lie.

@@ -78,7 +78,7 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
     const auto alloc = [this](auto& buf, std::int64_t n) { allocate(buf, n); };
     moe_.resize(kLayers);
     for (int l = 0; l < kLayers; ++l) {
-      if (is_moe_layer(l)) allocate_moe_layer(moe_[std::size_t(l)], N, alloc);
+      if (is_moe_layer(l)) allocate_moe_layer(moe_[std::size_t(l)], N, T_, alloc);
     }
     allocate_moe_scratch(moe_scratch_, N, alloc);
   }
@@ -281,7 +281,7 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_forward(ops_, moe_[std::size_t(l)], moe_scratch_, L.m.data(), L.b.data(), moe_params(l),
-                  [this](int i) { return param(i); }, N, exchange_experts_ ? expert_exchange_ : nullptr);
+                  [this](int i) { return param(i); }, N, T_, exchange_experts_ ? expert_exchange_ : nullptr);
     } else {
       dense_mlp_forward(L, P);
     }
@@ -409,7 +409,7 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_backward(ops_, moe_[std::size_t(l)], moe_scratch_, dx_.data(), dm, L.b.data(), moe_params(l),
-                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, loss_scale,
+                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, T_, loss_scale,
                    expert_exchange_);
     } else {
       dense_mlp_backward(L, P, dm);

@@ -5,7 +5,9 @@
 //   moe.norm_topk_prob; the aux_free bias only selects)
 //   rows of b sorted by expert (stable counting sort: deterministic, dropless)
 //   y_t = Σ_j w_tj · SwiGLU_{e_j}(b_t) + SharedSwiGLU(b_t)
-//   L_aux = coef · E · Σ_e f_e · P_e (moe.load_balance = "aux_loss")
+//   L_aux = coef · E · Σ_e f_e · P_e (moe.load_balance = "aux_loss", per micro-batch)
+//   + the same per sequence, averaged over sequences (moe.seq_aux_loss)
+//   + coef_z · mean_t lse_t² (moe.z_loss, the router z-loss)
 //
 // MoeLayer holds what the backward needs; MoeScratch is shared by all layers.
 #pragma once
@@ -50,7 +52,12 @@ struct MoeLayer {
   std::vector<double> mean_prob;        // P_e of the last forward
   std::vector<std::int64_t> load;         // assignments per expert since begin_moe_step (a step)
   std::vector<std::int64_t> window_load;  // steps' loads since the last routing record (metrics)
-  double aux_loss = 0.0;                // L_aux of the last forward (0 unless aux_loss)
+  double aux_loss = 0.0;                // the router's auxiliary losses of the last forward (all of them)
+  // moe.seq_aux_loss: per sequence g (of the last forward) the assignments and P of each expert,
+  // [g·E + e]; the balancing losses' dL/dp per group of rows (the backward's).
+  std::vector<std::int64_t> seq_counts;
+  std::vector<double> seq_mean_prob, aux_grad;
+  Buffer<Stat> lse;                     // moe.z_loss: log Σ_e exp r_t[e] per row
   // Expert parallelism (model/expert_parallel.hpp; empty without it): the rows this rank's
   // experts computed in expert-major order, the last training forward's route, and the
   // permutation between the received (source-major) and the expert-major rows.
@@ -72,7 +79,7 @@ struct MoeScratch {
 
 // Allocates a layer's buffers for N rows through `alloc(buffer, elements)`.
 template <typename Backend, typename Alloc>
-void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, Alloc&& alloc) {
+void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, int seq_len, Alloc&& alloc) {
   const std::int64_t A = N * kTopK, D = kDModel;
   alloc(L.scores, N * kExperts);
   alloc(L.weight, A);
@@ -87,6 +94,61 @@ void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, Alloc&& alloc) {
   L.mean_prob.assign(std::size_t(kExperts), 0.0);
   L.load.assign(std::size_t(kExperts), 0);
   L.window_load.assign(std::size_t(kExperts), 0);
+  const std::size_t sequences = std::size_t(N / std::max(seq_len, 1));
+  if constexpr (kMoeSeqAuxLoss > 0.0) {
+    L.seq_counts.assign(sequences * kExperts, 0);
+    L.seq_mean_prob.assign(sequences * kExperts, 0.0);
+  }
+  L.aux_grad.assign((kMoeSeqAuxLoss > 0.0 ? sequences : 1) * kExperts, 0.0);
+  if constexpr (kMoeZLoss > 0.0) {
+    alloc(L.lse, N);
+  }
+}
+
+// The sequence-wise balancing loss of the last forward (cpu/moe.hpp): (1/G) Σ_g E · Σ_e f_ge · P_ge,
+// f_ge = (assignments of sequence g to e) / (T · k); without its coefficient.
+template <typename Backend>
+double sequence_balance(const MoeLayer<Backend>& L, int N, int seq_len) {
+  const int groups = N / seq_len;
+  double total = 0.0;
+  for (int g = 0; g < groups; ++g) {
+    double sum = 0.0;
+    for (int e = 0; e < kExperts; ++e) {
+      const std::size_t i = std::size_t(g) * kExperts + std::size_t(e);
+      sum += double(L.seq_counts[i]) / (double(seq_len) * kTopK) * L.seq_mean_prob[i];
+    }
+    total += kExperts * sum;
+  }
+  return total / double(groups);
+}
+
+// The balancing losses' dL/dp_t[e] for the rows of each group into L.aux_grad (one group of N
+// rows, or one per sequence with moe.seq_aux_loss); null when neither loss is on.
+template <typename Backend>
+const double* balancing_gradient(MoeLayer<Backend>& L, int N, int seq_len, double loss_scale, int& group_rows) {
+  constexpr bool kGlobal = kLoadBalance == LoadBalance::aux_loss, kSequences = kMoeSeqAuxLoss > 0.0;
+  group_rows = kSequences ? seq_len : N;
+  if constexpr (!kGlobal && !kSequences) {
+    return nullptr;
+  }
+  const int groups = N / group_rows;
+  const double A = double(N) * kTopK;
+  for (int g = 0; g < groups; ++g) {
+    for (int e = 0; e < kExperts; ++e) {
+      double a = 0.0;
+      if constexpr (kGlobal) {  // dL_aux/dp_t[e] = coef · E · f_e / N
+        const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / A;
+        a = loss_scale * kLoadBalanceCoef * kExperts * f / double(N);
+      }
+      if constexpr (kSequences) {  // dL_seq/dp_t[e] = coef_s · E · f_ge / (G · T), t in sequence g
+        const std::size_t i = std::size_t(g) * kExperts + std::size_t(e);
+        const double f = double(L.seq_counts[i]) / (double(seq_len) * kTopK);
+        a += loss_scale * kMoeSeqAuxLoss * kExperts * f / (double(groups) * seq_len);
+      }
+      L.aux_grad[std::size_t(g) * kExperts + std::size_t(e)] = a;
+    }
+  }
+  return L.aux_grad.data();
 }
 
 template <typename Backend, typename Alloc>
@@ -227,7 +289,7 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
 // (a training forward under expert parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
 void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
-                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N,
+                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N, int seq_len,
                  ExpertExchange<typename Backend::Act>* exchange = nullptr) {
   using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
   using profile::kFwd, profile::kBwd;
@@ -244,6 +306,14 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_route_forward", kFwd, 2.0 * N * kExperts * sizeof(float)), [&] {
     ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
   });
+  L.aux_loss = 0.0;
+  if constexpr (kMoeZLoss > 0.0) {  // before the logits' scratch is reused
+    double squares = 0.0;
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_router_lse", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
+      squares = ops.moe_router_lse(L.lse.data(), S.logits.data(), N);
+    });
+    L.aux_loss += kMoeZLoss * squares / double(N);
+  }
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_dispatch", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
     ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
   });
@@ -287,17 +357,25 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
   });
   for (int e = 0; e < kExperts; ++e) L.load[std::size_t(e)] += L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
-  L.aux_loss = 0.0;
+  if constexpr (kMoeSeqAuxLoss > 0.0) {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * A * sizeof(std::int32_t)), [&] {
+      ops.moe_group_counts(L.seq_counts.data(), L.expert.data(), N, seq_len);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
+      ops.moe_mean_probs(L.seq_mean_prob.data(), L.scores.data(), N, seq_len);
+    });
+    L.aux_loss += kMoeSeqAuxLoss * sequence_balance(L, N, seq_len);
+  }
   if constexpr (kLoadBalance == LoadBalance::aux_loss) {
     profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
-      ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N);
+      ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N, N);
     });
     double sum = 0.0;  // Σ_e f_e · P_e
     for (int e = 0; e < kExperts; ++e) {
       const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
       sum += f * L.mean_prob[std::size_t(e)];
     }
-    L.aux_loss = kLoadBalanceCoef * kExperts * sum;
+    L.aux_loss += kLoadBalanceCoef * kExperts * sum;
   }
 }
 
@@ -307,7 +385,8 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
 template <typename Backend, typename Weights, typename Grads>
 void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* db,
                   const typename Backend::Act* dm, const typename Backend::Act* b, const MoeParams& P, Weights&& W,
-                  Grads&& G, int N, double loss_scale, ExpertExchange<typename Backend::Act>* exchange = nullptr) {
+                  Grads&& G, int N, int seq_len, double loss_scale,
+                  ExpertExchange<typename Backend::Act>* exchange = nullptr) {
   using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
   using profile::kFwd, profile::kBwd;
   constexpr double kActBytes = sizeof(typename Backend::Act);
@@ -335,19 +414,16 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
                                   kExpertDff, /*accumulate_dx=*/true);
     });
   }
-  const double* aux_grad = nullptr;
-  double aux[kExperts];
-  if constexpr (kLoadBalance == LoadBalance::aux_loss) {
-    // dL_aux/dp_t[e] = coef · E · f_e / N for every token t.
-    for (int e = 0; e < kExperts; ++e) {
-      const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
-      aux[e] = loss_scale * kLoadBalanceCoef * kExperts * f / double(N);
-    }
-    aux_grad = aux;
+  int aux_group_rows = N;
+  const double* aux_grad = balancing_gradient(L, N, seq_len, loss_scale, aux_group_rows);
+  const typename Backend::Stat* lse = nullptr;
+  if constexpr (kMoeZLoss > 0.0) {
+    lse = L.lse.data();
   }
+  const double z_scale = loss_scale * kMoeZLoss * 2.0 / double(N);  // dL_z/dr = coef_z · 2 · lse · softmax(r) / N
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_route_backward", kBwd, 3.0 * N * kExperts * sizeof(float)), [&] {
     ops.moe_route_backward(S.logits.data(), S.dweight.data(), L.scores.data(), L.expert.data(), L.weight.data(),
-                           aux_grad, N);
+                           aux_grad, aux_group_rows, lse, z_scale, N);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_router, kBwd, N, D, kExperts), [&] {
     ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);

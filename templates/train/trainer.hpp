@@ -40,11 +40,16 @@
 #include "train/load_weights.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
+#include "runtime/watchdog.hpp"
 #include "train/sample.hpp"
 #include "train/trainer_profile.hpp"
 #include "train/schedule.hpp"
 
 namespace gcm {
+
+// The watchdog's default limit (runtime/watchdog.hpp): longer than any legitimate step, evaluation or
+// checkpoint of the specs this project trains, short of a job's wall time.
+inline constexpr double kDefaultWatchdogSeconds = 1800.0;
 
 struct TrainOptions {
   std::string run_dir;
@@ -61,6 +66,7 @@ struct TrainOptions {
   int expert_parallel = kExpertParallel;  // ranks per expert-parallel group (--expert-parallel)
   int profile_steps = 0;  // --profile N: time N steps after StepProfiler::kWarmup (0: no profile)
   double profile_ceiling_tflops = 0.0, profile_ceiling_gbps = 0.0;  // --profile-ceilings (0: unknown)
+  double watchdog_s = kDefaultWatchdogSeconds;  // --watchdog-s: stop when no progress for this long (0: off)
 };
 
 // The greedy sample at the end runs on the CPU; on a GPU run it is skipped above this size.
@@ -121,6 +127,15 @@ class Trainer {
   std::int64_t metrics_device_to_host_bytes_ = 0;  // copied from a GPU by measuring (summary record)
   std::int64_t measurements_ = 0;                  // measure() calls that measured something
   std::unique_ptr<StepProfiler> profiler_;         // train --profile (null: not profiling)
+  std::unique_ptr<gc::rt::Watchdog> watchdog_;     // after engine_: stops before the engine goes
+  void start_watchdog();
+  // Progress for the watchdog: the step in flight and what this rank does in it.
+  void beat(std::int64_t step, const char* phase) {
+    if (watchdog_) watchdog_->beat(step, phase);
+  }
+  void beat(const char* phase) {
+    if (watchdog_) watchdog_->beat(phase);
+  }
   profile::Recorder* recorder() { return profiler_ ? profiler_->recorder() : nullptr; }
   void write_profile() const;
 };

@@ -89,6 +89,7 @@ inline void Trainer::init_from_export() {
 }
 
 inline void Trainer::save(std::int64_t step) {
+  beat("checkpoint");
   host_.sync(*engine_, comm_, true);
   gc::rt::CheckpointState state;
   state.step = step;

@@ -171,6 +171,7 @@ inline bool Trainer::read_due(std::int64_t step) const {
 inline bool Trainer::train_step(std::int64_t step, bool read) {
   using profile::Category, profile::Pass;
   const double param_bytes = double(kOffsets.at[kNumParams]) * sizeof(float);
+  beat(step + 1, "forward_backward");
   profile::timed(recorder(), profile::memory(Category::optimizer, "zero_grads", Pass::step, param_bytes),
                  [&] { engine_->zero_grads(); });
   if constexpr (kMoe) {
@@ -192,9 +193,11 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
     // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp). The loss is summed by
     // finish_step.
+    beat("reduce_grads");
     profile::timed(recorder(), profile::memory(Category::communication, "reduce_grads", Pass::step, 0.0),
                    [&] { engine_->reduce_grads(); });
     if constexpr (kMoe) {
+      beat("moe_allreduce_loads");
       comm_.allreduce_sum(&last_aux_loss_, 1);
       engine_->moe_allreduce_loads(comm_);
     }
@@ -205,10 +208,12 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   if (update_ratio_due) engine_->snapshot_tensors(kUpdateRatioTensors);  // kept where the weights lie
   // Σ g², the verdict and AdamW: at least the gradients read twice, the moments and the masters
   // read and written (8 fp32 values per parameter).
+  beat("finish_step");
   profile::timed(recorder(), profile::memory(Category::optimizer, "finish_step", Pass::step, 8 * param_bytes),
                  [&] { engine_->finish_step(learning_rate(step), s); });
   host_.mark_stale();
   if (read) {
+    beat("read_step");
     profile::timed(recorder(), profile::memory(Category::other, "read_step", Pass::step, 0.0),
                    [&] { readout_ = &engine_->read_step(); });
     if (readout_->verdict.stopped_at != 0) return false;
@@ -271,9 +276,21 @@ inline void Trainer::join_weight_metrics(std::int64_t s) {
   metrics::weight_records(s, *engine_->weight_stats(), due, top_tokens_, opt_.run_dir);
 }
 
+// The watchdog (--watchdog-s; runtime/watchdog.hpp) watches the steps from here on; the engine
+// gives it the communicators' error polls and aborts.
+inline void Trainer::start_watchdog() {
+  if (opt_.watchdog_s <= 0.0) return;
+  watchdog_ = std::make_unique<gc::rt::Watchdog>(opt_.watchdog_s,
+                                                 gc::rt::Watchdog::Where{comm_.rank(), comm_.size(), comm_.host()});
+  watchdog_->add_poll([this] { return engine_->communicator_error(); });
+  watchdog_->add_abort_hook([this] { engine_->abort_communicators(); });
+  beat(start_step_, "starting");
+}
+
 inline int Trainer::run() {
   namespace fs = std::filesystem;
   using Clock = std::chrono::steady_clock;
+  start_watchdog();
   // Only rank 0 writes (the others log to /dev/null) and measures.
   const bool root = comm_.root();
   gc::rt::MetricsWriter log(root ? (fs::path(opt_.run_dir) / "metrics.jsonl").string() : std::string("/dev/null"),

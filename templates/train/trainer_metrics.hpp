@@ -15,6 +15,7 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   double total = 0.0;
   engine_->track_logit_moments(metrics != nullptr && metrics->needs_logit_moments());
   for (const auto& batch : val_batches_) {
+    beat("evaluation");  // each batch is progress
     batch.split(inputs_, targets_);
     total += engine_->forward_loss(inputs_.data(), targets_.data());
     if (metrics) engine_->measure_activations(*metrics);
@@ -37,6 +38,7 @@ inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& 
 
 inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
   using Clock = std::chrono::steady_clock;
+  beat("measuring");
   const metrics::MetricsDue due = opt_.metrics ? metrics_due_at(s) : metrics::MetricsDue{};
   bool initial_loss = false;
   if constexpr (kInitialLossOn) {

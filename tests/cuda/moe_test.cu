@@ -200,13 +200,17 @@ TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
   check_gather_combine<bf16, Layout<70, 5, 2, RouterScoring::softmax, false>>();
 }
 
-// In fp32 (the router's precision on every backend); T rounds the inputs.
+// In fp32 (the router's precision on every backend); T rounds the inputs. aux_rows: the
+// balancing losses' groups of rows (0: none; N: one group; 7: four "sequences"); z: the z-loss
+// (softmax routers).
 template <typename T, class M>
-void check_route_backward(bool aux) {
-  const int N = 29;
+void check_route_backward(int aux_rows, bool z) {
+  const int N = 28;
   constexpr int kE = M::kExperts, kK = M::kTopK;
   const MoeShape m = M::cpu();
-  const std::string what = type_name<T>() + " " + M::name() + (aux ? " aux" : "");
+  const int groups = aux_rows > 0 ? N / aux_rows : 1;
+  const std::string what = type_name<T>() + " " + M::name() + (aux_rows > 0 ? " aux/" + std::to_string(aux_rows) : "") +
+                           (z ? " z" : "");
   const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 61, 1.5));
   std::vector<double> scores(static_cast<std::size_t>(N * kE)), w(static_cast<std::size_t>(N * kK));
   std::vector<std::int32_t> expert(static_cast<std::size_t>(N * kK));
@@ -215,36 +219,59 @@ void check_route_backward(bool aux) {
   scores = rounded<T>(scores);
   w = rounded<T>(w);
   const auto dweight = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kK), 62));
-  const auto aux_grad = kt::random_normal(static_cast<std::size_t>(kE), 63, 0.1);
+  const auto aux_grad = kt::random_normal(static_cast<std::size_t>(groups * kE), 63, 0.1);
   auto scores_d = upload_as<float>(scores), w_d = upload_as<float>(w), dweight_d = upload_as<float>(dweight);
+  auto logits_d = upload_as<float>(logits);
   auto expert_d = ct::upload(expert);
   auto aux_d = ct::upload(aux_grad);
+  // The z-loss's lse and Σ lse², on the GPU against the CPU.
+  DeviceBuffer<float> lse_d(static_cast<std::size_t>(N));
+  DeviceBuffer<double> squares_d(static_cast<std::size_t>(N)), total_d(1);
+  std::vector<double> lse(static_cast<std::size_t>(N));
+  const double total_ref = gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, kE);
+  if (z) {
+    gcm::cuda::moe_router_lse<M>(lse_d.data(), squares_d.data(), total_d.data(), logits_d.data(), N);
+    expect_close(download_double(lse_d), lse, 1e-6, "moe router lse " + what);
+    expect_close(ct::download(total_d), std::vector<double>{total_ref}, 1e-6, "moe router Σ lse² " + what);
+    lse = download_double(lse_d);
+  }
+  const double z_scale = 0.02;
   DeviceBuffer<float> dlogits_d(static_cast<std::size_t>(N * kE));
   gcm::cuda::moe_route_backward<M>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
-                                   aux ? aux_d.data() : nullptr, N);
+                                   aux_rows > 0 ? aux_d.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                                   z ? lse_d.data() : nullptr, z_scale, N);
   std::vector<double> ref(static_cast<std::size_t>(N * kE));
   gcm::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
-                               aux ? aux_grad.data() : nullptr, N, m);
+                               aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                               z ? lse.data() : nullptr, z_scale, N, m);
   expect_close(download_double(dlogits_d), ref, ct::tolerance<float>(), "moe route backward " + what);
 
-  if (aux) {
-    DeviceBuffer<double> mean_d(kE), row_total_d(static_cast<std::size_t>(N));
-    gcm::cuda::moe_mean_probs<M>(mean_d.data(), row_total_d.data(), scores_d.data(), N);
-    std::vector<double> mean_ref(kE);
-    gcm::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, m);
+  if (aux_rows > 0) {
+    DeviceBuffer<double> mean_d(static_cast<std::size_t>(groups * kE)), row_total_d(static_cast<std::size_t>(N));
+    gcm::cuda::moe_mean_probs<M>(mean_d.data(), row_total_d.data(), scores_d.data(), N, aux_rows);
+    std::vector<double> mean_ref(static_cast<std::size_t>(groups * kE));
+    gcm::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, aux_rows, m);
     expect_close(ct::download(mean_d), mean_ref, 1e-6, "moe mean probs " + what);
+    DeviceBuffer<std::int64_t> counts_d(static_cast<std::size_t>(groups * kE));
+    gcm::cuda::moe_group_counts<M>(counts_d.data(), expert_d.data(), N, aux_rows);
+    std::vector<std::int64_t> counts_ref(static_cast<std::size_t>(groups * kE));
+    gcm::cpu::moe_group_counts(counts_ref.data(), expert.data(), N, aux_rows, kE, kK);
+    EXPECT_EQ(ct::download(counts_d), counts_ref) << "moe group counts " << what;
   }
 }
 
 TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
   GC_REQUIRE_GPU();
-  for (bool aux : {false, true}) {
-    check_route_backward<float, Layout<24, 7, 3, RouterScoring::softmax, false>>(aux);
-    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::softmax, true>>(aux);
-    check_route_backward<float, Layout<24, 7, 3, RouterScoring::sigmoid, true>>(aux);
-    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::sigmoid, false>>(aux);
-    check_route_backward<float, Layout<24, 12, 2, RouterScoring::sigmoid, true>>(aux);
-    check_route_backward<bf16, Layout<24, 12, 2, RouterScoring::softmax, false>>(aux);
+  for (int aux_rows : {0, 28, 7}) {
+    check_route_backward<float, Layout<24, 7, 3, RouterScoring::softmax, false>>(aux_rows, false);
+    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::softmax, true>>(aux_rows, false);
+    check_route_backward<float, Layout<24, 7, 3, RouterScoring::sigmoid, true>>(aux_rows, false);
+    check_route_backward<bf16, Layout<24, 7, 3, RouterScoring::sigmoid, false>>(aux_rows, false);
+    check_route_backward<float, Layout<24, 12, 2, RouterScoring::sigmoid, true>>(aux_rows, false);
+    check_route_backward<bf16, Layout<24, 12, 2, RouterScoring::softmax, false>>(aux_rows, false);
+    // The z-loss (softmax routers), alone and with the balancing losses.
+    check_route_backward<float, Layout<24, 7, 3, RouterScoring::softmax, true>>(aux_rows, true);
+    check_route_backward<bf16, Layout<24, 12, 2, RouterScoring::softmax, false>>(aux_rows, true);
   }
 }
 

@@ -57,6 +57,13 @@ ncclResult_t ncclGetVersion(int* version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
+// Abort: safe from another thread while a collective blocks; makes no MPI call (the MPI
+// communicator is left to the process's end: the watchdog ends it at once). GetAsyncError: the
+// emulator's collectives fail synchronously, so ncclSuccess, unless GC_EMU_NCCL_ASYNC_ERROR
+// names a step count: after that many collectives on the communicator it reports
+// ncclRemoteError (to test the watchdog's poll).
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank);
 const char* ncclGetErrorString(ncclResult_t result);

@@ -6,6 +6,7 @@
 // step's micro-batches is a clear error.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -162,6 +163,30 @@ TEST_F(DataParallel, ARankThatDiesStopsEveryRankAndKeepsTheLastGoodCheckpoint) {
   ASSERT_GT(newest, 0) << "no checkpoint was written in 3 seconds";
   const Outcome resumed = train("--resume " + run.string() + " --steps " + std::to_string(newest + 1));
   EXPECT_EQ(resumed.status, 0) << resumed.output;
+}
+
+// A rank that stops making progress while alive (SIGSTOP) leaves the other blocked in a
+// collective: its watchdog (--watchdog-s) names its rank, step and phase and ends it with
+// status 3, and mpirun stops the job, instead of both waiting until the job's wall time.
+TEST_F(DataParallel, AStuckRankIsStoppedByTheWatchdogNamingItsStepAndPhase) {
+  std::string spec = kDataParallel;
+  spec.replace(spec.find("steps = 20"), 10, "steps = 100000");
+  spec.replace(spec.find("checkpoint_every = 10"), 21, "checkpoint_every = 25");
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 3; kill -STOP $$) & fi; exec " +
+                                   (tree() / "train").string() + " --watchdog-s 4 --no-checkpoint --out " +
+                                   (dir_ / "run").string();
+  const auto start = std::chrono::steady_clock::now();
+  const Outcome stuck = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
+                           gc::test::shell_quote(rank_program));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(stuck.status, 124) << "the job hung instead of stopping\n" << stuck.output;
+  EXPECT_EQ(stuck.status, 3) << stuck.output;
+  EXPECT_LT(seconds, 60.0) << stuck.output;
+  EXPECT_NE(stuck.output.find("train: watchdog: rank 0 of 2"), std::string::npos) << stuck.output;
+  EXPECT_NE(stuck.output.find("(the limit is --watchdog-s 4;"), std::string::npos) << stuck.output;
+  EXPECT_NE(stuck.output.find(", step "), std::string::npos) << stuck.output;
 }
 
 // A non-finite loss is the same reduced number on every rank: all stop at the

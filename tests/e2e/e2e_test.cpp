@@ -111,7 +111,7 @@ TEST_F(Tree, TrainsProfilesResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
   EXPECT_LT(loss.back(), loss.front() - 2.0) << full.output;
 
   // The step profile on the CPU: 2 warm-up + 3 timed steps, the table and RUN/profile.json; and
-  // the flags' misuse, named.
+  // the misuse of its flags and of --watchdog-s, named.
   const Outcome profiled = train("--profile 3 --no-metrics --out " + (dir_ / "profile").string());
   ASSERT_EQ(profiled.status, 0) << profiled.output;
   gc::test::expect_step_profile(dir_ / "profile", profiled.output, {"cpu", 3, 2, 2, false});
@@ -121,7 +121,10 @@ TEST_F(Tree, TrainsProfilesResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
            {"--profile 100", "more than the schedule's 60"},
            {"--profile-ceilings 700,4000", "--profile-ceilings needs --profile"},
            {"--profile --profile-ceilings 700", "--profile-ceilings needs two positive numbers"},
-           {"--profile --resume " + (dir_ / "full").string(), "--profile starts a new run"}}) {
+           {"--profile --resume " + (dir_ / "full").string(), "--profile starts a new run"},
+           {"--watchdog-s", "--watchdog-s needs a number of seconds"},
+           {"--watchdog-s -5", "--watchdog-s needs a number of seconds (0 turns the watchdog off), not '-5'"},
+           {"--watchdog-s 10x", "not '10x'"}}) {
     const Outcome bad = train(args);
     EXPECT_EQ(bad.status, 2) << args << "\n" << bad.output;
     EXPECT_NE(bad.output.find(says), std::string::npos) << args << "\n" << bad.output;

@@ -131,6 +131,49 @@ std::string with_distributed(const std::string& spec, const std::string& line) {
 }
 
 // Every layout trains like one process holding every expert; a layout repeats bit for bit.
+// The balancing menu's layout-free losses (moe.seq_aux_loss, per sequence; moe.z_loss, per
+// token) with aux_free: micro-batches of 2 or 8 sequences, in one process, over 2 ranks (EP 2)
+// or 4 (EP 2 × DP 2), train alike and report the same auxiliary loss. A loss normalized per
+// micro-batch rather than per sequence or token (moe.load_balance = "aux_loss" is, as in
+// Megatron) would scale with the micro-batch and fail this.
+TEST_F(ExpertParallel, BalancingLossesAreTheSameWhateverTheLayout) {
+  std::string spec = kExpertParallel;
+  spec.replace(spec.find("load_balance_coef = 0.01\n"), 25, "load_balance_coef = 0.01\nseq_aux_loss = 0.05\nz_loss = 0.02\n");
+  const Outcome gen = generate(spec);
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  std::string whole = spec;  // one micro-batch of all 8 sequences
+  whole.replace(whole.find("micro_batch = 2"), 15, "micro_batch = 8");
+  const fs::path whole_tree = dir_ / "whole_tree";
+  std::ofstream(dir_ / "whole.toml") << whole;
+  const Outcome built = sh(std::string(GCOMPILE_BINARY) + " " + (dir_ / "whole.toml").string() + " -o " +
+                           whole_tree.string() + " -j 2 --quick-build --cpu-only");
+  ASSERT_EQ(built.status, 0) << built.output;
+
+  const std::string steps = "--steps 6 ";
+  const Outcome one = train(steps + "--expert-parallel 1 --out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto loss_one = losses(dir_ / "one");
+  ASSERT_EQ(loss_one.size(), 6u);
+  const double aux_one = last_routing(dir_ / "one").value("aux_loss", -1.0);
+  // Both losses are on: more than aux_free's zero, near their uniform-routing values
+  // (seq: 0.05 per layer; z: 0.02 · ln(8)² ≈ 0.086 per layer; 2 layers).
+  EXPECT_GT(aux_one, 0.2) << aux_one;
+  EXPECT_LT(aux_one, 0.6) << aux_one;
+
+  const Outcome single = sh("OMP_NUM_THREADS=1 " + (whole_tree / "train").string() + " " + steps +
+                            "--expert-parallel 1 --out " + (dir_ / "whole").string());
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_LT(max_rel_diff(loss_one, losses(dir_ / "whole")), 1e-5);
+  EXPECT_NEAR(last_routing(dir_ / "whole").value("aux_loss", -1.0), aux_one, 1e-6 * aux_one);
+  for (const auto& [name, ranks] : {std::pair<const char*, int>{"ep2", 2}, {"ep2_dp2", 4}}) {
+    SCOPED_TRACE(name);
+    const Outcome r = train(steps + "--expert-parallel 2 --out " + (dir_ / name).string(), ranks);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_LT(max_rel_diff(loss_one, losses(dir_ / name)), 1e-6);
+    EXPECT_NEAR(last_routing(dir_ / name).value("aux_loss", -1.0), aux_one, 1e-6 * aux_one);
+  }
+}
+
 TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   const Outcome gen = generate(kExpertParallel);
   ASSERT_EQ(gen.status, 0) << gen.output;

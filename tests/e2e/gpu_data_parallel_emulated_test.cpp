@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -241,6 +242,16 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   const Outcome own = train(tree, "--out " + (dir_ / "own_gpu").string(), 2, "cuda", 1, /*gpu_per_rank=*/true);
   ASSERT_EQ(own.status, 0) << own.output;
   EXPECT_EQ(losses(dir_ / "own_gpu"), loss_two);
+  // A communicator's asynchronous error (the emulator's NCCL reports one from its first
+  // collective on: GC_EMU_NCCL_ASYNC_ERROR) stops the job through the watchdog's poll, which
+  // names it, aborts the communicators and exits with status 3.
+  ::setenv("GC_EMU_NCCL_ASYNC_ERROR", "1", 1);
+  const Outcome failing = train(tree, "--watchdog-s 600 --out " + (dir_ / "async_error").string(), 2);
+  ::unsetenv("GC_EMU_NCCL_ASYNC_ERROR");
+  EXPECT_EQ(failing.status, 3) << failing.output;
+  EXPECT_NE(failing.output.find("a communicator reported an asynchronous error: remote process exited"),
+            std::string::npos)
+      << failing.output;
   expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 
@@ -368,7 +379,8 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   std::string spec = spec_text("fp32", 0);
   spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
   spec.replace(spec.find("[optim]"), 7,
-               "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n\n[optim]");
+               "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n"
+               "seq_aux_loss = 0.05\nz_loss = 0.02\n\n[optim]");  // the GPU's balancing kernels too
   spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 8");  // 4 micro-batches: up to 4 ranks
   const fs::path tree = build("moe", spec);
   ASSERT_FALSE(HasFailure());
@@ -386,11 +398,40 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   // and sends them to the group; on 4 ranks (2 groups) an expert block's gradients are reduced
   // over its 2 owners. The same training as one process, repeatably, within the plan.
   const std::vector<std::pair<const char*, int>> layouts = {{"ep", 2}, {"ep_again", 2}, {"ep_dp", 4}};
+  const fs::path trace = dir_ / "nccl_trace";
+  fs::create_directories(trace);
   for (const auto& [run, ranks] : layouts) {
+    // ep_again: the emulator's NCCL writes the order its collectives ran in (GC_EMU_NCCL_TRACE).
+    if (std::string(run) == "ep_again") ::setenv("GC_EMU_NCCL_TRACE", trace.c_str(), 1);
     const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / run).string(), ranks);
+    ::unsetenv("GC_EMU_NCCL_TRACE");
     ASSERT_EQ(ep.status, 0) << ep.output;
     EXPECT_NE(ep.output.find("experts over groups of 2"), std::string::npos) << ep.output;
   }
+  // Issue 41: every rank runs its collectives in the order it issued them (the exchanges, on the
+  // compute stream and the group's communicator, after the bucket all-reduces queued before
+  // them on the reduction stream and the world's), so the ranks' orders are the same. The
+  // emulator runs the reduction stream only when something waits for it: without the engine's
+  // wait before each exchange, the exchanges would run ahead of earlier reductions.
+  std::vector<std::vector<std::string>> calls(2);
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(trace / ("rank_" + std::to_string(r) + ".txt"));
+    long issued = 0, previous = -1;
+    std::string call;
+    int ranks = 0, out_of_order = 0;
+    while (in >> issued >> call >> ranks) {
+      out_of_order += issued < previous ? 1 : 0;
+      previous = issued;
+      calls[std::size_t(r)].push_back(call);
+    }
+    EXPECT_EQ(out_of_order, 0) << "rank " << r << " ran collectives out of their issue order";
+    const auto count = [&](const char* name) {
+      return std::count(calls[std::size_t(r)].begin(), calls[std::size_t(r)].end(), std::string(name));
+    };
+    EXPECT_GT(count("ncclGroupEnd"), 0) << "rank " << r << ": no exchange traced";
+    EXPECT_GT(count("ncclAllReduce"), 0) << "rank " << r << ": no all-reduce traced";
+  }
+  EXPECT_EQ(calls[0], calls[1]);
   for (const char* run : {"ep", "ep_dp"}) {
     EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / run)), 1e-6) << run;
     EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / run / kLast), 1e-6) << run;

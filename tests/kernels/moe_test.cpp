@@ -130,54 +130,108 @@ TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
   EXPECT_LT(kt::rel_error(dweight, kt::numeric_grad(w, loss)), kt::kGradTol);
 }
 
-// dL/dlogits through scores, (normalized) weights and the balancing loss's
-// P_e term, for both scorings, against finite differences with the selection
-// held fixed (no near-ties by construction: well-separated logits).
+// dL/dlogits through scores, (normalized) weights, the balancing losses' P term (one group of
+// rows, or groups of two rows: the sequence-wise loss) and the z-loss, for both scorings (the
+// z-loss for softmax only), against finite differences with the selection held fixed (no
+// near-ties by construction: well-separated logits).
 TEST(KernelMoe, RouteBackwardMatchesFiniteDifferences) {
-  const int E = 5, k = 2, N = 3;
+  const int E = 5, k = 2, N = 4;
   for (bool sigmoid : {false, true}) {
     for (bool norm : {false, true}) {
-      for (bool aux : {false, true}) {
-        const MoeShape m{E, k, sigmoid, norm};
-        std::vector<double> logits = {0.0, 0.6, 1.2, 1.8, 2.4, 2.1, -0.5, 0.4, 1.3, -1.0, 0.9, 1.7, -0.2, 0.3, 2.6};
-        const auto dw_coef = kt::random_normal(std::size_t(N * k), 21);
-        const auto a = kt::random_normal(std::size_t(E), 22);  // dL/dP_e
-        std::vector<std::int32_t> fixed(std::size_t(N * k));
-        {
-          std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k));
-          gcm::cpu::moe_route_forward(s.data(), fixed.data(), w.data(), logits.data(),
-                                      static_cast<const float*>(nullptr), N, m);
-        }
-        // L = Σ dw_coef·w + Σ_e a_e·P_e, P_e = mean_t p_t[e].
-        auto loss = [&] {
-          std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), P(static_cast<std::size_t>(E));
-          std::vector<std::int32_t> sel(std::size_t(N * k));
-          gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(),
-                                      static_cast<const float*>(nullptr), N, m);
-          EXPECT_EQ(sel, fixed);
-          double L = kt::dot(dw_coef, w);
-          if (aux) {
-            gcm::cpu::moe_mean_probs(P.data(), s.data(), N, m);
-            L += kt::dot(a, P);
+      for (int aux_rows : {0, N, 2}) {  // 0: no balancing loss
+        for (bool z : {false, true}) {
+          if (z && sigmoid) continue;
+          const MoeShape m{E, k, sigmoid, norm};
+          std::vector<double> logits = {0.0, 0.6, 1.2, 1.8, 2.4, 2.1, -0.5, 0.4, 1.3, -1.0,
+                                        0.9, 1.7, -0.2, 0.3, 2.6, 1.1, -0.7, 2.2, 0.2, -1.4};
+          const int groups = aux_rows > 0 ? N / aux_rows : 1;
+          const auto dw_coef = kt::random_normal(std::size_t(N * k), 21);
+          const auto a = kt::random_normal(std::size_t(groups * E), 22);  // dL/dP_ge
+          const double z_coef = 0.7;
+          std::vector<std::int32_t> fixed(std::size_t(N * k));
+          {
+            std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k));
+            gcm::cpu::moe_route_forward(s.data(), fixed.data(), w.data(), logits.data(),
+                                        static_cast<const float*>(nullptr), N, m);
           }
-          return L;
-        };
-        std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), dlogits(std::size_t(N * E));
-        std::vector<std::int32_t> sel(std::size_t(N * k));
-        gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
-                                    N, m);
-        std::vector<double> aux_grad(static_cast<std::size_t>(E));
-        for (int e = 0; e < E; ++e) aux_grad[std::size_t(e)] = a[std::size_t(e)] / N;  // dL/dp_t[e]
-        gcm::cpu::moe_route_backward(dlogits.data(), dw_coef.data(), s.data(), sel.data(), w.data(),
-                                     aux ? aux_grad.data() : nullptr, N, m);
-        const double err = kt::rel_error(dlogits, kt::numeric_grad(logits, loss));
-        kt::report(std::string("moe route backward") + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "") +
-                       (aux ? " aux" : ""),
-                   err);
-        EXPECT_LT(err, kt::kGradTol) << sigmoid << norm << aux;
+          // L = Σ dw_coef·w + Σ_ge a_ge·P_ge + z_coef · Σ_t lse_t², P_ge = mean over group g of p_t[e].
+          auto loss = [&] {
+            std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), P(std::size_t(groups * E)),
+                lse(static_cast<std::size_t>(N));
+            std::vector<std::int32_t> sel(std::size_t(N * k));
+            gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(),
+                                        static_cast<const float*>(nullptr), N, m);
+            EXPECT_EQ(sel, fixed);
+            double L = kt::dot(dw_coef, w);
+            if (aux_rows > 0) {
+              gcm::cpu::moe_mean_probs(P.data(), s.data(), N, aux_rows, m);
+              L += kt::dot(a, P);
+            }
+            if (z) L += z_coef * gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+            return L;
+          };
+          std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), dlogits(std::size_t(N * E)),
+              lse(static_cast<std::size_t>(N));
+          std::vector<std::int32_t> sel(std::size_t(N * k));
+          gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
+                                      N, m);
+          gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+          std::vector<double> aux_grad(std::size_t(groups * E));
+          for (std::size_t i = 0; i < aux_grad.size(); ++i) aux_grad[i] = a[i] / (aux_rows > 0 ? aux_rows : N);
+          gcm::cpu::moe_route_backward(dlogits.data(), dw_coef.data(), s.data(), sel.data(), w.data(),
+                                       aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                                       z ? lse.data() : nullptr, 2.0 * z_coef, N, m);
+          const double err = kt::rel_error(dlogits, kt::numeric_grad(logits, loss));
+          kt::report(std::string("moe route backward") + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "") +
+                         (aux_rows > 0 ? " aux/" + std::to_string(aux_rows) : "") + (z ? " z" : ""),
+                     err);
+          EXPECT_LT(err, kt::kGradTol) << sigmoid << norm << aux_rows << z;
+        }
       }
     }
   }
+}
+
+// The sequence-wise pieces: counts per group of rows, P per group (whose mean over groups is the
+// whole batch's P), and lse with its Σ lse² against a direct evaluation.
+TEST(KernelMoe, GroupCountsMeanProbsAndLseAgreeWithDirectSums) {
+  const int E = 6, k = 2, N = 12, rows = 4;
+  const MoeShape m{E, k, false, false};
+  const auto logits = kt::random_normal(std::size_t(N * E), 41, 1.5);
+  std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), whole(static_cast<std::size_t>(E)),
+      grouped(std::size_t(N / rows * E)), lse(static_cast<std::size_t>(N));
+  std::vector<std::int32_t> sel(std::size_t(N * k));
+  gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr), N, m);
+  std::vector<std::int64_t> counts(std::size_t(N / rows * E));
+  gcm::cpu::moe_group_counts(counts.data(), sel.data(), N, rows, E, k);
+  for (int g = 0; g < N / rows; ++g) {
+    std::int64_t total = 0;
+    for (int e = 0; e < E; ++e) {
+      std::int64_t direct = 0;
+      for (int t = g * rows; t < (g + 1) * rows; ++t) {
+        for (int j = 0; j < k; ++j) direct += sel[std::size_t(t * k + j)] == e ? 1 : 0;
+      }
+      EXPECT_EQ(counts[std::size_t(g * E + e)], direct) << g << " " << e;
+      total += direct;
+    }
+    EXPECT_EQ(total, rows * k);
+  }
+  gcm::cpu::moe_mean_probs(whole.data(), s.data(), N, N, m);
+  gcm::cpu::moe_mean_probs(grouped.data(), s.data(), N, rows, m);
+  for (int e = 0; e < E; ++e) {
+    double mean = 0.0;
+    for (int g = 0; g < N / rows; ++g) mean += grouped[std::size_t(g * E + e)] / (N / rows);
+    EXPECT_NEAR(mean, whole[std::size_t(e)], 1e-14);
+  }
+  const double squares = gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+  double direct_squares = 0.0;
+  for (int t = 0; t < N; ++t) {
+    double sum = 0.0;
+    for (int e = 0; e < E; ++e) sum += std::exp(logits[std::size_t(t * E + e)]);
+    EXPECT_NEAR(lse[std::size_t(t)], std::log(sum), 1e-12);
+    direct_squares += std::log(sum) * std::log(sum);
+  }
+  EXPECT_NEAR(squares, direct_squares, 1e-10);
 }
 
 TEST(KernelMoe, RoutingAndMeanProbsIgnoreThreadCount) {
@@ -190,7 +244,7 @@ TEST(KernelMoe, RoutingAndMeanProbsIgnoreThreadCount) {
     std::vector<double> P(static_cast<std::size_t>(E));
     gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr), N,
                                 m);
-    gcm::cpu::moe_mean_probs(P.data(), s.data(), N, m);
+    gcm::cpu::moe_mean_probs(P.data(), s.data(), N, N, m);
     return std::make_tuple(s, w, sel, P);
   };
   decltype(run()) one, two;

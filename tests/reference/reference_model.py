@@ -47,6 +47,10 @@ Mixture of experts (model.arch = "moe", settings in [moe]):
   float32 run. With load_balance = "aux_loss" the loss adds, per MoE layer,
     coef * E * sum_e f_e * P_e,  f_e = (assignments to e) / (N k) (a constant),
     P_e = mean_t p_t[e],  p_t = s_t (softmax) or s_t / sum_e s_t[e] (sigmoid).
+  With seq_aux_loss > 0 it adds the same form over each sequence's T tokens, averaged over
+  the B sequences (DeepSeek-V3 eqs. 17-20):
+    seq_aux_loss * mean_b [E * sum_e f_be * P_be];
+  with z_loss > 0 the router z-loss (ST-MoE eq. 5): z_loss * mean_t logsumexp(r_t)^2.
 """
 
 import argparse
@@ -143,6 +147,8 @@ class Config:
             self.balance = mo.get("load_balance", "aux_loss")
             self.coef = float(mo.get("load_balance_coef", 0.01))
             self.norm_topk = bool(mo.get("norm_topk_prob", False))
+            self.seq_aux = float(mo.get("seq_aux_loss", 0.0))
+            self.z_loss = float(mo.get("z_loss", 0.0))
             if self.scoring not in ("softmax", "sigmoid"):
                 raise ValueError(f"unknown moe.router_scoring {self.scoring!r}")
             if self.balance not in ("none", "aux_loss", "aux_free"):
@@ -291,6 +297,14 @@ def moe_mlp(cfg, W, p, b, routes, l):
         prob = s if cfg.scoring == "softmax" else s / s.sum(dim=-1, keepdim=True)
         P = prob.mean(dim=0)
         aux = cfg.coef * E * (f * P).sum()
+    if cfg.seq_aux > 0:
+        one_hot = torch.nn.functional.one_hot(sel.reshape(B, T * k), E).to(x.dtype)  # [B, T k, E]
+        f = one_hot.sum(dim=1) / (T * k)  # [B, E], a constant
+        prob = s if cfg.scoring == "softmax" else s / s.sum(dim=-1, keepdim=True)
+        P = prob.reshape(B, T, E).mean(dim=1)
+        aux = aux + cfg.seq_aux * E * (f * P).sum(dim=-1).mean()
+    if cfg.z_loss > 0:
+        aux = aux + cfg.z_loss * torch.logsumexp(r, dim=-1).pow(2).mean()
     return y.reshape(B, T, D), aux
 
 

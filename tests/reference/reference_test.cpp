@@ -160,8 +160,9 @@ TEST_F(Reference, MatchesPyTorchWithEveryFeature) { compare_with_pytorch(kAllFea
 TEST_F(Reference, MatchesPyTorchWithHeadwiseGateAndTiedEmbeddings) { compare_with_pytorch(kHeadwiseTied); }
 
 // Mixture of experts: a dense first layer, then MoE layers with sigmoid
-// routing, renormalized top-k weights, two shared experts and the balancing
-// loss (a large coefficient, so its gradient is visible in the router's).
+// routing, renormalized top-k weights, two shared experts and both balancing
+// losses, per batch and per sequence (large coefficients, so their gradients are
+// visible in the router's).
 const char* const kMoe = R"toml([experiment]
 name = "ref_moe"
 seed = 11
@@ -187,6 +188,7 @@ router_scoring = "sigmoid"
 norm_topk_prob = true
 load_balance = "aux_loss"
 load_balance_coef = 0.5
+seq_aux_loss = 0.4
 
 [init]
 gamma = 0.5
@@ -205,6 +207,47 @@ format = "synthetic"
 )toml";
 
 TEST_F(Reference, MatchesPyTorchWithMixtureOfExperts) { compare_with_pytorch(kMoe); }
+
+// Softmax routing with the router z-loss and the sequence-wise balancing loss alone (no
+// per-batch loss), four sequences.
+const char* const kMoeZLoss = R"toml([experiment]
+name = "ref_moe_z"
+seed = 13
+
+[model]
+arch = "moe"
+vocab_size = 97
+d_model = 24
+n_layers = 2
+n_heads = 4
+d_ff = 40
+
+[moe]
+n_experts = 5
+top_k = 2
+expert_d_ff = 16
+router_scoring = "softmax"
+load_balance = "none"
+seq_aux_loss = 0.6
+z_loss = 0.2
+
+[init]
+gamma = 0.5
+
+[optim]
+lr = 1e-3
+
+[train]
+seq_len = 8
+global_batch = 4
+steps = 2
+precision = "fp32"
+
+[data]
+format = "synthetic"
+)toml";
+
+TEST_F(Reference, MatchesPyTorchWithRouterZLossAndSequenceBalancing) { compare_with_pytorch(kMoeZLoss); }
 
 // Large enough tensors for tight statistics; every distribution and depth scaling.
 const char* const kInitStats = R"toml([experiment]

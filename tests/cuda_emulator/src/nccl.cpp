@@ -7,8 +7,11 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,8 @@ struct ncclComm {
   int rank = 0, size = 1;
   std::string last_error;
   MPI_Comm mpi = MPI_COMM_NULL;
+  std::atomic<bool> aborted{false};
+  std::atomic<long> collectives{0};  // issued so far (GC_EMU_NCCL_ASYNC_ERROR)
 };
 
 namespace {
@@ -73,7 +78,33 @@ ncclResult_t sum_of(ncclComm_t comm, const char* call, ncclRedOp_t op, ncclDataT
   return ncclSuccess;
 }
 
+// GC_EMU_NCCL_TRACE=DIR: each process appends a line to DIR/rank_<world rank>.txt as each
+// collective runs: its issue number (this process's count when it was queued), the call and the
+// communicator's size. A rank whose streams ran its collectives out of their issue order shows
+// it (tests/e2e/gpu_data_parallel_emulated_test.cpp).
+void trace(long issued, const char* call, int ranks) {
+  static std::FILE* file = [] {
+    const char* dir = std::getenv("GC_EMU_NCCL_TRACE");
+    if (dir == nullptr || *dir == '\0') return static_cast<std::FILE*>(nullptr);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return std::fopen((std::string(dir) + "/rank_" + std::to_string(rank) + ".txt").c_str(), "a");
+  }();
+  if (file == nullptr) return;
+  std::fprintf(file, "%ld %s %d\n", issued, call, ranks);
+  std::fflush(file);
+}
+
 ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op) {
+  static std::atomic<long> issued{0};
+  if (comm != nullptr && comm->aborted.load()) return fail(comm, ncclInvalidUsage, std::string(call) + ": aborted");
+  if (comm != nullptr) ++comm->collectives;
+  const long number = issued++;
+  const int ranks = comm != nullptr ? comm->size : 0;
+  op = [op = std::move(op), number, call, ranks] {
+    trace(number, call, ranks);
+    op();
+  };
   if (gc_emu::enqueue(stream, std::move(op)) != cudaSuccess) {
     return fail(comm, ncclUnhandledCudaError, std::string(call) + ": not a live stream");
   }
@@ -120,7 +151,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
                                                   std::to_string(nranks) + ", but the ranks sharing its id make it rank " +
                                                   std::to_string(mpi_rank) + " of " + std::to_string(mpi_size));
   }
-  *comm = new ncclComm{rank, nranks, {}, mpi};
+  *comm = new ncclComm;
+  (*comm)->rank = rank;
+  (*comm)->size = nranks;
+  (*comm)->mpi = mpi;
   return ncclSuccess;
 }
 
@@ -129,6 +163,19 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   MPI_Finalized(&finalized);
   if (comm != nullptr && comm->mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm->mpi);
   delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm != nullptr) comm->aborted.store(true);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (comm == nullptr || async_error == nullptr) return ncclInvalidArgument;
+  const char* after = std::getenv("GC_EMU_NCCL_ASYNC_ERROR");
+  const long limit = after != nullptr && *after != '\0' ? std::strtol(after, nullptr, 10) : -1;
+  *async_error = limit >= 0 && comm->collectives.load() >= limit ? ncclRemoteError : ncclSuccess;
   return ncclSuccess;
 }
 
