@@ -62,6 +62,8 @@ inline constexpr bool kNormTopkProb = gc::knob<bool>("plan.moe_norm_topk_prob", 
 // Router z-loss and the sequence-wise balancing loss coefficients (0: off; cpu/moe.hpp has the math).
 inline constexpr double kMoeZLoss = gc::knob<double>("plan.moe_z_loss", 0.0);
 inline constexpr double kMoeSeqAuxLoss = gc::knob<double>("plan.moe_seq_aux_loss", 0.0);
+// moe.capacity_factor as assignments per expert and sequence (0: dropless; compiler/plan's moe_capacity).
+inline constexpr int kMoeCapacity = gc::knob<int>("plan.moe_capacity", 0);
 
 // --- processes: distributed.backend = "none" refuses a launch as several ranks
 // (a data-parallel job otherwise splits each step's micro-batches, runtime/comm.hpp);

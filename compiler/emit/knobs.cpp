@@ -27,6 +27,7 @@ void add_moe_knobs(const Spec& s, KnobTable& t) {
   t["plan.moe_norm_topk_prob"] = Value::boolean(e.norm_topk_prob);
   t["plan.moe_z_loss"] = Value::number(e.z_loss);
   t["plan.moe_seq_aux_loss"] = Value::number(e.seq_aux_loss);
+  t["plan.moe_capacity"] = Value::integer(moe_capacity(s));
 }
 
 }  // namespace

@@ -113,6 +113,14 @@ void model_section(std::ostringstream& o, const Plan& plan) {
     o << "  MoE: " << e.n_experts << " routed experts (top-" << e.top_k << ", d_ff " << e.expert_d_ff << "), "
       << e.n_shared_experts << " shared (d_ff " << e.shared_d_ff << "); " << e.n_dense_layers
       << (e.n_dense_layers == 1 ? " dense layer" : " dense layers") << " of d_ff " << e.dense_d_ff << "\n";
+    const std::int64_t capacity = moe_capacity(s);
+    o << "  routing: " << (capacity > 0 ? "at most " + std::to_string(capacity) +
+                                               " assignments per expert and sequence (moe.capacity_factor = " +
+                                               format_double(e.capacity_factor) + "), the rest dropped"
+                                         : std::string("dropless"));
+    if (e.seq_aux_loss > 0.0) o << "; sequence-wise balancing loss × " << format_double(e.seq_aux_loss);
+    if (e.z_loss > 0.0) o << "; router z-loss × " << format_double(e.z_loss);
+    o << "\n";
   }
   std::vector<int> dense, moe;
   for (const auto& l : plan.layers) (l.kind == LayerKind::moe ? moe : dense).push_back(l.index);

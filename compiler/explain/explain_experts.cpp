@@ -2,12 +2,14 @@
 // layout of distributed.expert_parallel = G (templates/model/expert_parallel.hpp,
 // templates/engine/expert_groups.hpp): which experts each rank owns, what the all-to-all and
 // the gradient reductions move per step, and the buffers the exchange adds per process.
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
 
 #include "common/text.hpp"
 #include "explain/explain.hpp"
+#include "plan/plan.hpp"
 
 namespace gc {
 
@@ -31,7 +33,13 @@ std::string block_sizes(std::int64_t E, std::int64_t G) {
 double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_layers) {
   const auto& s = plan.spec;
   const double N = double(s.train.micro_batch) * double(s.train.seq_len);
-  const double A = N * double(s.moe.top_k), C = A * double(G), D = double(s.model.d_model);
+  const double A = N * double(s.moe.top_k), D = double(s.model.d_model);
+  // The rows a rank's experts may receive (exchange_capacity_rows in templates/model/expert_parallel.hpp).
+  double C = A * double(G);
+  if (const std::int64_t capacity = moe_capacity(s); capacity > 0) {
+    const double local = double((s.moe.n_experts + G - 1) / G), sequences = double(s.train.micro_batch);
+    C = std::max(A, std::min(C, double(G) * sequences * double(capacity) * local));
+  }
   const double F = double(s.moe.expert_d_ff);
   const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0;
   const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0;
@@ -80,7 +88,11 @@ std::string explain_experts(const Plan& plan, int world_size) {
   o << "  expert parameters shared inside the group after each step (zero_stage 0): " << format_bytes(4.0 * expert_params * leaving)
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
-    << " (dropless worst case: " << G << " x micro_batch x seq_len x top_k rows per MoE layer); the weights and "
+    << (moe_capacity(s) > 0
+            ? " (the capacity bound: " + std::to_string(G) + " x micro_batch x " + std::to_string(moe_capacity(s)) +
+                  " x " + std::to_string((E + G - 1) / G) + " rows per MoE layer, moe.capacity_factor)"
+            : " (dropless worst case: " + std::to_string(G) + " x micro_batch x seq_len x top_k rows per MoE layer)")
+    << "; the weights and "
     << "gradients stay whole on every rank (" << format_bytes(8.0 * stored)
     << " fp32, as above): the groups split the experts' compute and gradient traffic, not their memory\n";
   return o.str();

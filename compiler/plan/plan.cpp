@@ -212,6 +212,13 @@ FlopCounts count_flops(const Spec& spec, const std::vector<ParamEntry>& params, 
 
 }  // namespace
 
+std::int64_t moe_capacity(const Spec& spec) {
+  const MoeSpec& e = spec.moe;
+  if (spec.model.arch != Arch::moe || !(e.capacity_factor > 0.0) || e.n_experts <= 0) return 0;
+  const double assignments = double(spec.train.seq_len) * double(e.top_k) / double(e.n_experts);
+  return std::max<std::int64_t>(1, std::int64_t(std::ceil(e.capacity_factor * assignments - 1e-9)));
+}
+
 std::int64_t head_chunk_rows(const Spec& spec) {
   const std::int64_t N = std::int64_t(spec.train.micro_batch) * spec.train.seq_len;
   const std::int64_t V = spec.model.vocab_size;
@@ -274,7 +281,7 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   const double moe_scratch = moe_layers > 0 ? 2 * k * D + 3 * k * Fe + 3 * S : 0.0;
   const double moe_stats = (double(moe_layers) + (moe_layers > 0 ? 1.0 : 0.0)) * (E + k) +
                            (e.z_loss > 0.0 ? double(moe_layers) : 0.0);
-  const double moe_ints = double(moe_layers) * 3 * k;
+  const double moe_ints = double(moe_layers) * (moe_capacity(spec) > 0 ? 4 : 3) * k;  // + kept (capacity)
   double elems = double(m.n_layers) * layer + dense_layers * 3 * F + double(moe_layers) * moe_layer + moe_scratch;
   elems += 2 * D;      // embedding, embedding after its norm
   elems += 2 * D;  // final hidden, final norm

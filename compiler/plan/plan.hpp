@@ -134,6 +134,9 @@ struct Plan {
 // cross-entropy then run chunk by chunk (templates/model/model_impl.hpp).
 inline constexpr std::int64_t kHeadChunkElements = std::int64_t(1) << 25;
 std::int64_t head_chunk_rows(const Spec& spec);
+// moe.capacity_factor as assignments per expert and sequence: ceil(factor · seq_len · top_k /
+// n_experts); 0 for dropless routing (factor 0) or a dense model.
+std::int64_t moe_capacity(const Spec& spec);
 
 // Resolves a validated spec. Reports formula evaluation errors (for example a
 // std expression that divides by zero for some layer) and hazard warnings.

@@ -155,6 +155,13 @@ void add_moe(Builder& b) {
                                 Value::number(0.0)),
                    0),
           "0.0001");
+  example(at_least(with_default(b.add("moe.capacity_factor", KeyType::number,
+                                      "0 = dropless. Else each expert takes at most ceil(factor · seq_len · top_k / "
+                                      "n_experts) assignments per sequence, in token order; the rest are dropped (no "
+                                      "expert output, weights not renormalized) and counted in the routing records."),
+                                Value::number(0.0)),
+                   0),
+          "1.25");
   example(at_least(with_default(b.add("moe.z_loss", KeyType::number,
                                       "Router z-loss weight (ST-MoE eq. 5): weight · mean over tokens of "
                                       "(log Σ_e exp router_logit_e)²; softmax routers only. 0 = off."),

@@ -65,6 +65,7 @@ struct MoeSpec {
   bool norm_topk_prob = false;
   double z_loss = 0.0;        // router z-loss coefficient (ST-MoE)
   double seq_aux_loss = 0.0;  // sequence-wise balancing loss coefficient (DeepSeek-V3)
+  double capacity_factor = 0.0;  // 0: dropless; else per expert and sequence (plan: moe_capacity)
 };
 
 // A class's own rule; unset fields fall back (class -> mlp class for experts

@@ -231,6 +231,7 @@ void build_moe(Reader& r, Spec& spec) {
   e.norm_topk_prob = r.boolean("moe.norm_topk_prob");
   e.z_loss = r.number("moe.z_loss");
   e.seq_aux_loss = r.number("moe.seq_aux_loss");
+  e.capacity_factor = r.number("moe.capacity_factor");
   if (!moe) return;
   r.derive("moe.shared_d_ff", Value::integer(e.shared_d_ff));
   r.derive("moe.dense_d_ff", Value::integer(e.dense_d_ff));

@@ -140,12 +140,22 @@ class Backend {
   void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, int N) {
     cpu::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
   }
+  // moe.capacity_factor: kept (expert or -1) and position -1 for the dropped assignments; the
+  // dropped count per sequence and expert to the host.
+  void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped, const std::int32_t* expert,
+                          int N, int seq_len) {
+    cpu::moe_apply_capacity(kept, dropped, expert, N, seq_len, kExperts, kTopK, kMoeCapacity);
+    for (std::int64_t a = 0; a < std::int64_t(N) * kTopK; ++a) {
+      if (kept[a] < 0) position[a] = -1;
+    }
+  }
   void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
                     int N) {
     cpu::moe_dispatch(order, position, offsets, expert, N, kExperts, kTopK);
   }
-  void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
-    cpu::moe_gather(xs, x, order, std::int64_t(N) * kTopK, dim, kTopK);
+  // xs [rows, dim]: the rows each expert computes (N·k, fewer when assignments are dropped).
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim) {
+    cpu::moe_gather(xs, x, order, rows, dim, kTopK);
   }
   // dst[p] = src[rows[p]] for p < n (expert parallelism: received rows to expert-major and back).
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
@@ -158,8 +168,8 @@ class Backend {
     cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);
   }
   void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight,
-                            const std::int32_t* order, int N, int dim) {
-    cpu::moe_combine_backward(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK, dim, kTopK);
+                            const std::int32_t* order, int N, std::int64_t rows, int dim) {
+    cpu::moe_combine_backward(dys, dweight, dout, ys, weight, order, rows, std::int64_t(N) * kTopK, dim, kTopK);
   }
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
     cpu::moe_scatter_add(dx, dxs, position, N, dim, kTopK);

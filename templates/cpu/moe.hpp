@@ -19,12 +19,18 @@
 // Router z-loss (ST-MoE, arXiv 2202.08906 eq. 5; moe.z_loss, softmax routers):
 //   L_z = coef_z · mean_t (lse_t)², lse_t = log Σ_e exp r_t[e];
 //   dL_z/dr_t[e] = coef_z · 2 · lse_t · softmax(r_t)[e] / N.
+// Capacity (moe.capacity_factor > 0, GShard/Switch): within each sequence, expert e keeps its
+//   first C assignments in assignment order (token, then rank) and drops the rest: a dropped
+//   assignment adds nothing to its token's output (the other weights are not renormalized) and
+//   has no expert row; the selection (and so the balancing losses' f) still counts it.
 // Assignment a = t·k + j (token t, rank j); its row in expert order is
-// position[a]; order[p] is the assignment at row p.
+// position[a] (-1: dropped); order[p] is the assignment at row p.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common.hpp"
 
@@ -99,8 +105,29 @@ void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logi
   }
 }
 
+// Capacity: kept[a] = expert[a] for the first `capacity` assignments of each expert within each
+// sequence of seq_len rows (in assignment order), else -1 (dropped); dropped[g·E + e] counts
+// sequence g's dropped assignments to e.
+inline void moe_apply_capacity(std::int32_t* kept, std::int64_t* dropped, const std::int32_t* expert, std::int64_t N,
+                               std::int64_t seq_len, int experts, int top_k, int capacity) {
+  const std::int64_t groups = N / seq_len;
+  std::vector<std::int64_t> taken(std::size_t(experts), 0);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::fill(taken.begin(), taken.end(), 0);
+    std::int64_t* lost = dropped + g * experts;
+    std::fill(lost, lost + experts, 0);
+    for (std::int64_t a = g * seq_len * top_k; a < (g + 1) * seq_len * top_k; ++a) {
+      const int e = expert[a];
+      const bool keep = taken[std::size_t(e)] < capacity;
+      kept[a] = keep ? e : -1;
+      ++(keep ? taken[std::size_t(e)] : lost[e]);
+    }
+  }
+}
+
 // Stable counting sort of the N·k assignments by expert: expert e's rows are
-// offsets[e] .. offsets[e+1] (offsets has E+1 entries), in token order.
+// offsets[e] .. offsets[e+1] (offsets has E+1 entries), in token order. A dropped assignment
+// (expert -1) gets no row: position -1.
 inline void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
                          std::int64_t N, int experts, int top_k) {
   const std::int64_t A = N * top_k;
@@ -108,13 +135,17 @@ inline void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64
     offsets[e] = 0;
   }
   for (std::int64_t a = 0; a < A; ++a) {
-    ++offsets[expert[a] + 1];
+    if (expert[a] >= 0) ++offsets[expert[a] + 1];
   }
   for (int e = 0; e < experts; ++e) {
     offsets[e + 1] += offsets[e];
   }
   // Fill each expert's rows in assignment order (offsets[e] advances; restored below).
   for (std::int64_t a = 0; a < A; ++a) {
+    if (expert[a] < 0) {
+      position[a] = -1;
+      continue;
+    }
     const std::int64_t p = offsets[expert[a]]++;
     order[p] = std::int32_t(a);
     position[a] = std::int32_t(p);
@@ -138,7 +169,7 @@ void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows,
   }
 }
 
-// out[t] (+)= Σ_j w_tj · ys[position[t·k+j]], j ascending.
+// out[t] (+)= Σ_j w_tj · ys[position[t·k+j]], j ascending (dropped ranks add nothing).
 template <typename T>
 void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, std::int64_t N, int dim, int top_k,
                  bool accumulate) {
@@ -151,6 +182,7 @@ void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* posit
       }
     }
     for (int j = 0; j < top_k; ++j) {
+      if (position[t * top_k + j] < 0) continue;
       const T w = weight[t * top_k + j];
       const T* y = ys + std::int64_t(position[t * top_k + j]) * dim;
       for (int c = 0; c < dim; ++c) {
@@ -160,10 +192,16 @@ void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* posit
   }
 }
 
-// dys[p] = w_a · dout[t] and dweight[a] = dout[t] · ys[p], for a = order[p].
+// dys[p] = w_a · dout[t] and dweight[a] = dout[t] · ys[p], for a = order[p] over the rows
+// kept; a dropped assignment's dweight is 0 (when rows < assignments).
 template <typename T>
 void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight, const std::int32_t* order,
-                          std::int64_t rows, int dim, int top_k) {
+                          std::int64_t rows, std::int64_t assignments, int dim, int top_k) {
+  if (rows < assignments) {
+    for (std::int64_t a = 0; a < assignments; ++a) {
+      dweight[a] = T(0);
+    }
+  }
 #pragma omp parallel for
   for (std::int64_t p = 0; p < rows; ++p) {
     const std::int32_t a = order[p];
@@ -179,13 +217,14 @@ void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const 
   }
 }
 
-// dx[t] += Σ_j dxs[position[t·k+j]], j ascending.
+// dx[t] += Σ_j dxs[position[t·k+j]], j ascending (dropped ranks add nothing).
 template <typename T>
 void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N, int dim, int top_k) {
 #pragma omp parallel for
   for (std::int64_t t = 0; t < N; ++t) {
     T* d = dx + t * dim;
     for (int j = 0; j < top_k; ++j) {
+      if (position[t * top_k + j] < 0) continue;
       const T* src = dxs + std::int64_t(position[t * top_k + j]) * dim;
       for (int c = 0; c < dim; ++c) {
         d[c] += src[c];

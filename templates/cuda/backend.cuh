@@ -308,9 +308,15 @@ class Backend {
     cuda::moe_dispatch<MoeLayout>(order, position, moe_offsets_.data(), moe_counts_.data(), expert, N);
     moe_offsets_.download(offsets_host, std::size_t(kExperts) + 1);  // synchronizes
   }
-  void moe_gather(T* xs, const T* x, const std::int32_t* order, int N, int dim) {
+  void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped_host,
+                          const std::int32_t* expert, int N, int seq_len) {
+    check_moe_groups(N, seq_len);
+    cuda::moe_apply_capacity<MoeLayout>(kept, position, moe_counts_.data(), expert, N, seq_len, kMoeCapacity);
+    moe_counts_.download(dropped_host, std::size_t(N / seq_len) * kExperts);
+  }
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim) {
     check_moe_dim(dim);
-    cuda::moe_gather<MoeLayout>(xs, x, order, std::int64_t(N) * kTopK);
+    cuda::moe_gather<MoeLayout>(xs, x, order, rows);
   }
   // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]], and the row
   // indices the host planned, copied to the device.
@@ -326,9 +332,9 @@ class Backend {
     cuda::moe_combine<MoeLayout>(out, ys, weight, position, N, accumulate);
   }
   void moe_combine_backward(T* dys, float* dweight, const T* dout, const T* ys, const float* weight,
-                            const std::int32_t* order, int N, int dim) {
+                            const std::int32_t* order, int N, std::int64_t rows, int dim) {
     check_moe_dim(dim);
-    cuda::moe_combine_backward<MoeLayout>(dys, dweight, dout, ys, weight, order, std::int64_t(N) * kTopK);
+    cuda::moe_combine_backward<MoeLayout>(dys, dweight, dout, ys, weight, order, rows, std::int64_t(N) * kTopK);
   }
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
     check_moe_dim(dim);

@@ -25,6 +25,7 @@
 
 #include "common.cuh"
 #include "gc/knob.hpp"
+#include "runtime/cuda/check.hpp"
 #include "vocabulary.hpp"
 
 namespace gcm::cuda {
@@ -82,7 +83,34 @@ __global__ void moe_route_kernel(T* scores, std::int32_t* expert, T* weight, con
 }
 
 
-// counts[e] = assignments to expert e (block e).
+// Capacity (cpu::moe_apply_capacity): thread g·E + e walks sequence g's assignments in order
+// and keeps expert e's first `capacity` of them; the rest get kept -1 and position -1, and are
+// counted in dropped[g·E + e]. Every assignment has one expert, so one thread writes it.
+template <class M>
+__global__ void moe_capacity_kernel(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped,
+                                    const std::int32_t* expert, std::int64_t groups, std::int64_t seq_len,
+                                    int capacity) {
+  constexpr int experts = M::kExperts, k = M::kTopK;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= groups * experts) return;
+  const std::int64_t g = i / experts;
+  const int e = int(i % experts);
+  std::int64_t taken = 0, lost = 0;
+  for (std::int64_t a = g * seq_len * k; a < (g + 1) * seq_len * k; ++a) {
+    if (expert[a] != e) continue;
+    if (taken < capacity) {
+      kept[a] = e;
+      ++taken;
+    } else {
+      kept[a] = -1;
+      position[a] = -1;
+      ++lost;
+    }
+  }
+  dropped[i] = lost;
+}
+
+// counts[e] = assignments to expert e (block e; a dropped assignment, -1, counts for none).
 template <class M>
 __global__ void moe_count_kernel(std::int64_t* counts, const std::int32_t* expert, std::int64_t A) {
   __shared__ int scratch[kWarp];
@@ -161,7 +189,8 @@ __global__ void moe_combine_kernel(T* out, const T* ys, const W* weight, const s
     float acc = accumulate ? to_float(out[i]) : 0.0f;
 #pragma unroll
     for (int j = 0; j < K; ++j) {
-      acc += to_float(weight[t * K + j]) * to_float(ys[std::int64_t(position[t * K + j]) * D + i % D]);
+      const std::int32_t p = position[t * K + j];  // -1: dropped (moe.capacity_factor)
+      if (p >= 0) acc += to_float(weight[t * K + j]) * to_float(ys[std::int64_t(p) * D + i % D]);
     }
     out[i] = from_float<T>(acc);
   }
@@ -196,7 +225,10 @@ __global__ void moe_scatter_add_kernel(T* dx, const T* dxs, const std::int32_t* 
     const std::int64_t t = i / D;
     float acc = to_float(dx[i]);
 #pragma unroll
-    for (int j = 0; j < K; ++j) acc += to_float(dxs[std::int64_t(position[t * K + j]) * D + i % D]);
+    for (int j = 0; j < K; ++j) {
+      const std::int32_t p = position[t * K + j];  // -1: dropped
+      if (p >= 0) acc += to_float(dxs[std::int64_t(p) * D + i % D]);
+    }
     dx[i] = from_float<T>(acc);
   }
 }
@@ -327,6 +359,16 @@ void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logi
   launch(moe_route_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, scores, expert, weight, logits, bias, N);
 }
 
+// dropped: (N / seq_len) · E on the device.
+template <class M>
+void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped, const std::int32_t* expert,
+                        std::int64_t N, std::int64_t seq_len, int capacity) {
+  if (N <= 0) return;
+  const std::int64_t groups = N / seq_len;
+  launch(moe_capacity_kernel<M>, blocks_for(groups * M::kExperts, kMoeThreads), kMoeThreads, 0, kept, position, dropped,
+         expert, groups, seq_len, capacity);
+}
+
 // counts: E device scratch; offsets: E+1 on the device. The caller copies offsets to the host.
 template <class M>
 void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, std::int64_t* counts,
@@ -358,9 +400,11 @@ void moe_combine(T* out, const T* ys, const W* weight, const std::int32_t* posit
          N, accumulate);
 }
 
+// rows: the rows kept; a dropped assignment's dweight is 0 (when rows < assignments).
 template <class M, typename T, typename W>
 void moe_combine_backward(T* dys, W* dweight, const T* dout, const T* ys, const W* weight, const std::int32_t* order,
-                          std::int64_t rows) {
+                          std::int64_t rows, std::int64_t assignments) {
+  if (rows < assignments) GC_CUDA_CHECK(cudaMemsetAsync(dweight, 0, std::size_t(assignments) * sizeof(W), nullptr));
   if (rows <= 0) return;
   launch(moe_combine_backward_kernel<M, T, W>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight,
          dout, ys, weight, order, rows);

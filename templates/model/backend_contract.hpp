@@ -94,10 +94,14 @@ struct ContractBackend {
   void router_forward(Stat*, const Act*, const Act*, int) {}
   void router_backward(Act*, Grad*, const Stat*, const Act*, const Act*, int) {}
   void moe_route_forward(Stat*, std::int32_t*, Stat*, const Stat*, const float*, int) {}
+  // moe.capacity_factor: the assignments kept (expert or -1), position -1 where dropped, the
+  // dropped per sequence and expert (to the host).
+  void moe_apply_capacity(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int, int) {}
   void moe_dispatch(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int) {}
-  void moe_gather(Act*, const Act*, const std::int32_t*, int, int) {}
+  void moe_gather(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
   void moe_combine(Act*, const Act*, const Stat*, const std::int32_t*, int, int, bool) {}
-  void moe_combine_backward(Act*, Stat*, const Act*, const Act*, const Stat*, const std::int32_t*, int, int) {}
+  void moe_combine_backward(Act*, Stat*, const Act*, const Act*, const Stat*, const std::int32_t*, int, std::int64_t,
+                            int) {}
   void moe_scatter_add(Act*, const Act*, const std::int32_t*, int, int) {}
   // The balancing losses' P per group of rows and assignments per group (both to the host), the
   // router's log-sum-exp per row (returns Σ lse², to the host) for the z-loss.

@@ -56,9 +56,18 @@ struct ExpertRoute {
   std::vector<std::int64_t> counts, start;
 };
 
-// Worst case of rows a rank's experts compute: every assignment of the group (dropless).
+// Worst case of rows a rank's experts compute. Dropless: every assignment of the group. With
+// moe.capacity_factor each of the G ranks sends an expert at most kMoeCapacity rows per sequence,
+// so a rank's at most ceil(E/G) experts receive at most G · sequences · kMoeCapacity · ceil(E/G)
+// rows (and never fewer than its own A: the buffers hold them before the exchange). The compiler's
+// explain counts the same (compiler/explain/explain_experts.cpp).
 inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks) {
-  return assignments * group_ranks;
+  const std::int64_t dropless = assignments * group_ranks;
+  if constexpr (kMoeCapacity > 0) {
+    const std::int64_t sequences = assignments / kTopK / kSeqLen, local = (kExperts + group_ranks - 1) / group_ranks;
+    return std::max(assignments, std::min(dropless, group_ranks * sequences * kMoeCapacity * local));
+  }
+  return dropless;
 }
 
 // Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training).

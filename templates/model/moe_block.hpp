@@ -58,6 +58,13 @@ struct MoeLayer {
   std::vector<std::int64_t> seq_counts;
   std::vector<double> seq_mean_prob, aux_grad;
   Buffer<Stat> lse;                     // moe.z_loss: log Σ_e exp r_t[e] per row
+  // moe.capacity_factor: the assignments kept (expert, or -1 when dropped), the dropped per
+  // sequence and expert of the last forward, and the dropped this step and since the last
+  // routing record (all ranks' once summed). selected: assignments per expert before dropping
+  // (what the balancing losses and aux_free count).
+  Buffer<std::int32_t> kept;
+  std::vector<std::int64_t> dropped, selected;
+  std::int64_t step_dropped = 0, window_dropped = 0;
   // Expert parallelism (model/expert_parallel.hpp; empty without it): the rows this rank's
   // experts computed in expert-major order, the last training forward's route, and the
   // permutation between the received (source-major) and the expert-major rows.
@@ -103,6 +110,11 @@ void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, int seq_len, Alloc
   if constexpr (kMoeZLoss > 0.0) {
     alloc(L.lse, N);
   }
+  L.selected.assign(std::size_t(kExperts), 0);
+  if constexpr (kMoeCapacity > 0) {
+    alloc(L.kept, A);
+    L.dropped.assign(sequences * kExperts, 0);
+  }
 }
 
 // The sequence-wise balancing loss of the last forward (cpu/moe.hpp): (1/G) Σ_g E · Σ_e f_ge · P_ge,
@@ -137,7 +149,7 @@ const double* balancing_gradient(MoeLayer<Backend>& L, int N, int seq_len, doubl
     for (int e = 0; e < kExperts; ++e) {
       double a = 0.0;
       if constexpr (kGlobal) {  // dL_aux/dp_t[e] = coef · E · f_e / N
-        const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / A;
+        const double f = double(L.selected[std::size_t(e)]) / A;
         a = loss_scale * kLoadBalanceCoef * kExperts * f / double(N);
       }
       if constexpr (kSequences) {  // dL_seq/dp_t[e] = coef_s · E · f_ge / (G · T), t in sequence g
@@ -285,6 +297,25 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   });
 }
 
+// After the dispatch: the assignments per expert before dropping (the kept rows plus, with
+// moe.capacity_factor, the dropped of each sequence), added to the step's loads; the dropped to
+// the step's count.
+template <typename Backend>
+void count_selected(MoeLayer<Backend>& L, std::int64_t sequences) {
+  for (int e = 0; e < kExperts; ++e) {
+    std::int64_t n = L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
+    if constexpr (kMoeCapacity > 0) {
+      for (std::int64_t g = 0; g < sequences; ++g) {
+        const std::int64_t lost = L.dropped[std::size_t(g * kExperts + e)];
+        n += lost;
+        L.step_dropped += lost;
+      }
+    }
+    L.selected[std::size_t(e)] = n;
+    L.load[std::size_t(e)] += n;
+  }
+}
+
 // m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. With `exchange`
 // (a training forward under expert parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
@@ -314,26 +345,34 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     });
     L.aux_loss += kMoeZLoss * squares / double(N);
   }
+  const std::int32_t* routed = L.expert.data();  // the assignments dispatched
+  if constexpr (kMoeCapacity > 0) {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_apply_capacity", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
+      ops.moe_apply_capacity(L.kept.data(), L.position.data(), L.dropped.data(), L.expert.data(), N, seq_len);
+    });
+    routed = L.kept.data();
+  }
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_dispatch", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
-    ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), L.expert.data(), N);
+    ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), routed, N);
   });
-  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_gather", kFwd, 2.0 * A * D * kActBytes), [&] {
-    ops.moe_gather(L.xs.data(), b, L.order.data(), N, D);
+  const std::int64_t R = L.offsets[std::size_t(kExperts)];  // the rows the experts compute (A when dropless)
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_gather", kFwd, 2.0 * R * D * kActBytes), [&] {
+    ops.moe_gather(L.xs.data(), b, L.order.data(), R, D);
   });
   L.route.active = false;
   if (exchange != nullptr) {
     moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
   } else {
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, D, kExpertDff), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
       ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
     });
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, D, kExpertDff), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
       ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
     });
-    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(A * kExpertDff) * kActBytes), [&] {
-      ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
+      ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, A, kExpertDff, D), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
       ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
     });
   }
@@ -353,10 +392,10 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     });
     accumulate = true;
   }
-  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine", kFwd, (double(A) + 2.0 * N) * D * kActBytes), [&] {
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine", kFwd, (double(R) + 2.0 * N) * D * kActBytes), [&] {
     ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
   });
-  for (int e = 0; e < kExperts; ++e) L.load[std::size_t(e)] += L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
+  count_selected(L, N / seq_len);
   if constexpr (kMoeSeqAuxLoss > 0.0) {
     profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * A * sizeof(std::int32_t)), [&] {
       ops.moe_group_counts(L.seq_counts.data(), L.expert.data(), N, seq_len);
@@ -372,7 +411,7 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     });
     double sum = 0.0;  // Σ_e f_e · P_e
     for (int e = 0; e < kExperts; ++e) {
-      const double f = double(L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)]) / double(A);
+      const double f = double(L.selected[std::size_t(e)]) / double(A);
       sum += f * L.mean_prob[std::size_t(e)];
     }
     L.aux_loss += kLoadBalanceCoef * kExperts * sum;
@@ -391,25 +430,25 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   using profile::kFwd, profile::kBwd;
   constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
-  const std::int64_t A = std::int64_t(N) * kTopK;
-  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine_backward", kBwd, (2.0 * A + N) * D * kActBytes), [&] {
-    ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, D);
+  const std::int64_t R = L.offsets[std::size_t(kExperts)];  // the rows the experts computed (N·k when dropless)
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine_backward", kBwd, (2.0 * R + N) * D * kActBytes), [&] {
+    ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, R, D);
   });
   if (L.route.active && exchange != nullptr) {
     moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
   } else {
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, kExpertDff, D), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
       ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
                                   kExpertDff, D);
     });
-    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(A * kExpertDff) * kActBytes), [&] {
-      ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), A * kExpertDff);
+    profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
+      ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, D, kExpertDff), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
       ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
                                   kExpertDff);
     });
-    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, A, D, kExpertDff), [&] {
+    profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
       ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
                                   kExpertDff, /*accumulate_dx=*/true);
     });
@@ -428,7 +467,7 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   profile::timed(ops.profiler, profile::gemm(PC::gemm_router, kBwd, N, D, kExperts), [&] {
     ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);
   });
-  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_scatter_add", kBwd, (double(A) + 2.0 * N) * D * kActBytes), [&] {
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_scatter_add", kBwd, (double(R) + 2.0 * N) * D * kActBytes), [&] {
     ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
   });
   if constexpr (kSharedDff > 0) {
@@ -468,8 +507,9 @@ void update_selection_bias(MoeLayer<Backend>& L) {
 // One MoE layer's routing since the previous take.
 struct MoeLayerStats {
   int layer = 0;
-  std::vector<std::int64_t> load;  // assignments per expert
+  std::vector<std::int64_t> load;  // assignments per expert (before any dropping)
   double router_entropy = 0.0;     // of the last micro-batch
+  std::int64_t dropped = 0;        // assignments dropped by moe.capacity_factor
 };
 
 // Mean over rows of −Σ_e p ln p with p the scores normalized per row (scores
@@ -493,7 +533,9 @@ inline double router_entropy(const float* scores, std::int64_t rows) {
 template <typename Model>
 void begin_moe_step(Model& model) {
   for (int l = 0; l < kLayers; ++l) {
-    if (is_moe_layer(l)) std::fill(model.moe_layer(l).load.begin(), model.moe_layer(l).load.end(), 0);
+    if (!is_moe_layer(l)) continue;
+    std::fill(model.moe_layer(l).load.begin(), model.moe_layer(l).load.end(), 0);
+    model.moe_layer(l).step_dropped = 0;
   }
 }
 
@@ -502,7 +544,11 @@ void begin_moe_step(Model& model) {
 template <typename Model, typename Sum>
 void sum_moe_loads(Model& model, Sum&& sum) {
   for (int l = 0; l < kLayers; ++l) {
-    if (is_moe_layer(l)) sum(model.moe_layer(l).load.data(), std::int64_t(kExperts));
+    if (!is_moe_layer(l)) continue;
+    sum(model.moe_layer(l).load.data(), std::int64_t(kExperts));
+    if constexpr (kMoeCapacity > 0) {
+      sum(&model.moe_layer(l).step_dropped, std::int64_t(1));
+    }
   }
 }
 
@@ -513,6 +559,7 @@ void accumulate_moe_window(Model& model) {
     if (!is_moe_layer(l)) continue;
     auto& L = model.moe_layer(l);
     for (std::size_t e = 0; e < L.load.size(); ++e) L.window_load[e] += L.load[e];
+    L.window_dropped += L.step_dropped;
   }
 }
 
@@ -535,8 +582,9 @@ std::vector<MoeLayerStats> take_moe_stats(Model& model, Entropy&& entropy_of) {
   for (int l = 0; l < kLayers; ++l) {
     if (!is_moe_layer(l)) continue;
     auto& L = model.moe_layer(l);
-    out.push_back({l, L.window_load, entropy_of(l)});
+    out.push_back({l, L.window_load, entropy_of(l), L.window_dropped});
     std::fill(L.window_load.begin(), L.window_load.end(), 0);
+    L.window_dropped = 0;
   }
   return out;
 }

@@ -18,9 +18,11 @@ namespace gcm {
 // One record per logged step, keyed by MoE layer: the assignments each expert
 // received since the previous record (training batches; a window of several
 // steps is less noisy than one batch), max/mean of that load, the router
-// entropy of the last micro-batch, and the step's balancing loss.
+// entropy of the last micro-batch, and the step's balancing loss; with moe.capacity_factor the
+// assignments dropped since the previous record and their share of the load.
 inline Json moe_record(const std::vector<MoeLayerStats>& stats, std::int64_t step, double aux_loss) {
-  Json load = Json::object(), imbalance = Json::object(), entropy = Json::object();
+  Json load = Json::object(), imbalance = Json::object(), entropy = Json::object(), dropped = Json::object(),
+       dropped_fraction = Json::object();
   for (const MoeLayerStats& s : stats) {
     const std::string key = std::to_string(s.layer);
     double total = 0.0, most = 0.0;
@@ -31,9 +33,16 @@ inline Json moe_record(const std::vector<MoeLayerStats>& stats, std::int64_t ste
     load[key] = s.load;
     imbalance[key] = total > 0.0 ? most / (total / double(kExperts)) : 0.0;
     entropy[key] = s.router_entropy;
+    dropped[key] = s.dropped;
+    dropped_fraction[key] = total > 0.0 ? double(s.dropped) / total : 0.0;
   }
-  return {{"step", step},           {"metric", "moe_routing"},     {"load", load},
-          {"imbalance", imbalance}, {"router_entropy", entropy}, {"aux_loss", aux_loss}};
+  Json record = {{"step", step},           {"metric", "moe_routing"},     {"load", load},
+                 {"imbalance", imbalance}, {"router_entropy", entropy}, {"aux_loss", aux_loss}};
+  if constexpr (kMoeCapacity > 0) {
+    record["dropped"] = dropped;
+    record["dropped_fraction"] = dropped_fraction;
+  }
+  return record;
 }
 
 // The aux_free biases for a checkpoint's state.json: {"LAYER": [b_0, ...]}.

@@ -107,18 +107,24 @@ TEST(CudaMoe, RouteAndDispatchMatchTheCpu) {
   check_route_and_dispatch<bf16, Layout<24, 16, 4, RouterScoring::sigmoid, false>>();
 }
 
-// A fixed routing of N tokens (distinct experts per token) and its dispatch.
+// A fixed routing of N tokens (distinct experts per token) and its dispatch; with a capacity
+// (moe.capacity_factor) per expert and sequence of seq_len rows, the assignments kept first.
 struct Routing {
-  std::vector<std::int32_t> expert, order, position;
-  std::vector<std::int64_t> offsets;
+  std::vector<std::int32_t> selected, expert, order, position;
+  std::vector<std::int64_t> offsets, dropped;
 };
 
 template <class M>
-Routing make_routing(int N) {
+Routing make_routing(int N, int seq_len = 1, int capacity = 0) {
   constexpr int kE = M::kExperts, kK = M::kTopK;
   Routing r;
   for (int t = 0; t < N; ++t) {
-    for (int j = 0; j < kK; ++j) r.expert.push_back((t * 5 + j * 2 + (t % 3)) % kE);
+    for (int j = 0; j < kK; ++j) r.selected.push_back((t * 5 + j * 2 + (t % 3)) % kE);
+  }
+  r.expert = r.selected;
+  r.dropped.assign(static_cast<std::size_t>(N / seq_len * kE), 0);
+  if (capacity > 0) {
+    gcm::cpu::moe_apply_capacity(r.expert.data(), r.dropped.data(), r.selected.data(), N, seq_len, kE, kK, capacity);
   }
   r.order.resize(r.expert.size());
   r.position.resize(r.expert.size());
@@ -127,17 +133,54 @@ Routing make_routing(int N) {
   return r;
 }
 
+// Capacity on the GPU: the assignments kept, positions -1 and dropped counts of the CPU's, and
+// the dispatch of what is kept.
+template <class M>
+void check_capacity(int N, int seq_len, int capacity) {
+  constexpr int kE = M::kExperts, kK = M::kTopK;
+  const std::string what = M::name() + " capacity " + std::to_string(capacity);
+  const Routing r = make_routing<M>(N, seq_len, capacity);
+  std::int64_t lost = 0;
+  for (std::int64_t d : r.dropped) lost += d;
+  EXPECT_GT(lost, 0) << what << ": nothing dropped, the case tests nothing";
+  auto selected_d = ct::upload(r.selected);
+  DeviceBuffer<std::int32_t> kept_d(r.selected.size()), order_d(r.selected.size());
+  auto position_d = ct::upload(std::vector<std::int32_t>(r.selected.size(), 7));
+  DeviceBuffer<std::int64_t> dropped_d(r.dropped.size()), counts_d(kE), offsets_d(kE + 1);
+  gcm::cuda::moe_apply_capacity<M>(kept_d.data(), position_d.data(), dropped_d.data(), selected_d.data(), N, seq_len,
+                                   capacity);
+  EXPECT_EQ(ct::download(kept_d), r.expert) << what;
+  EXPECT_EQ(ct::download(dropped_d), r.dropped) << what;
+  gcm::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), kept_d.data(), N);
+  EXPECT_EQ(ct::download(offsets_d), r.offsets) << what;
+  EXPECT_EQ(ct::download(position_d), r.position) << what;
+  auto order = ct::download(order_d);
+  order.resize(std::size_t(r.offsets[kE]));
+  auto order_ref = r.order;
+  order_ref.resize(std::size_t(r.offsets[kE]));
+  EXPECT_EQ(order, order_ref) << what;
+  (void)kK;
+}
+
+TEST(CudaMoe, CapacityDropsAsTheCpuDoes) {
+  GC_REQUIRE_GPU();
+  check_capacity<Layout<24, 7, 3, RouterScoring::softmax, false>>(33, 11, 3);
+  check_capacity<Layout<24, 5, 2, RouterScoring::softmax, false>>(40, 8, 2);
+}
+
 template <typename T, class M>
-void check_gather_combine() {
+void check_gather_combine(int capacity = 0) {
   constexpr int D = M::kDim, kK = M::kTopK;
-  const int N = 33, A = N * kK;
-  const std::string what = type_name<T>() + " " + M::name();
-  const Routing r = make_routing<M>(N);
+  const int N = 33, seq_len = 11;
+  const std::string what = type_name<T>() + " " + M::name() + (capacity > 0 ? " capacity" : "");
+  const Routing r = make_routing<M>(N, seq_len, capacity);
+  // A: the rows kept (every assignment when dropless).
+  const int A = int(r.offsets[M::kExperts]), assignments = N * kK;
   auto order_d = ct::upload(r.order);
   auto position_d = ct::upload(r.position);
   const auto x = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 51));
   const auto ys = rounded<T>(kt::random_normal(static_cast<std::size_t>(A * D), 52));
-  const auto w = rounded<float>(kt::random_vector(static_cast<std::size_t>(A), 53));
+  const auto w = rounded<float>(kt::random_vector(static_cast<std::size_t>(assignments), 53));
   const auto dout = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 54));
   const auto prior = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * D), 55));
   auto x_d = upload_as<T>(x), ys_d = upload_as<T>(ys), dout_d = upload_as<T>(dout);
@@ -168,12 +211,12 @@ void check_gather_combine() {
   expect_close(download_double(out_d), out_ref, ct::tolerance<T>(), "moe combine " + what);
 
   DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D));
-  DeviceBuffer<float> dweight_d(static_cast<std::size_t>(A));
+  auto dweight_d = upload_as<float>(std::vector<double>(static_cast<std::size_t>(assignments), 3.0));
   gcm::cuda::moe_combine_backward<M>(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                     order_d.data(), A);
-  std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(A));
+                                     order_d.data(), A, assignments);
+  std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(assignments));
   gcm::cpu::moe_combine_backward(dys_ref.data(), dweight_ref.data(), dout.data(), ys.data(), w.data(), r.order.data(),
-                                 A, D, kK);
+                                 A, assignments, D, kK);
   expect_close(download_double(dys_d), dys_ref, ct::tolerance<T>(), "moe combine backward dys " + what);
   expect_close(download_double(dweight_d), dweight_ref, ct::tolerance<T>(), "moe combine backward dweight " + what);
 
@@ -185,9 +228,9 @@ void check_gather_combine() {
 
   // Determinism: the same launch twice gives the same bits.
   DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D));
-  DeviceBuffer<float> dweight2_d(static_cast<std::size_t>(A));
+  DeviceBuffer<float> dweight2_d(static_cast<std::size_t>(assignments));
   gcm::cuda::moe_combine_backward<M>(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                     order_d.data(), A);
+                                     order_d.data(), A, assignments);
   EXPECT_TRUE(ct::bitwise_equal(ct::download(dweight_d), ct::download(dweight2_d))) << what;
 }
 
@@ -198,6 +241,9 @@ TEST(CudaMoe, GatherCombineAndTheirBackwardMatchTheCpu) {
   check_gather_combine<bf16, Layout<24, 7, 3, RouterScoring::softmax, false>>();
   check_gather_combine<float, Layout<70, 5, 2, RouterScoring::softmax, false>>();
   check_gather_combine<bf16, Layout<70, 5, 2, RouterScoring::softmax, false>>();
+  // Dropped assignments (capacity 3 per expert and sequence of 11 rows): no row, no output, no dx.
+  check_gather_combine<float, Layout<24, 7, 3, RouterScoring::softmax, false>>(3);
+  check_gather_combine<bf16, Layout<70, 5, 2, RouterScoring::softmax, false>>(3);
 }
 
 // In fp32 (the router's precision on every backend); T rounds the inputs. aux_rows: the

@@ -131,51 +131,18 @@ std::string with_distributed(const std::string& spec, const std::string& line) {
 }
 
 // Every layout trains like one process holding every expert; a layout repeats bit for bit.
-// The balancing menu's layout-free losses (moe.seq_aux_loss, per sequence; moe.z_loss, per
-// token) with aux_free: micro-batches of 2 or 8 sequences, in one process, over 2 ranks (EP 2)
-// or 4 (EP 2 × DP 2), train alike and report the same auxiliary loss. A loss normalized per
-// micro-batch rather than per sequence or token (moe.load_balance = "aux_loss" is, as in
-// Megatron) would scale with the micro-batch and fail this.
-TEST_F(ExpertParallel, BalancingLossesAreTheSameWhateverTheLayout) {
-  std::string spec = kExpertParallel;
-  spec.replace(spec.find("load_balance_coef = 0.01\n"), 25, "load_balance_coef = 0.01\nseq_aux_loss = 0.05\nz_loss = 0.02\n");
-  const Outcome gen = generate(spec);
-  ASSERT_EQ(gen.status, 0) << gen.output;
-  std::string whole = spec;  // one micro-batch of all 8 sequences
-  whole.replace(whole.find("micro_batch = 2"), 15, "micro_batch = 8");
-  const fs::path whole_tree = dir_ / "whole_tree";
-  std::ofstream(dir_ / "whole.toml") << whole;
-  const Outcome built = sh(std::string(GCOMPILE_BINARY) + " " + (dir_ / "whole.toml").string() + " -o " +
-                           whole_tree.string() + " -j 2 --quick-build --cpu-only");
-  ASSERT_EQ(built.status, 0) << built.output;
-
-  const std::string steps = "--steps 6 ";
-  const Outcome one = train(steps + "--expert-parallel 1 --out " + (dir_ / "one").string());
-  ASSERT_EQ(one.status, 0) << one.output;
-  const auto loss_one = losses(dir_ / "one");
-  ASSERT_EQ(loss_one.size(), 6u);
-  const double aux_one = last_routing(dir_ / "one").value("aux_loss", -1.0);
-  // Both losses are on: more than aux_free's zero, near their uniform-routing values
-  // (seq: 0.05 per layer; z: 0.02 · ln(8)² ≈ 0.086 per layer; 2 layers).
-  EXPECT_GT(aux_one, 0.2) << aux_one;
-  EXPECT_LT(aux_one, 0.6) << aux_one;
-
-  const Outcome single = sh("OMP_NUM_THREADS=1 " + (whole_tree / "train").string() + " " + steps +
-                            "--expert-parallel 1 --out " + (dir_ / "whole").string());
-  ASSERT_EQ(single.status, 0) << single.output;
-  EXPECT_LT(max_rel_diff(loss_one, losses(dir_ / "whole")), 1e-5);
-  EXPECT_NEAR(last_routing(dir_ / "whole").value("aux_loss", -1.0), aux_one, 1e-6 * aux_one);
-  for (const auto& [name, ranks] : {std::pair<const char*, int>{"ep2", 2}, {"ep2_dp2", 4}}) {
-    SCOPED_TRACE(name);
-    const Outcome r = train(steps + "--expert-parallel 2 --out " + (dir_ / name).string(), ranks);
-    ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_LT(max_rel_diff(loss_one, losses(dir_ / name)), 1e-6);
-    EXPECT_NEAR(last_routing(dir_ / name).value("aux_loss", -1.0), aux_one, 1e-6 * aux_one);
-  }
-}
-
+// Expert parallelism equals one process, with the balancing menu's layout-free parts on
+// (moe.seq_aux_loss, per sequence; moe.z_loss, per token; moe.capacity_factor, per expert and
+// sequence; beside aux_free): over 2 ranks (EP 2), 4 (EP 2 × DP 2) and 4 (EP 4) the same losses,
+// weights, routing, auxiliary loss and dropped assignments as one process, and the same as one
+// process with one micro-batch of all 8 sequences instead of 4 of 2. A balancing loss normalized
+// per micro-batch (moe.load_balance = "aux_loss", as in Megatron) would differ with the
+// micro-batch and fail the last.
 TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
-  const Outcome gen = generate(kExpertParallel);
+  std::string spec = kExpertParallel;
+  spec.replace(spec.find("load_balance_coef = 0.01\n"), 25,
+               "load_balance_coef = 0.01\nseq_aux_loss = 0.05\nz_loss = 0.02\ncapacity_factor = 1.0\n");
+  const Outcome gen = generate(spec);
   ASSERT_EQ(gen.status, 0) << gen.output;
 
   // The reference: one process, every expert (--expert-parallel 1 overrides the spec's 2).
@@ -188,6 +155,15 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   nlohmann::json state_one = state(dir_ / "one");
   ASSERT_TRUE(state_one.contains("extra") && state_one["extra"].contains("moe_bias")) << state_one.dump();
   ASSERT_FALSE(file_sizes(state_one).empty()) << state_one.dump();
+  // The auxiliary losses are on: more than aux_free's zero, near their uniform-routing values
+  // (seq: 0.05 per layer; z: 0.02 · ln(8)² ≈ 0.086 per layer; 2 layers), and capacity 8 per
+  // expert and sequence drops some of a sequence's 64 assignments.
+  const double aux_one = routing_one.value("aux_loss", -1.0);
+  EXPECT_GT(aux_one, 0.2) << aux_one;
+  EXPECT_LT(aux_one, 0.6) << aux_one;
+  std::int64_t dropped = 0;
+  for (const auto& [layer, n] : routing_one["dropped"].items()) dropped += n.get<std::int64_t>();
+  EXPECT_GT(dropped, 0) << routing_one.dump();
 
   struct Layout {
     const char* name;
@@ -207,14 +183,20 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
     EXPECT_EQ(loss.size(), 20u);
     EXPECT_LT(max_rel_diff(loss_one, loss), 1e-6);
     EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, run / kStep20), 1e-6);
-    // Balancing sees the global loads: the same routing, and the same biases on every rank
-    // (rank 0 writes them).
-    EXPECT_EQ(last_routing(run)["load"], routing_one["load"]);
+    // Balancing sees the global loads: the same routing, auxiliary loss and drops, and the same
+    // biases on every rank (rank 0 writes them).
+    const nlohmann::json routing = last_routing(run);
+    EXPECT_EQ(routing["load"], routing_one["load"]);
+    EXPECT_EQ(routing["dropped"], routing_one["dropped"]);
+    EXPECT_NEAR(routing.value("aux_loss", -1.0), aux_one, 1e-6 * aux_one);
     nlohmann::json st = state(run);
     EXPECT_EQ(st["extra"]["moe_bias"], state_one["extra"]["moe_bias"]);
     // Consolidated: the same files, of the same sizes, as one process writes.
     EXPECT_EQ(file_sizes(st), file_sizes(state_one));
     EXPECT_EQ(st["parameters"], state_one["parameters"]);
+    // The exchange buffers are sized from the capacity bound (exchange_capacity_rows), as planned.
+    const nlohmann::json summary = read_jsonl(run / "metrics.jsonl").back();
+    EXPECT_EQ(summary["model_buffer_bytes"], summary["planned_model_buffer_bytes"]) << summary.dump();
   }
 
   // EP 2 again (now named by the flag rather than the spec): the same losses and the same
@@ -224,6 +206,30 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   EXPECT_EQ(losses(dir_ / "again"), losses(dir_ / "ep2"));
   EXPECT_EQ(state(dir_ / "again")["files"], state(dir_ / "ep2")["files"]);
   EXPECT_FALSE(state(dir_ / "again")["files"].is_null());
+
+  // One micro-batch of all 8 sequences (a tree of its own), 5 steps: the same losses, auxiliary
+  // loss and drops as 4 micro-batches of 2.
+  std::string whole = spec;
+  whole.replace(whole.find("micro_batch = 2"), 15, "micro_batch = 8");
+  std::ofstream(dir_ / "whole.toml") << whole;
+  const fs::path whole_tree = dir_ / "whole_tree";
+  const Outcome built = sh(std::string(GCOMPILE_BINARY) + " " + (dir_ / "whole.toml").string() + " -o " +
+                           whole_tree.string() + " -j 2 --quick-build --cpu-only");
+  ASSERT_EQ(built.status, 0) << built.output;
+  const Outcome single = sh("OMP_NUM_THREADS=1 " + (whole_tree / "train").string() +
+                            " --steps 5 --expert-parallel 1 --out " + (dir_ / "whole").string());
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto loss_whole = losses(dir_ / "whole");
+  ASSERT_EQ(loss_whole.size(), 5u);
+  EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin(), loss_one.begin() + 5), loss_whole), 1e-5);
+  nlohmann::json routing_5;  // the reference's record at step 5 (the whole run's last)
+  for (const auto& r : read_jsonl(dir_ / "one" / "metrics.jsonl")) {
+    if (r.value("metric", "") == "moe_routing" && r.value("step", 0) == 5) routing_5 = r;
+  }
+  const nlohmann::json routing_whole = last_routing(dir_ / "whole");
+  EXPECT_EQ(routing_whole["dropped"], routing_5["dropped"]);
+  EXPECT_NEAR(routing_whole.value("aux_loss", -1.0), routing_5.value("aux_loss", -2.0),
+              1e-6 * routing_5.value("aux_loss", 1.0));
 }
 
 // ZeRO-1 under EP equals one process, and a checkpoint written under one layout resumes under

@@ -380,7 +380,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
   spec.replace(spec.find("[optim]"), 7,
                "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n"
-               "seq_aux_loss = 0.05\nz_loss = 0.02\n\n[optim]");  // the GPU's balancing kernels too
+               "seq_aux_loss = 0.05\nz_loss = 0.02\ncapacity_factor = 1.0\n\n[optim]");  // + those kernels
   spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 8");  // 4 micro-batches: up to 4 ranks
   const fs::path tree = build("moe", spec);
   ASSERT_FALSE(HasFailure());

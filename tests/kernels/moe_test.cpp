@@ -101,33 +101,47 @@ TEST(KernelMoe, DispatchIsAStableCountingSortAndCombineMatchesNaive) {
   }
 }
 
-// Loss = Σ r·combine(ys) through gather/combine: the backward pair against finite differences.
+// Loss = Σ r·combine(ys) through gather/combine: the backward pair against finite differences,
+// dropless and with a capacity of 1 per expert and sequence of 2 rows (two assignments dropped:
+// no row, no output, zero dweight).
 TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
-  const int E = 3, k = 2, N = 4, D = 3;
-  const std::vector<std::int32_t> expert = {2, 0, 1, 2, 0, 1, 2, 1};
-  std::vector<std::int32_t> order(N * k), position(N * k);
-  std::vector<std::int64_t> offsets(E + 1);
-  gcm::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
-  auto x = kt::random_normal(std::size_t(N * D), 11);
-  auto w = kt::random_vector(std::size_t(N * k), 12);
-  const auto r = kt::random_normal(std::size_t(N * D), 13);
-  // y_p = x_p² (elementwise; a nonlinear "expert").
-  auto loss = [&] {
-    std::vector<double> xs(std::size_t(N * k * D)), out(std::size_t(N * D));
-    gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), N * k, D, k);
-    for (double& v : xs) v = v * v;
-    gcm::cpu::moe_combine(out.data(), xs.data(), w.data(), position.data(), N, D, k, false);
-    return kt::dot(r, out);
-  };
-  std::vector<double> xs(std::size_t(N * k * D)), ys(xs.size()), dys(xs.size()), dweight(std::size_t(N * k));
-  gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), N * k, D, k);
-  for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = xs[i] * xs[i];
-  gcm::cpu::moe_combine_backward(dys.data(), dweight.data(), r.data(), ys.data(), w.data(), order.data(), N * k, D, k);
-  for (std::size_t i = 0; i < xs.size(); ++i) dys[i] *= 2.0 * xs[i];
-  std::vector<double> dx(std::size_t(N * D), 0.0);
-  gcm::cpu::moe_scatter_add(dx.data(), dys.data(), position.data(), N, D, k);
-  EXPECT_LT(kt::rel_error(dx, kt::numeric_grad(x, loss)), kt::kGradTol);
-  EXPECT_LT(kt::rel_error(dweight, kt::numeric_grad(w, loss)), kt::kGradTol);
+  const int E = 3, k = 2, N = 4, D = 3, seq_len = 2;
+  const std::vector<std::int32_t> selected = {2, 0, 1, 2, 0, 1, 2, 1};
+  for (int capacity : {0, 1}) {
+    std::vector<std::int32_t> expert = selected, order(N * k), position(N * k);
+    std::vector<std::int64_t> offsets(E + 1), dropped(std::size_t(N / seq_len * E));
+    if (capacity > 0) {
+      gcm::cpu::moe_apply_capacity(expert.data(), dropped.data(), selected.data(), N, seq_len, E, k, capacity);
+      EXPECT_EQ(expert, (std::vector<std::int32_t>{2, 0, 1, -1, 0, 1, 2, -1}));
+      EXPECT_EQ(dropped, (std::vector<std::int64_t>{0, 0, 1, 0, 1, 0}));
+    }
+    gcm::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
+    const std::int64_t rows = offsets[E];
+    EXPECT_EQ(rows, capacity > 0 ? 6 : 8);
+    if (capacity > 0) EXPECT_EQ(position[3], -1);
+    auto x = kt::random_normal(std::size_t(N * D), 11);
+    auto w = kt::random_vector(std::size_t(N * k), 12);
+    const auto r = kt::random_normal(std::size_t(N * D), 13);
+    // y_p = x_p² (elementwise; a nonlinear "expert").
+    auto loss = [&] {
+      std::vector<double> xs(std::size_t(rows * D)), out(std::size_t(N * D));
+      gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
+      for (double& v : xs) v = v * v;
+      gcm::cpu::moe_combine(out.data(), xs.data(), w.data(), position.data(), N, D, k, false);
+      return kt::dot(r, out);
+    };
+    std::vector<double> xs(std::size_t(rows * D)), ys(xs.size()), dys(xs.size()), dweight(std::size_t(N * k), 9.0);
+    gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
+    for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = xs[i] * xs[i];
+    gcm::cpu::moe_combine_backward(dys.data(), dweight.data(), r.data(), ys.data(), w.data(), order.data(), rows, N * k,
+                                   D, k);
+    for (std::size_t i = 0; i < xs.size(); ++i) dys[i] *= 2.0 * xs[i];
+    std::vector<double> dx(std::size_t(N * D), 0.0);
+    gcm::cpu::moe_scatter_add(dx.data(), dys.data(), position.data(), N, D, k);
+    EXPECT_LT(kt::rel_error(dx, kt::numeric_grad(x, loss)), kt::kGradTol) << capacity;
+    EXPECT_LT(kt::rel_error(dweight, kt::numeric_grad(w, loss)), kt::kGradTol) << capacity;
+    if (capacity > 0) EXPECT_EQ(dweight[3], 0.0);
+  }
 }
 
 // dL/dlogits through scores, (normalized) weights, the balancing losses' P term (one group of

@@ -51,6 +51,9 @@ Mixture of experts (model.arch = "moe", settings in [moe]):
   the B sequences (DeepSeek-V3 eqs. 17-20):
     seq_aux_loss * mean_b [E * sum_e f_be * P_be];
   with z_loss > 0 the router z-loss (ST-MoE eq. 5): z_loss * mean_t logsumexp(r_t)^2.
+  With capacity_factor > 0 each expert keeps, per sequence, its first
+  C = ceil(capacity_factor * T * k / E) assignments in (token, rank) order; the others add
+  nothing (no renormalization); the balancing losses still count every selection.
 """
 
 import argparse
@@ -149,6 +152,13 @@ class Config:
             self.norm_topk = bool(mo.get("norm_topk_prob", False))
             self.seq_aux = float(mo.get("seq_aux_loss", 0.0))
             self.z_loss = float(mo.get("z_loss", 0.0))
+            # Per expert and sequence, from the spec's train.seq_len (compiler/plan's moe_capacity).
+            factor = float(mo.get("capacity_factor", 0.0))
+            seq_len = int(spec.get("train", {}).get("seq_len", 0))
+            if factor > 0 and seq_len <= 0:
+                raise ValueError("moe.capacity_factor needs train.seq_len in the spec")
+            self.capacity = (max(1, math.ceil(factor * seq_len * self.top_k / self.n_experts - 1e-9))
+                             if factor > 0 else 0)
             if self.scoring not in ("softmax", "sigmoid"):
                 raise ValueError(f"unknown moe.router_scoring {self.scoring!r}")
             if self.balance not in ("none", "aux_loss", "aux_free"):
@@ -281,8 +291,13 @@ def moe_mlp(cfg, W, p, b, routes, l):
     G = W[p + "mlp.experts.gate_proj.weight"]
     U = W[p + "mlp.experts.up_proj.weight"]
     Dn = W[p + "mlp.experts.down_proj.weight"]
+    keep = torch.ones_like(sel, dtype=torch.bool)
+    if cfg.capacity > 0:
+        one_hot = torch.nn.functional.one_hot(sel.reshape(B, T * k), E)  # [B, T k, E]
+        rank = (one_hot.cumsum(dim=1) * one_hot).sum(dim=-1)  # 1-based rank within its expert and sequence
+        keep = (rank <= cfg.capacity).reshape(N, k)
     for e in range(E):
-        rows, slots = torch.nonzero(sel == e, as_tuple=True)
+        rows, slots = torch.nonzero((sel == e) & keep, as_tuple=True)
         if rows.numel() == 0:
             continue
         out = swiglu(x[rows], G[e], U[e], Dn[e]) * w[rows, slots].unsqueeze(-1)

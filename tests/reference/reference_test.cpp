@@ -209,7 +209,8 @@ format = "synthetic"
 TEST_F(Reference, MatchesPyTorchWithMixtureOfExperts) { compare_with_pytorch(kMoe); }
 
 // Softmax routing with the router z-loss and the sequence-wise balancing loss alone (no
-// per-batch loss), four sequences.
+// per-batch loss), four sequences, and a capacity of 3 assignments per expert and sequence
+// (ceil(0.8 · 8 · 2 / 5)): some are dropped.
 const char* const kMoeZLoss = R"toml([experiment]
 name = "ref_moe_z"
 seed = 13
@@ -230,6 +231,7 @@ router_scoring = "softmax"
 load_balance = "none"
 seq_aux_loss = 0.6
 z_loss = 0.2
+capacity_factor = 0.8
 
 [init]
 gamma = 0.5
