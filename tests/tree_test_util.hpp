@@ -146,11 +146,14 @@ class TreeTest : public ::testing::Test {
   Outcome generate(const std::string& spec_text, bool build = true, bool cuda = false, const std::string& extra = "") {
     std::ofstream(spec_path()) << spec_text;
     return sh(std::string(GCOMPILE_BINARY) + " " + spec_path().string() + " -o " + tree().string() +
-              (build ? std::string(" -j 2 --quick-build") + (cuda ? "" : " --cpu-only") : " --no-build") +
+              (build ? std::string(" -j 2 --quick-build") + (cuda ? "" : " --cpu-only") +
+                           (programs_.empty() ? "" : " --programs " + programs_)
+                     : " --no-build") +
               (extra.empty() ? "" : " " + extra));
   }
 
   std::filesystem::path dir_;
+  std::string programs_;  // generate's --programs (a fixture that runs only train says "train"); "" = all
 };
 
 }  // namespace gc::test

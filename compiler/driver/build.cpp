@@ -70,6 +70,17 @@ bool run_step(const std::string& what, const std::string& command, const fs::pat
 
 }  // namespace
 
+namespace {
+
+// " --target a b" for --programs (nothing: every program of the tree).
+std::string targets_of(const std::vector<std::string>& programs) {
+  std::string out;
+  for (const auto& p : programs) out += (out.empty() ? " --target " : " ") + p;
+  return out;
+}
+
+}  // namespace
+
 int generate_command(const GenerateOptions& options) {
   Diagnostics diags;
   auto spec = load_spec(options.spec, diags);
@@ -107,7 +118,8 @@ int generate_command(const GenerateOptions& options) {
   const bool ok = run_step("configuring", "cmake -S " + shell_quote(dir) + " -B " + build_dir + " -DCMAKE_BUILD_TYPE=" + (options.quick ? "Quick" : "Release") + (options.cuda ? "" : " -DGC_CUDA=OFF") +
                                  (options.cuda_arch.empty() ? "" : " '-DGC_CUDA_ARCHITECTURES=" + options.cuda_arch + "'"), log) &&
                   run_step("building with " + std::to_string(jobs) + " jobs",
-                           "cmake --build " + build_dir + " -j " + std::to_string(jobs), log);
+                           "cmake --build " + build_dir + " -j " + std::to_string(jobs) + targets_of(options.programs),
+                           log);
   if (!ok) {
     std::cerr << "gcompile: error: the build of " << dir << " failed; the full log is " << log.string()
               << "\nlast lines:\n"

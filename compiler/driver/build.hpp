@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace gc {
 
@@ -14,6 +15,7 @@ struct GenerateOptions {
   bool cuda = true;  // false: configure the tree with -DGC_CUDA=OFF (CPU backend only)
   std::string cuda_arch;  // "" = the tree's default list; else e.g. "90a" or "80;90a" (-DGC_CUDA_ARCHITECTURES)
   bool quick = false;     // --quick-build: the tree's Quick build type (-O1) instead of Release
+  std::vector<std::string> programs;  // --programs: build only these (train, analyze, ...); empty = all
 };
 
 // Returns the process exit status (0 ok, 1 spec or build error).

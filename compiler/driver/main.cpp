@@ -4,6 +4,7 @@
 // Exit status: 0 success, 1 the spec has errors (report: a run or file
 // cannot be read), 2 usage error.
 #include <iostream>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +27,8 @@ constexpr int kOk = 0;
 constexpr int kSpecError = 1;
 constexpr int kUsageError = 2;
 
-const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build] [-o DIR] [-j N]
+const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build]
+                    [--programs LIST] [-o DIR] [-j N]
        gcompile <command> [options]
 
 gcompile turns a TOML experiment spec into a specialized LLM training binary.
@@ -43,6 +45,9 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
     --quick-build         compile at -O1 (about 30 % less build time; small
                           specs train as fast, the CPU kernels' loops are
                           not vectorized)
+    --programs LIST       build only these of the tree's programs, e.g.
+                          train or train,analyze (train, analyze, probe,
+                          gradcheck, parity; default all)
     -o DIR                write the tree to DIR
     -j N                  build with N parallel jobs
 
@@ -95,6 +100,7 @@ struct Args {
   bool no_build = false;
   bool cpu_only = false;
   bool quick_build = false;
+  std::vector<std::string> programs;        // gcompile SPEC --programs
   std::string out_dir;  // -o: the tree's directory, or report's output file
   int jobs = 0;
   int world_size = 0;                      // explain --world-size
@@ -128,6 +134,21 @@ bool parse_cuda_arch(const std::string& text, std::string& out) {
   return !out.empty();
 }
 
+// "train,analyze" -> {"train", "analyze"}: each one of the tree's programs, none twice.
+bool parse_programs(const std::string& text, std::vector<std::string>& out) {
+  out.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, end - start);
+    const bool known = name == "train" || name == "analyze" || name == "probe" || name == "gradcheck" || name == "parity";
+    if (!known || std::find(out.begin(), out.end(), name) != out.end()) return false;
+    out.push_back(name);
+    start = end + 1;
+  }
+  return !out.empty();
+}
+
 std::optional<Args> parse_args(int argc, char** argv, int& status) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -146,6 +167,15 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       if (i + 1 >= argc || !parse_cuda_arch(argv[i + 1], a.cuda_arch)) {
         status = usage_error("option '--cuda-arch' needs CUDA architectures of compute capability 8.0 or newer, "
                              "comma-separated, e.g. 90a or 80,86,89,90a");
+        return std::nullopt;
+      }
+      ++i;
+      continue;
+    }
+    if (arg == "--programs") {
+      if (i + 1 >= argc || !parse_programs(argv[i + 1], a.programs)) {
+        status = usage_error("option '--programs' needs a comma-separated list of train, analyze, probe, gradcheck "
+                             "and parity, e.g. train,analyze");
         return std::nullopt;
       }
       ++i;
@@ -235,8 +265,9 @@ bool looks_like_spec(const std::string& arg) {
 
 int report(const Args& a) {
   int status = kOk;
-  if (a.no_build || a.jobs || a.cpu_only || a.quick_build || !a.cuda_arch.empty()) {
-    return usage_error("options --no-build, --cpu-only, --cuda-arch, --quick-build and -j do not apply to 'report'");
+  if (a.no_build || a.jobs || a.cpu_only || a.quick_build || !a.programs.empty() || !a.cuda_arch.empty()) {
+    return usage_error(
+        "options --no-build, --cpu-only, --cuda-arch, --quick-build, --programs and -j do not apply to 'report'");
   }
   if (!flags_allowed(a, false, false, status)) return status;
   if (a.positional.empty()) return usage_error("'report' takes one or more RUN_DIRs (got 0 arguments)");
@@ -255,8 +286,11 @@ int run(const Args& a) {
   if (a.command == "report") return report(a);
   if (!a.compare_files.empty()) return usage_error("option '--compare' applies only to 'gcompile report'");
   const bool generate = looks_like_spec(a.command);
-  if ((a.no_build || a.cpu_only || a.quick_build || !a.out_dir.empty() || a.jobs || !a.cuda_arch.empty()) && !generate) {
-    return usage_error("options --no-build, --cpu-only, --cuda-arch, --quick-build, -o and -j apply only to 'gcompile SPEC'");
+  if ((a.no_build || a.cpu_only || a.quick_build || !a.programs.empty() || !a.out_dir.empty() || a.jobs ||
+       !a.cuda_arch.empty()) &&
+      !generate) {
+    return usage_error(
+        "options --no-build, --cpu-only, --cuda-arch, --quick-build, --programs, -o and -j apply only to 'gcompile SPEC'");
   }
   if (generate) {
     if (!a.positional.empty()) return usage_error("'gcompile SPEC' takes one spec (got " +
@@ -264,7 +298,12 @@ int run(const Args& a) {
     if (!flags_allowed(a, false, false, status)) return status;
     if (!a.cuda_arch.empty() && a.cpu_only) return usage_error("--cuda-arch and --cpu-only contradict each other");
     if (a.quick_build && a.no_build) return usage_error("--quick-build and --no-build contradict each other");
-    return gc::generate_command({a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only, a.cuda_arch, a.quick_build});
+    if (!a.programs.empty() && a.no_build) return usage_error("--programs and --no-build contradict each other");
+    if (a.cpu_only && std::find(a.programs.begin(), a.programs.end(), "parity") != a.programs.end()) {
+      return usage_error("--programs parity needs the CUDA backend, which --cpu-only leaves out");
+    }
+    return gc::generate_command(
+        {a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only, a.cuda_arch, a.quick_build, a.programs});
   }
   if (a.command == "diff") {
     if (!expect_args(a, 2, "two SPECs", status) || !flags_allowed(a, false, false, status)) return status;

@@ -67,7 +67,7 @@ class EngineStep {
   // The last finish_step's values (on a GPU this waits for the step). The engine's own buffer,
   // valid until the next finish_step (no allocation per step).
   virtual const StepReadout& read_step() = 0;
-  // Mixture of experts (nothing for a dense model; model/moe_block.hpp): zero the step's expert
+  // Mixture of experts (nothing for a dense model; model/moe_steps.hpp): zero the step's expert
   // loads; apply the aux_free bias update after the step.
   virtual void moe_begin_step() = 0;
   virtual void moe_end_step() = 0;

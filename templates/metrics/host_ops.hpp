@@ -9,7 +9,7 @@
 
 #include "cpu/attention.hpp"
 #include "metrics/activation_stats.hpp"
-#include "model/moe_block.hpp"
+#include "model/moe_steps.hpp"
 #include "vocabulary.hpp"
 
 namespace gcm::metrics {

@@ -31,6 +31,7 @@
 #include "cpu/backend.hpp"
 #include "cpu/philox.hpp"
 #include "model/moe_block.hpp"
+#include "model/moe_steps.hpp"
 #include "profile/step_profile.hpp"
 #include "plan.hpp"
 

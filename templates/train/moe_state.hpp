@@ -1,7 +1,7 @@
 // The trainer's side of mixture-of-experts: the routing records of
 // metrics.jsonl (docs/metrics.md "Mixture of experts") and the aux_free
 // selection biases in checkpoints, from what the engine reports
-// (engine/engine.hpp moe_*; model/moe_block.hpp).
+// (engine/engine.hpp moe_*; model/moe_steps.hpp).
 #pragma once
 
 #include <algorithm>

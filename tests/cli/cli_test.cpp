@@ -31,7 +31,7 @@ Result gcompile(const std::string& args, const std::string& cwd = GCOMPILE_SOURC
 TEST(Cli, HelpAndVersion) {
   auto help = gcompile("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
+  EXPECT_NE(help.out.find("usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build]\n                    [--programs LIST] [-o DIR] [-j N]\n       gcompile <command> [options]"), std::string::npos);
   auto version = gcompile("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.out.rfind("gcompile ", 0), 0u);
@@ -71,6 +71,16 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_NE(quick_unbuilt.err.find("--quick-build and --no-build contradict each other"), std::string::npos)
       << quick_unbuilt.err;
   EXPECT_EQ(gcompile("check --quick-build specs/tiny.toml").status, 2);
+  for (const char* bad : {"specs/tiny.toml --programs", "specs/tiny.toml --programs train,trian",
+                          "specs/tiny.toml --programs train,train", "specs/tiny.toml --programs ,"}) {
+    const auto r = gcompile(bad);
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_NE(r.err.find("option '--programs' needs a comma-separated list of train, analyze"), std::string::npos)
+        << bad << "\n" << r.err;
+  }
+  EXPECT_NE(gcompile("specs/tiny.toml --cpu-only --programs train,parity").err.find("--programs parity needs the CUDA"),
+            std::string::npos);
+  EXPECT_EQ(gcompile("specs/tiny.toml --programs train --no-build").status, 2);
   EXPECT_EQ(gcompile("report run --quick-build").status, 2);
 }
 

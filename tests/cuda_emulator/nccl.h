@@ -61,7 +61,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm);
 // communicator is left to the process's end: the watchdog ends it at once). GetAsyncError: the
 // emulator's collectives fail synchronously, so ncclSuccess, unless GC_EMU_NCCL_ASYNC_ERROR
 // names a step count: after that many collectives on the communicator it reports
-// ncclRemoteError (to test the watchdog's poll).
+// ncclRemoteError (to test the watchdog's poll). GC_EMU_NCCL_STALL=N makes one rank's N-th
+// collective never return (src/nccl.cpp).
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count);

@@ -174,6 +174,9 @@ TEST_F(DataParallel, AStuckRankIsStoppedByTheWatchdogNamingItsStepAndPhase) {
   spec.replace(spec.find("checkpoint_every = 10"), 21, "checkpoint_every = 25");
   const Outcome gen = generate(spec);
   ASSERT_EQ(gen.status, 0) << gen.output;
+  // The fixture builds train only (gcompile --programs train).
+  EXPECT_TRUE(fs::exists(tree() / "train"));
+  EXPECT_FALSE(fs::exists(tree() / "analyze"));
   const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 3; kill -STOP $$) & fi; exec " +
                                    (tree() / "train").string() + " --watchdog-s 4 --no-checkpoint --out " +
                                    (dir_ / "run").string();

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -252,6 +253,19 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   EXPECT_NE(failing.output.find("a communicator reported an asynchronous error: remote process exited"),
             std::string::npos)
       << failing.output;
+  // A rank stuck inside a collective (rank 1's 4th NCCL operation never returns:
+  // GC_EMU_NCCL_STALL): the watchdogs see no progress for 5 s, name the step and phase and end the
+  // job with status 3, long before the test's 600 s timeout.
+  ::setenv("GC_EMU_NCCL_STALL", "3", 1);
+  const auto stall_start = std::chrono::steady_clock::now();
+  const Outcome stuck = train(tree, "--watchdog-s 5 --no-metrics --out " + (dir_ / "stuck").string(), 2);
+  const double stall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stall_start).count();
+  ::unsetenv("GC_EMU_NCCL_STALL");
+  EXPECT_EQ(stuck.status, 3) << stuck.output;
+  EXPECT_NE(stuck.output.find("no progress for"), std::string::npos) << stuck.output;
+  EXPECT_NE(stuck.output.find("(the limit is --watchdog-s 5;"), std::string::npos) << stuck.output;
+  EXPECT_LT(stall_seconds, 120.0) << stuck.output;
   expect_metrics_match_cpu(tree, dir_ / "one", dir_);
 }
 

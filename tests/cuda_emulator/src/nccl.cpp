@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -95,14 +97,27 @@ void trace(long issued, const char* call, int ranks) {
   std::fflush(file);
 }
 
+// GC_EMU_NCCL_STALL=N: on world rank GC_EMU_NCCL_STALL_RANK (default 1) the N-th collective to
+// run (counting from 0) never returns: a rank stuck inside a collective, for the watchdog's test.
+void stall_if_asked(long ran) {
+  const char* at = std::getenv("GC_EMU_NCCL_STALL");
+  if (at == nullptr || *at == '\0' || std::strtol(at, nullptr, 10) != ran) return;
+  const char* who = std::getenv("GC_EMU_NCCL_STALL_RANK");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != (who != nullptr && *who != '\0' ? std::atoi(who) : 1)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op) {
-  static std::atomic<long> issued{0};
+  static std::atomic<long> issued{0}, ran{0};
   if (comm != nullptr && comm->aborted.load()) return fail(comm, ncclInvalidUsage, std::string(call) + ": aborted");
   if (comm != nullptr) ++comm->collectives;
   const long number = issued++;
   const int ranks = comm != nullptr ? comm->size : 0;
   op = [op = std::move(op), number, call, ranks] {
     trace(number, call, ranks);
+    stall_if_asked(ran++);
     op();
   };
   if (gc_emu::enqueue(stream, std::move(op)) != cudaSuccess) {
