@@ -46,6 +46,7 @@ class Export : public gc::test::TreeTest {
  protected:
   void SetUp() override {
     gc::test::TreeTest::SetUp();
+    programs_ = "train,probe";  // the programs these tests run: the trees build nothing else (CI time)
     if (!venv_ready()) {
       if (in_ci()) {
         FAIL() << "CI is set and " << kPython << " lacks transformers/safetensors/sentencepiece/torch: "
