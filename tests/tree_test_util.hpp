@@ -129,8 +129,12 @@ class TreeTest : public ::testing::Test {
            ("gcompile_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    // Prepared data goes to the test's own directory, not the user's cache.
-    ::setenv("GCOMPILE_CACHE_DIR", (dir_ / "cache").c_str(), 1);
+    // Prepared data and specialized templates go to the suite's cache, never the user's: under
+    // ctest the build directory's (GCOMPILE_TEST_CACHE_DIR, shared by every test of the run: a
+    // text corpus's tokenizer costs ~20 s and a spec's specialization ~7 s the first time;
+    // entries are published atomically, so parallel tests can fill it), else the test's own.
+    const char* suite_cache = std::getenv("GCOMPILE_TEST_CACHE_DIR");
+    ::setenv("GCOMPILE_CACHE_DIR", suite_cache && *suite_cache ? suite_cache : (dir_ / "cache").c_str(), 1);
   }
   void TearDown() override {
     if (!HasFailure()) std::filesystem::remove_all(dir_);

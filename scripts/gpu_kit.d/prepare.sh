@@ -56,13 +56,15 @@ step "building ${targets[*]}" cmake --build "$build" --target "${targets[@]}" -j
 
 py manifest "$kit" "$mode" "$(git rev-parse --short HEAD 2> /dev/null || echo unknown)" || die "cannot write $kit/kit.json"
 
-# The trees, each with its token files; under --emulate from small-batch overlays of the specs.
-spec_for() {  # NAME SPEC -> the spec to generate from
-  if [ "$mode" = gpu ]; then echo "$2"; else py overlay "$2" "$kit/specs/$1.toml" "$1" && echo "$kit/specs/$1.toml"; fi
+# The trees, each with its token files; under --emulate the training trees from small-batch
+# overlays of their specs (a parity tree runs its own batch of 2 sequences of at most 96 tokens,
+# so its spec is used as it is, and its specialization is the cached one of CudaEmulatedTree.*).
+spec_for() {  # NAME SPEC ROLE -> the spec to generate from
+  if [ "$mode" = gpu ] || [ "$3" = parity ]; then echo "$2"; else py overlay "$2" "$kit/specs/$1.toml" "$1" && echo "$kit/specs/$1.toml"; fi
 }
-while read -r name spec _role data_from; do
+while read -r name spec role data_from; do
   [ -f "$spec" ] || die "the kit's spec $spec is missing"
-  gen_spec=$(spec_for "$name" "$spec") || die "could not write the overlay of $spec"
+  gen_spec=$(spec_for "$name" "$spec" "$role") || die "could not write the overlay of $spec"
   note "generating $kit/trees/$name from $gen_spec"
   step "gcompile $gen_spec" "$GCOMPILE" "$gen_spec" --no-build -o "$kit/trees/$name"
   if [ "$data_from" = - ]; then

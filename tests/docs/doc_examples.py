@@ -42,8 +42,10 @@ import time
 SUBSTITUTIONS = [
     # CI has no GPU: trees are built without their CUDA backend (the nvcc build takes minutes and is
     # tested by CudaTree.* and the GPU kit); train would run on the CPU there anyway. And at -O1
-    # (--quick-build: a third less compile time for the same losses; Release is what a user gets).
-    (r"\bgcompile (?!-)(\S+\.toml)(?=\s*(?:&&|$))", r"gcompile \1 --cpu-only --quick-build"),
+    # (--quick-build: a third less compile time for the same losses; Release is what a user gets),
+    # and only the two programs the documents run (--programs: probe and gradcheck are tested by
+    # Export.*, Tree.* and MoeTree.*).
+    (r"\bgcompile (?!-)(\S+\.toml)(?=\s*(?:&&|$))", r"gcompile \1 --cpu-only --quick-build --programs train,analyze"),
     # Shorter training: the tour's runs take minutes; the checks need a run and its checkpoint.
     (r"(\./generated/[a-z0-9_]+/train)(?=\s*$|\s+#|\s+--init-from)", r"\1 --steps 12"),
     (r"(sweep [\s\S]*?--train) --steps \d+", r"\1 --steps 2 --quick-build"),
@@ -351,7 +353,8 @@ def main():
             print(f"doc_examples: kept {scratch}")
     width = max((len(r[0]) for r in results), default=10)
     for where, label, result, detail in results:
-        print(f"{result:4}  {where:<{width}}  {label}")
+        secs = re.search(r"(\d+) s$", detail) if result == "PASS" else None
+        print(f"{result:4}  {where:<{width}}  {label}" + (f"  ({secs.group(1)} s)" if secs else ""))
         if result != "PASS":
             print("      " + detail.replace("\n", "\n      "))
     counts = {k: sum(r[2] == k for r in results) for k in ("PASS", "FAIL", "SKIP")}
