@@ -149,6 +149,18 @@ bool parse_programs(const std::string& text, std::vector<std::string>& out) {
   return !out.empty();
 }
 
+// An option's value: argv[i + 1] parsed by `parse` (which stores it), i advanced past it; else the
+// usage error `need` (status set) and false.
+template <typename Parse>
+bool option_value(int argc, char** argv, int& i, Parse&& parse, const std::string& need, int& status) {
+  if (i + 1 >= argc || !parse(std::string(argv[i + 1]))) {
+    status = usage_error(need);
+    return false;
+  }
+  ++i;
+  return true;
+}
+
 std::optional<Args> parse_args(int argc, char** argv, int& status) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -164,29 +176,28 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       return std::nullopt;
     }
     if (arg == "--cuda-arch") {
-      if (i + 1 >= argc || !parse_cuda_arch(argv[i + 1], a.cuda_arch)) {
-        status = usage_error("option '--cuda-arch' needs CUDA architectures of compute capability 8.0 or newer, "
-                             "comma-separated, e.g. 90a or 80,86,89,90a");
+      if (!option_value(argc, argv, i, [&](const std::string& v) { return parse_cuda_arch(v, a.cuda_arch); },
+                        "option '--cuda-arch' needs CUDA architectures of compute capability 8.0 or newer, "
+                        "comma-separated, e.g. 90a or 80,86,89,90a",
+                        status)) {
         return std::nullopt;
       }
-      ++i;
       continue;
     }
     if (arg == "--programs") {
-      if (i + 1 >= argc || !parse_programs(argv[i + 1], a.programs)) {
-        status = usage_error("option '--programs' needs a comma-separated list of train, analyze, probe, gradcheck "
-                             "and parity, e.g. train,analyze");
+      if (!option_value(argc, argv, i, [&](const std::string& v) { return parse_programs(v, a.programs); },
+                        "option '--programs' needs a comma-separated list of train, analyze, probe, gradcheck and "
+                        "parity, e.g. train,analyze",
+                        status)) {
         return std::nullopt;
       }
-      ++i;
       continue;
     }
     if (arg == "--world-size") {
-      if (i + 1 >= argc || !parse_int(argv[i + 1], a.world_size)) {
-        status = usage_error("option '--world-size' needs a positive integer");
+      if (!option_value(argc, argv, i, [&](const std::string& v) { return parse_int(v, a.world_size); },
+                        "option '--world-size' needs a positive integer", status)) {
         return std::nullopt;
       }
-      ++i;
       continue;
     }
     if (arg == "-o" || arg == "-j" || arg == "--compare") {

@@ -58,6 +58,13 @@ inline KeySpec& example(KeySpec& k, std::string e) {
   return k;
 }
 
+// The common shape of a tuning key: KEY of TYPE with a default, at least `lo`, and an example.
+inline KeySpec& optional_at_least(Builder& b, std::string key, KeyType type, std::string doc, Value fallback, double lo,
+                                  std::string sample) {
+  return example(at_least(with_default(b.add(std::move(key), type, std::move(doc)), std::move(fallback)), lo),
+                 std::move(sample));
+}
+
 inline Value strings(std::vector<std::string> items) {
   std::vector<Value> v;
   for (auto& s : items) v.push_back(Value::string(std::move(s)));

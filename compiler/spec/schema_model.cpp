@@ -93,16 +93,10 @@ void add_model(Builder& b) {
 }
 
 void add_moe(Builder& b) {
-  example(at_least(with_default(b.add("moe.n_dense_layers", KeyType::integer,
-                                      "Leading layers that keep a dense MLP (seed 000 Table 3: 1)."),
-                                Value::integer(0)),
-                   0),
-          "1");
-  example(at_least(with_default(b.add("moe.layer_interval", KeyType::integer,
-                                      "After the dense layers, every k-th layer is MoE (1 = all)."),
-                                Value::integer(1)),
-                   1),
-          "1");
+  optional_at_least(b, "moe.n_dense_layers", KeyType::integer,
+                    "Leading layers that keep a dense MLP (seed 000 Table 3: 1).", Value::integer(0), 0, "1");
+  optional_at_least(b, "moe.layer_interval", KeyType::integer,
+                    "After the dense layers, every k-th layer is MoE (1 = all).", Value::integer(1), 1, "1");
   example(at_least(derived(b.add("moe.n_experts", KeyType::integer, "Routed experts per MoE layer."),
                            "required for moe"),
                    1),
@@ -111,11 +105,8 @@ void add_moe(Builder& b) {
                            "required for moe"),
                    1),
           "9");
-  example(at_least(with_default(b.add("moe.n_shared_experts", KeyType::integer,
-                                      "Always-active shared experts (one MLP of width n·shared_d_ff)."),
-                                Value::integer(0)),
-                   0),
-          "1");
+  optional_at_least(b, "moe.n_shared_experts", KeyType::integer,
+                    "Always-active shared experts (one MLP of width n·shared_d_ff).", Value::integer(0), 0, "1");
   example(at_least(derived(b.add("moe.expert_d_ff", KeyType::integer, "Intermediate size of each routed expert."),
                            "required for moe"),
                    1),
@@ -143,31 +134,22 @@ void add_moe(Builder& b) {
                              "false multiplies the experts' outputs by the raw scores (Qwen2-MoE)."),
                        Value::boolean(false)),
           "true");
-  example(at_least(with_default(b.add("moe.load_balance_coef", KeyType::number,
-                                      "Auxiliary-loss weight (aux_loss) or bias update rate (aux_free)."),
-                                Value::number(0.01)),
-                   0),
-          "0.001");
-  example(at_least(with_default(b.add("moe.seq_aux_loss", KeyType::number,
-                                      "Sequence-wise balancing loss weight (DeepSeek-V3 eqs. 17-20): the aux_loss form "
-                                      "over each sequence, averaged over sequences; the same whatever the micro-batch "
-                                      "and data-parallel layout; combines with any load_balance. 0 = off."),
-                                Value::number(0.0)),
-                   0),
-          "0.0001");
-  example(at_least(with_default(b.add("moe.capacity_factor", KeyType::number,
-                                      "0 = dropless. Else each expert takes at most ceil(factor · seq_len · top_k / "
-                                      "n_experts) assignments per sequence, in token order; the rest are dropped (no "
-                                      "expert output, weights not renormalized) and counted in the routing records."),
-                                Value::number(0.0)),
-                   0),
-          "1.25");
-  example(at_least(with_default(b.add("moe.z_loss", KeyType::number,
-                                      "Router z-loss weight (ST-MoE eq. 5): weight · mean over tokens of "
-                                      "(log Σ_e exp router_logit_e)²; softmax routers only. 0 = off."),
-                                Value::number(0.0)),
-                   0),
-          "0.001");
+  optional_at_least(b, "moe.load_balance_coef", KeyType::number,
+                    "Auxiliary-loss weight (aux_loss) or bias update rate (aux_free).", Value::number(0.01), 0, "0.001");
+  optional_at_least(b, "moe.seq_aux_loss", KeyType::number,
+                    "Sequence-wise balancing loss weight (DeepSeek-V3 eqs. 17-20): the aux_loss form over each "
+                    "sequence, averaged over sequences; the same whatever the micro-batch and data-parallel layout; "
+                    "combines with any load_balance. 0 = off.",
+                    Value::number(0.0), 0, "0.0001");
+  optional_at_least(b, "moe.capacity_factor", KeyType::number,
+                    "0 = dropless. Else each expert takes at most ceil(factor · seq_len · top_k / n_experts) "
+                    "assignments per sequence, in token order; the rest are dropped (no expert output, weights not "
+                    "renormalized) and counted in the routing records.",
+                    Value::number(0.0), 0, "1.25");
+  optional_at_least(b, "moe.z_loss", KeyType::number,
+                    "Router z-loss weight (ST-MoE eq. 5): weight · mean over tokens of (log Σ_e exp router_logit_e)²; "
+                    "softmax routers only. 0 = off.",
+                    Value::number(0.0), 0, "0.001");
 }
 
 void add_init(Builder& b) {

@@ -140,14 +140,11 @@ class Backend {
   void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, int N) {
     cpu::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
   }
-  // moe.capacity_factor: kept (expert or -1) and position -1 for the dropped assignments; the
-  // dropped count per sequence and expert to the host.
-  void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped, const std::int32_t* expert,
-                          int N, int seq_len) {
+  // moe.capacity_factor: kept (expert or -1) and the dropped count per sequence and expert to the
+  // host. The dropped assignments' position -1 is moe_dispatch's, which runs on `kept` next.
+  void moe_apply_capacity(std::int32_t* kept, std::int32_t* /*position*/, std::int64_t* dropped,
+                          const std::int32_t* expert, int N, int seq_len) {
     cpu::moe_apply_capacity(kept, dropped, expert, N, seq_len, kExperts, kTopK, kMoeCapacity);
-    for (std::int64_t a = 0; a < std::int64_t(N) * kTopK; ++a) {
-      if (kept[a] < 0) position[a] = -1;
-    }
   }
   void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
                     int N) {

@@ -132,6 +132,15 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const Tile& s, int
   ldmatrix<4, false>(a, &s.w[r0 + i + 8 * (m % 2)][8 * ks + 4 * (m / 2)]);
 }
 
+// The A fragment of A[m][k] = tile[k0 + k][m0 + m] (the tile holds Aᵀ: its rows are the k of the
+// product, e.g. the rows summed over in a weight gradient): ldmatrix.x4.trans of the four 8×8 blocks
+// in a[] order (m +0/+8, k +0/+8); lane 4g + t gets rows 2t, 2t + 1 of column g of each.
+template <class Tile>
+__device__ __forceinline__ void load_a_trans(std::uint32_t (&a)[4], const Tile& s, int k0, int m0, int lane) {
+  const int m = lane / 8, i = lane % 8;  // this lane addresses row i of matrix m
+  ldmatrix<4, true>(a, &s.w[k0 + i + 8 * (m / 2)][(m0 + 8 * (m % 2)) / 2]);
+}
+
 // The B fragment B[k][n] = tile[n0 + n][16·ks + k]: the tile's rows are B's columns (the K of
 // Q·Kᵀ): ldmatrix.x2 of rows n0 .. n0+7 at columns 16·ks and 16·ks + 8.
 template <class Tile>

@@ -94,8 +94,9 @@ struct ContractBackend {
   void router_forward(Stat*, const Act*, const Act*, int) {}
   void router_backward(Act*, Grad*, const Stat*, const Act*, const Act*, int) {}
   void moe_route_forward(Stat*, std::int32_t*, Stat*, const Stat*, const float*, int) {}
-  // moe.capacity_factor: the assignments kept (expert or -1), position -1 where dropped, the
-  // dropped per sequence and expert (to the host).
+  // moe.capacity_factor: the assignments kept (expert or -1), the dropped per sequence and expert
+  // (to the host); position may be set to -1 where dropped here (CUDA) or by moe_dispatch (CPU),
+  // which always runs next on the kept experts.
   void moe_apply_capacity(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int, int) {}
   void moe_dispatch(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int) {}
   void moe_gather(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}

@@ -177,12 +177,9 @@ TEST_F(DataParallel, AStuckRankIsStoppedByTheWatchdogNamingItsStepAndPhase) {
   // The fixture builds train only (gcompile --programs train).
   EXPECT_TRUE(fs::exists(tree() / "train"));
   EXPECT_FALSE(fs::exists(tree() / "analyze"));
-  const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep 3; kill -STOP $$) & fi; exec " +
-                                   (tree() / "train").string() + " --watchdog-s 4 --no-checkpoint --out " +
-                                   (dir_ / "run").string();
   const auto start = std::chrono::steady_clock::now();
-  const Outcome stuck = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
-                           gc::test::shell_quote(rank_program));
+  const Outcome stuck =
+      train_with_rank_1_signalled("STOP", 3, "--watchdog-s 4 --no-checkpoint --out " + (dir_ / "run").string());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(stuck.status, 124) << "the job hung instead of stopping\n" << stuck.output;
   EXPECT_EQ(stuck.status, 3) << stuck.output;

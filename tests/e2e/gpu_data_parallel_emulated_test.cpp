@@ -477,7 +477,10 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
 TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
   std::string spec = spec_text("bf16", 0);
   spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
-  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\n\n[optim]");
+  // d_model and expert_d_ff of whole 64-column tiles: the bf16 experts run the grouped GEMMs
+  // (cuda/grouped_gemm.cuh), here on each rank's exchanged rows.
+  spec.replace(spec.find("d_model = 32"), 12, "d_model = 64");
+  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 64\n\n[optim]");
   const fs::path tree = build("moe_bf16", spec);
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
@@ -494,7 +497,11 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
     return out;
   };
   ASSERT_EQ(val(dir_ / "ep").size(), 2u);
-  EXPECT_LT(max_rel_diff(val(dir_ / "one"), val(dir_ / "ep")), 1e-5);
+  // The experts' weight gradients are fp32 sums grouped by the layout (one grouped GEMM over both
+  // ranks' rows under EP, one per micro-batch in one process), so their masters differ by ~1e-7
+  // after a few steps (measured: 3e-8 at step 3, every other tensor bit-identical) and in bf16 a
+  // few activations then round the other way: the step-6 validation loss differs by 1.0e-4.
+  EXPECT_LT(max_rel_diff(val(dir_ / "one"), val(dir_ / "ep")), 1e-3);
 }
 
 }  // namespace

@@ -33,14 +33,18 @@ class MpiTreeTest : public TreeTest {
     return sh("OMP_NUM_THREADS=1 " + limit + "mpirun --allow-run-as-root --oversubscribe -np " +
               std::to_string(ranks) + " " + program);
   }
+  // Two ranks of `train ARGS`, rank 1 sent `signal` (KILL, STOP) after `seconds`; the job is ended
+  // after 120 s (status 124) if it hangs.
+  Outcome train_with_rank_1_signalled(const std::string& signal, int seconds, const std::string& args) {
+    const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep " + std::to_string(seconds) +
+                                     "; kill -" + signal + " $$) & fi; exec " + (tree() / "train").string() + " " + args;
+    return sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
+              shell_quote(rank_program));
+  }
   // Two ranks of `train --out run`, rank 1 killed (SIGKILL) after `seconds`: the job must stop
   // (not hang until the timeout) and name the dead rank.
   void expect_a_killed_rank_stops_the_job(const std::filesystem::path& run, int seconds) {
-    const std::string rank_program = "if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then (sleep " + std::to_string(seconds) +
-                                     "; kill -9 $$) & fi; exec " + (tree() / "train").string() + " --out " +
-                                     run.string();
-    const Outcome killed = sh("OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 sh -c " +
-                              shell_quote(rank_program));
+    const Outcome killed = train_with_rank_1_signalled("KILL", seconds, "--out " + run.string());
     EXPECT_NE(killed.status, 0) << killed.output;
     EXPECT_NE(killed.status, 124) << "the job hung instead of stopping";
     EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;

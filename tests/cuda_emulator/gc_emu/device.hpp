@@ -25,7 +25,7 @@
 // block see. Blocks run one after another, so this is the block's shared memory; it is NOT
 // cleared between blocks (a kernel that reads shared memory it did not write in the same block
 // sees the previous block's values here and garbage on a GPU). Dynamic shared memory
-// (`extern __shared__`) is not emulated.
+// (`extern __shared__`) is templates/cuda/hopper.cuh's dynamic_shared(), gc_emu/hopper.hpp.
 #define __shared__ static
 
 // ---- built-in variables ----------------------------------------------------------------------

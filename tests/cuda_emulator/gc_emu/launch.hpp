@@ -23,7 +23,8 @@ using GridBody = void (*)(const void* context);
 
 // Runs body(context) once per CUDA thread of the grid (after validating the configuration;
 // on a bad one it records cudaErrorInvalidConfiguration and runs nothing).
-void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, const void* context);
+// `kernel` identifies the kernel (its cudaFuncSetAttribute settings; gc_emu/hopper.hpp).
+void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, const void* context);
 
 template <typename P>
 bool check_argument(const P& value, std::size_t index) {
@@ -52,7 +53,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynami
   };
   const Context context{kernel, Arguments(std::forward<Args>(args)...)};
   if (!check_arguments(context.args, std::index_sequence_for<Params...>{})) return;
-  run_grid(grid, block, dynamic_smem, [](const void* c) {
+  run_grid(reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, [](const void* c) {
     const Context& ctx = *static_cast<const Context*>(c);
     std::apply(ctx.kernel, ctx.args);  // by-value parameters: each thread gets its own copies
   }, &context);

@@ -79,10 +79,15 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, Kernel*) {
   return emulated_kernel_image();
 }
 
-// Accepted and ignored: the emulator has no per-kernel resource limits.
+namespace gc_emu {
+cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value);
+}
+// cudaFuncAttributeMaxDynamicSharedMemorySize is kept per kernel and checked at launch (more than
+// 48 KiB of dynamic shared memory needs it; at most 227 KiB; gc_emu/hopper.hpp); the carveout is
+// accepted and ignored.
 template <typename Kernel>
-cudaError_t cudaFuncSetAttribute(Kernel*, cudaFuncAttribute, int) {
-  return cudaSuccess;
+cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
+  return gc_emu::set_function_attribute(reinterpret_cast<const void*>(kernel), attribute, value);
 }
 
 namespace gc_emu {

@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -33,6 +35,7 @@
 #include "gc_emu/device.hpp"
 #include "gc_emu/launch.hpp"
 #include "gc_emu/runtime.hpp"
+#include "internal.hpp"
 
 #if defined(__x86_64__) && !defined(GC_EMU_UCONTEXT)
 #define GC_EMU_ASM_SWITCH 1
@@ -104,7 +107,9 @@ struct Context {
 
 // ---- block state -----------------------------------------------------------------------------
 
-enum class State { ready, block_barrier, warp_barrier, done };
+// polling: waits until its predicate holds (an mbarrier phase, gc_emu/hopper.hpp);
+// group_barrier: waits for the other threads of a named group (a warpgroup's collective).
+enum class State { ready, block_barrier, warp_barrier, polling, group_barrier, done };
 
 struct Fiber {
   Context context;
@@ -115,6 +120,17 @@ struct Fiber {
   // The pending warp collective: this lane's argument and value, after the release its result.
   int arg = 0;
   std::uint64_t value = 0;
+  // polling: the condition that makes it ready again, and what it waits for (for a deadlock report).
+  std::function<bool()> until;
+  std::string waiting_for;
+};
+
+// A barrier over a named group of threads (a warpgroup: 128 threads): released when `count`
+// threads have arrived; every arrival must name the same count.
+struct GroupBarrier {
+  int count = 0;
+  std::vector<int> arrived;  // linear thread indices
+  std::string what;
 };
 
 struct Warp {
@@ -134,6 +150,7 @@ struct Block {
   int at_block_barrier = 0;
   int done = 0;
   Fiber* current = nullptr;
+  std::map<int, GroupBarrier> groups;
   Context scheduler;
   GridBody body = nullptr;
   const void* body_context = nullptr;
@@ -248,6 +265,16 @@ std::string describe_thread(const Fiber& f) {
   int exited = 0;
   for (const Fiber& f : b.fibers) exited += f.state == State::done;
   waits += std::to_string(b.at_block_barrier) + " at __syncthreads, " + std::to_string(exited) + " exited";
+  std::map<std::string, int> polling;
+  for (const Fiber& f : b.fibers) {
+    if (f.state == State::polling) ++polling[f.waiting_for];
+  }
+  for (const auto& [what, n] : polling) waits += "; " + std::to_string(n) + " waiting for " + what;
+  for (const auto& [id, g] : b.groups) {
+    if (!g.arrived.empty()) {
+      waits += "; " + std::to_string(g.arrived.size()) + " of " + std::to_string(g.count) + " threads at " + g.what;
+    }
+  }
   for (std::size_t w = 0; w < b.warps.size(); ++w) {
     const Warp& warp = b.warps[w];
     if (warp.arrived == 0) continue;
@@ -324,22 +351,30 @@ void arrange(std::vector<int>& order, int n) {
 void run_block(Block& b) {
   b.at_block_barrier = 0;
   b.done = 0;
+  b.groups.clear();
   for (Warp& w : b.warps) w.arrived = 0;
   for (Fiber& f : b.fibers) {
     f.state = State::ready;
+    f.until = nullptr;
     start_fiber(b, f);
   }
+  hopper_block_begin();
   arrange(b.order, b.threads);
   while (b.done < b.threads) {
     bool progressed = false;
     for (int i : b.order) {
       Fiber& f = b.fibers[std::size_t(i)];
+      if (f.state == State::polling && f.until()) {
+        f.state = State::ready;
+        f.until = nullptr;
+      }
       if (f.state != State::ready) continue;
       resume(b, f);
       progressed = true;
     }
     if (!progressed) deadlock(b);
   }
+  hopper_block_end();
 }
 
 bool valid_configuration(dim3 grid, dim3 block) {
@@ -351,7 +386,7 @@ bool valid_configuration(dim3 grid, dim3 block) {
 
 }  // namespace
 
-void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, const void* context) {
+void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, const void* context) {
   run_pending_copies();  // the stream runs the copies queued before this launch first
   if (g_block != nullptr) fatal("a kernel launched another kernel (dynamic parallelism is not emulated)");
   if (!valid_configuration(grid, block)) {
@@ -361,10 +396,7 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, co
                      "," + std::to_string(block.z) + ")");
     return;
   }
-  if (dynamic_smem != 0) {
-    record_error(cudaErrorNotSupported, "dynamic shared memory (extern __shared__) is not emulated");
-    return;
-  }
+  if (!dynamic_shared_memory_fits(kernel, dynamic_smem)) return;
   Block b;
   b.threads = int(block.x * block.y * block.z);
   b.body = body;
@@ -389,6 +421,7 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_smem, GridBody body, co
   const bool reorder = order_policy() != Order::forward && blocks <= (std::int64_t(1) << 24);
   if (reorder) arrange(block_order, int(blocks));
   g_block = &b;
+  set_dynamic_shared_memory(dynamic_smem);
   for (std::int64_t i = 0; i < blocks; ++i) {
     const std::int64_t id = reorder ? block_order[std::size_t(i)] : i;
     blockIdx = uint3{unsigned(id % grid.x), unsigned(id / grid.x % grid.y),
@@ -431,6 +464,47 @@ std::uint64_t warp_collective(Collective kind, unsigned mask, std::uint64_t valu
   suspend(b);
   return f.value;
 }
+
+int current_thread() { return block_or_die("a CUDA device function").current->linear; }
+
+int block_threads() { return block_or_die("a CUDA device function").threads; }
+
+std::string current_thread_name() {
+  Block& b = block_or_die("a CUDA device function");
+  return describe_thread(*b.current);
+}
+
+void wait_until(std::function<bool()> ready, const std::string& what) {
+  Block& b = block_or_die(what.c_str());
+  if (ready()) return;
+  Fiber& f = *b.current;
+  f.state = State::polling;
+  f.until = std::move(ready);
+  f.waiting_for = what;
+  suspend(b);
+}
+
+void group_barrier(int group, int count, const std::string& what) {
+  Block& b = block_or_die(what.c_str());
+  Fiber& f = *b.current;
+  GroupBarrier& g = b.groups[group];
+  if (g.arrived.empty()) {
+    g.count = count;
+    g.what = what;
+  } else if (g.count != count || g.what != what) {
+    fatal("%s in %s while other threads of its group wait at %s (%d threads)", what.c_str(),
+          describe_thread(f).c_str(), g.what.c_str(), g.count);
+  }
+  g.arrived.push_back(f.linear);
+  f.state = State::group_barrier;
+  if (int(g.arrived.size()) == count) {
+    for (int t : g.arrived) b.fibers[std::size_t(t)].state = State::ready;
+    g.arrived.clear();
+  }
+  suspend(b);
+}
+
+[[noreturn]] void fail(const std::string& what) { fatal("%s", what.c_str()); }
 
 }  // namespace gc_emu
 
