@@ -92,6 +92,42 @@ __global__ void swizzle128_kernel(float* d_out, const bf16* a, const bf16* b) {
   store_accumulators<N>(d_out, d);
 }
 
+// The register-A form with an MN-major B (attention's P·V): D = A1·B1ᵀ, then D += A2·B2ᵀ, A from
+// registers in the fragment layout, B stored [k][n] (n contiguous) as 8 k-rows × 16-byte core
+// matrices: (n/8, k/8) at SBO·(n/8) + LBO·(k/8), row k%8 of it at +16·(k%8), n%8 at +2·(n%8).
+template <int N>
+__global__ void registers_mn_major_kernel(float* d_out, const bf16* a1, const bf16* a2, const bf16* b1,
+                                          const bf16* b2) {
+  unsigned char* smem = hopper::dynamic_shared();
+  constexpr unsigned kSbo = 128, kLbo = (N / 8) * 128, kTile = 2 * kLbo;
+  for (int e = int(threadIdx.x); e < N * 16; e += 128) {
+    const int n = e / 16, k = e % 16;  // b[n][k] in global memory
+    const unsigned at = kSbo * unsigned(n / 8) + kLbo * unsigned(k / 8) + 16u * unsigned(k % 8) + 2u * unsigned(n % 8);
+    *reinterpret_cast<bf16*>(smem + at) = b1[e];
+    *reinterpret_cast<bf16*>(smem + kTile + at) = b2[e];
+  }
+  hopper::fence_proxy_async();
+  __syncthreads();
+  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, q = t % 4;
+  const auto fragment = [&](const bf16* a, std::uint32_t (&regs)[4]) {
+    for (int r = 0; r < 4; ++r) {
+      const int row = 16 * w + g + 8 * (r % 2), k = 2 * q + 8 * (r / 2);
+      regs[r] = std::uint32_t(__bfloat16_as_ushort(a[row * 16 + k])) |
+                (std::uint32_t(__bfloat16_as_ushort(a[row * 16 + k + 1])) << 16);
+    }
+  };
+  std::uint32_t f1[4], f2[4];
+  fragment(a1, f1);
+  fragment(a2, f2);
+  float d[N / 2];
+  wgmma::fence();
+  wgmma::mma_bf16_rs<N, true>(d, f1, wgmma::descriptor(smem, wgmma::Swizzle::none, kLbo, kSbo), false);
+  wgmma::mma_bf16_rs<N, true>(d, f2, wgmma::descriptor(smem + kTile, wgmma::Swizzle::none, kLbo, kSbo), true);
+  wgmma::commit();
+  wgmma::wait<0>();
+  store_accumulators<N>(d_out, d);
+}
+
 // Small integers in [-4, 4] as bf16 (exact), never all zero.
 std::vector<bf16> small_integers(std::size_t n, unsigned seed) {
   std::vector<double> v(n);
@@ -141,6 +177,22 @@ TEST(CudaWgmma, KMajorWithoutSwizzleMatchesTheScalarProduct) {
   check_no_swizzle<64>({128, 256}, {128, 256}, "N 64, k-adjacent core matrices");
   check_no_swizzle<64>({8 * 128, 128}, {8 * 128, 128}, "N 64, row-adjacent core matrices");
   check_no_swizzle<128>({128, 256}, {128, 256}, "N 128, k-adjacent core matrices");
+}
+
+TEST(CudaWgmma, RegisterAWithAnMnMajorBMatchesTheScalarProduct) {
+  GC_REQUIRE_GPU();
+  constexpr int N = 64;
+  const auto a1 = small_integers(kM * 16, 6), a2 = small_integers(kM * 16, 7);
+  const auto b1 = small_integers(N * 16, 8), b2 = small_integers(N * 16, 9);
+  auto a1_d = ct::upload(a1), a2_d = ct::upload(a2), b1_d = ct::upload(b1), b2_d = ct::upload(b2);
+  ct::DeviceBuffer<float> d_d(std::size_t(kM) * N);
+  gcm::cuda::launch(registers_mn_major_kernel<N>, 1, 128, 4 * (N / 8) * 128, d_d.data(), a1_d.data(), a2_d.data(),
+                    b1_d.data(), b2_d.data());
+  auto want = products(a1, b1, nullptr, N, 16);
+  const auto second = products(a2, b2, nullptr, N, 16);
+  for (std::size_t i = 0; i < want.size(); ++i) want[i] += second[i];
+  const auto got = ct::download(d_d);
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "D[" << i / N << "][" << i % N << "]";
 }
 
 TEST(CudaWgmma, KMajor128ByteSwizzleOverFourKSteps) {
