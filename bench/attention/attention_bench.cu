@@ -1,5 +1,7 @@
 // Times gcompile's causal attention kernels on the GPU: the tensor-core kernels
-// (cuda/flash_attention.cuh) and the fp32-math reference kernels (cuda/attention.cuh), bf16,
+// (cuda/flash_attention.cuh), Hopper's warpgroup-MMA forward (cuda/attention_sm90.cuh; its
+// forward + backward row pairs it with the tensor-core backward) and the fp32-math reference
+// kernels (cuda/attention.cuh), bf16,
 // forward and forward + backward, for the attention shapes of the seed-000 0.1B and 1.5B specs
 // (batch 8, seq_len 2048). One JSON object per line; bench/attention_vs_sdpa runs it beside
 // PyTorch's flash SDPA (bench/attention/sdpa_bench.py) and prints the table.
@@ -17,6 +19,7 @@
 
 #include "bench/cuda_timing.hpp"
 #include "cuda/attention.cuh"
+#include "cuda/attention_sm90.cuh"
 #include "cuda/flash_attention.cuh"
 #include "runtime/cuda/check.hpp"
 
@@ -79,6 +82,17 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                                              lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     report("gcompile_tensor_core", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
+  }
+  {
+    const auto fwd = [&] {
+      gcm::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    const auto fwd_bwd = [&] {
+      fwd();
+      gcm::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
+                                             lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+    };
+    report("gcompile_sm90_wgmma_fwd", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }
   if (opt.reference) {
     const auto fwd = [&] {

@@ -1,0 +1,203 @@
+// Causal GQA attention forward for Hopper (sm_90a) on warpgroup MMAs (cuda/wgmma.cuh), issue 38's
+// first step: the semantics, layouts and lse of flash_forward_kernel (cuda/flash_attention.cuh),
+// with S = Q·Kᵀ and O += P·V as wgmma instructions of a whole warpgroup instead of mma.sync per
+// warp. Block (x, h, b): one warpgroup (128 threads) and 64 queries, q0 = 64·(gridDim.x − 1 − x)
+// (the longest rows first); key tiles of 64 up to the diagonal.
+//
+// Shared memory (dynamic, no swizzle; core matrices of 8 rows × 16 bytes):
+//   Q [64 queries][D], K [64 keys][D]: K-major operands (A and B of S = Q·Kᵀ), core matrix
+//     (row/8, d/8) at (D/8)·128·(row/8) + 128·(d/8): LBO 128, SBO (D/8)·128;
+//   V [64 keys][D]: the MN-major B of O += P·V (B[n = d][k = key], d contiguous), core matrix
+//     (d/8, key/8) at 128·(d/8) + (D/8)·128·(key/8): SBO 128, LBO (D/8)·128.
+// Each k-step of 16 advances a descriptor's start by two core matrices along k.
+// P stays in registers: the S accumulator (thread t: rows 16w + g and + 8, columns 8j + 2q, + 1)
+// packed in bf16 pairs is the register-A operand of the next product (mma_bf16_rs).
+// Tiles are loaded by the threads (16-byte vectors; rows past seq_len are zeros), then
+// fence.proxy.async and a barrier: no bulk copies and no overlap of loads with math yet (the
+// next steps: TMA or cp.async.bulk into a ring of stages, producer/consumer warpgroups).
+//
+// Built for sm_90a only (wgmma): elsewhere the kernel body traps; attention_sm90_supported says
+// which shapes it takes (head_dim 64 or 128, bf16).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/flash_attention.cuh"
+#include "cuda/hopper.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace gcm::cuda {
+
+template <class S, typename T>
+constexpr bool attention_sm90_supported() {
+  return std::is_same_v<T, bf16> && (S::kHeadDim == 64 || S::kHeadDim == 128) && S::kHeads % S::kKvHeads == 0;
+}
+
+namespace sm90 {
+
+inline constexpr int kRows = 64;      // queries per block, keys per tile
+inline constexpr int kThreads = 128;  // one warpgroup
+
+template <class S>
+struct Config {
+  static constexpr int kD = S::kHeadDim;
+  static constexpr unsigned kCore = 128;                       // bytes of one core matrix
+  static constexpr unsigned kRowGroup = unsigned(kD / 8) * kCore;  // one 8-row group of a [64][D] tile
+  static constexpr unsigned kTileBytes = 8 * kRowGroup;       // [64][D] bf16
+  static constexpr std::size_t kSmemBytes = 3 * std::size_t(kTileBytes);  // Q, K, V
+  static constexpr int kGroup = S::kHeads / S::kKvHeads;
+  static constexpr std::int64_t kQStride = std::int64_t(S::kHeads) * kD;
+  static constexpr std::int64_t kKvStride = std::int64_t(S::kKvHeads) * kD;
+  static constexpr float kScaleLog2 = S::kScale * detail::kLog2e;
+};
+
+// Rows row0 .. row0+63 of a head (row stride STRIDE) into a K-major tile (K_MAJOR) or the V layout,
+// 16 bytes per thread and step; rows ≥ seq_len are zeros.
+template <class Cfg, std::int64_t STRIDE, bool K_MAJOR>
+__device__ __forceinline__ void load_tile(unsigned char* tile, const bf16* __restrict__ head, int row0, int seq_len) {
+  constexpr int kChunks = Cfg::kD / 8;
+  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const unsigned at = K_MAJOR ? Cfg::kRowGroup * unsigned(r / 8) + Cfg::kCore * unsigned(c) + 16u * unsigned(r % 8)
+                                : Cfg::kCore * unsigned(c) + Cfg::kRowGroup * unsigned(r / 8) + 16u * unsigned(r % 8);
+    mma::Words4 w{{0u, 0u, 0u, 0u}};
+    if (row < seq_len) w = *reinterpret_cast<const mma::Words4*>(head + std::int64_t(row) * STRIDE + 8 * c);
+    *reinterpret_cast<mma::Words4*>(tile + at) = w;
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
+                   const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  using Cfg = Config<S>;
+  constexpr int D = Cfg::kD;
+  unsigned char* smem = hopper::dynamic_shared();
+  unsigned char *q_s = smem, *k_s = smem + Cfg::kTileBytes, *v_s = smem + 2 * Cfg::kTileBytes;
+
+  const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
+  const int t = int(threadIdx.x), w = t / 32, lane = t % 32, g = lane / 4, qd = lane % 4;
+  const int rows[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this thread's queries
+
+  const std::int64_t q_off = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
+  const std::int64_t kv_off = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
+  load_tile<Cfg, Cfg::kQStride, true>(q_s, q + q_off, q0, seq_len);
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running row max of s·log2(e)
+  float l[2] = {0.0f, 0.0f};            // this thread's part of the running Σ 2^(s·log2 e − m)
+
+  const int last_query = min(q0 + kRows, seq_len) - 1;
+  const int key_tiles = last_query / kRows + 1;
+  for (int tile = 0; tile < key_tiles; ++tile) {
+    const int k0 = tile * kRows;
+    load_tile<Cfg, Cfg::kKvStride, true>(k_s, k + kv_off, k0, seq_len);
+    load_tile<Cfg, Cfg::kKvStride, false>(v_s, v + kv_off, k0, seq_len);
+    hopper::fence_proxy_async();
+    __syncthreads();
+
+    // S = Q·Kᵀ: D/16 k-steps of m64n64k16.
+    float s[kRows / 2];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      wgmma::mma_bf16<64>(s, wgmma::descriptor(q_s + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
+                          wgmma::descriptor(k_s + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
+                          ks > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+
+    // Scores in log2 units, the causal mask (keys after the query are −inf), online softmax.
+    // s[i]: row rows[(i/2)%2], key k0 + 8·(i/4) + 2·qd + i%2.
+#pragma unroll
+    for (int i = 0; i < kRows / 2; ++i) {
+      const int key = k0 + 8 * (i / 4) + 2 * qd + (i % 2);
+      s[i] = key > rows[(i / 2) % 2] ? -INFINITY : s[i] * Cfg::kScaleLog2;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kRows / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      const float m_new = fmaxf(m[r], detail::quad_max(tile_max));
+      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2f(m[r] - m_ref);
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kRows / 8; ++j) {
+        s[4 * j + 2 * r] = exp2f(s[4 * j + 2 * r] - m_ref);
+        s[4 * j + 2 * r + 1] = exp2f(s[4 * j + 2 * r + 1] - m_ref);
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      l[r] = alpha * l[r] + sum;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 2 * r] *= alpha;
+        o[4 * j + 2 * r + 1] *= alpha;
+      }
+      m[r] = m_new;
+    }
+
+    // O += P·V: 4 k-steps of 16 keys, P from registers (bf16 pairs), V MN-major.
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      std::uint32_t a[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
+        a[r] = mma::pack_bf16x2(s[i], s[i + 1]);
+      }
+      wgmma::mma_bf16_rs<D, true>(
+          o, a, wgmma::descriptor(v_s + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore),
+          true);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every thread's products are done before the tiles are refilled
+  }
+
+  // o[i]: row rows[(i/2)%2], dim 8·(i/4) + 2·qd + i%2.
+  bf16* out_head = out + q_off;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l_row = detail::quad_sum(l[r]);
+    if (rows[r] >= seq_len) continue;
+    const float inv = 1.0f / l_row;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      detail::store_pair(out_head, Cfg::kQStride, rows[r], 8 * j + 2 * qd, o[4 * j + 2 * r] * inv,
+                         o[4 * j + 2 * r + 1] * inv);
+    }
+    if (qd == 0) lse[(std::int64_t(b) * S::kHeads + h) * seq_len + rows[r]] = (m[r] + log2f(l_row)) * detail::kLn2;
+  }
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+}  // namespace sm90
+
+// As flash_attention_forward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a code).
+template <class S>
+void attention_sm90_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int batch,
+                            int seq_len) {
+  static_assert(attention_sm90_supported<S, bf16>(), "attention_sm90_forward: head_dim 64 or 128");
+  detail::check_attention_batch(batch, seq_len, "attention_sm90_forward");
+  if (batch == 0 || seq_len == 0) return;
+  check_pack_aligned<8, bf16>("attention_sm90_forward", out, q, k, v);
+  constexpr std::size_t kSmem = sm90::Config<S>::kSmemBytes;
+  GC_CUDA_CHECK(cudaFuncSetAttribute(sm90::forward_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  const dim3 grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kHeads), unsigned(batch));
+  launch(sm90::forward_kernel<S>, grid, sm90::kThreads, kSmem, out, lse, q, k, v, seq_len);
+}
+
+}  // namespace gcm::cuda
