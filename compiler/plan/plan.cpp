@@ -314,10 +314,11 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   bytes += 2 * 256 * 8.0;  // the logit moments' per-slice partials (cuda/cross_entropy.cuh kMomentBlocks)
   if (m.arch == Arch::moe) {
     // MoE: bias (f32), balancing-loss gradient and mean probabilities per sequence (f64),
-    // counts per sequence and offsets (i64), per-row Σ scores or lse² (f64), Σ lse² (f64);
-    // bf16: the router's logit gradient as a GEMM operand.
+    // counts per sequence and offsets (i64), the grouped GEMMs' copy of the offsets (i64),
+    // per-row Σ scores or lse² (f64), Σ lse² (f64); bf16: the router's logit gradient as a GEMM
+    // operand.
     const double E = double(spec.moe.n_experts), B = double(spec.train.micro_batch);
-    bytes += E * 4.0 + 2 * B * E * 8.0 + (B * E + E + 1) * 8.0 + N * 8.0 + 8.0;
+    bytes += E * 4.0 + 2 * B * E * 8.0 + (B * E + 2 * (E + 1)) * 8.0 + N * 8.0 + 8.0;
     if (spec.train.precision == Precision::bf16) bytes += N * E * 2.0;
   }
   return bytes;
