@@ -8,8 +8,8 @@
 //   backward dx  dX[r] (+)= dY[r] · W_e               (dX [R][IN], dY [R][OUT])
 //   backward dW  dW_e  += Σ_{r of e} dY[r]ᵀ · X[r]    (fp32 [OUT][IN]; rows in increasing order)
 //
-// The row-tiled products (forward, dx) run one block per 64×64 output tile: grid.x over the output
-// columns, grid.y over row tiles of all experts, expert by expert (expert e has ceil(rows_e / 64)
+// The row-tiled products (forward, dx) run one block per 64×64 output tile: grid.x over row tiles
+// of all experts, grid.y over the output columns, expert by expert (expert e has ceil(rows_e / 64)
 // of them; a block past the last finds none and returns). An expert with no rows has no tile and
 // its dW is not touched (exactly its zero-initialized gradient, as on the CPU). Each block: 4 warps,
 // warp w the output rows 16w .. 16w+15, K in steps of 32 through shared-memory tiles loaded with
@@ -33,22 +33,30 @@ inline constexpr int kStep = 32;       // K per shared-memory stage (2 mma k-ste
 template <int IN, int OUT>
 inline constexpr bool kSupported = IN % kTileCols == 0 && OUT % kTileCols == 0;
 
-// The expert and its first row tile for row tile `tile` of the launch (thread 0, into shared
-// memory): experts in order, ceil(rows_e / 64) tiles each. expert = -1 past the last tile.
-__device__ __forceinline__ void find_row_tile(int& expert, std::int64_t& row0, std::int64_t& rows_end,
-                                              const std::int64_t* offsets, int experts, std::int64_t tile) {
+// A block's row tile: its expert (-1 past the last tile of the launch) and rows row0 .. end − 1
+// of the activations (at most 64 of them).
+struct RowTile {
+  int expert;
+  std::int64_t row0, end;
+};
+
+// Row tile `tile` of a launch: experts in order, ceil(rows_e / 64) tiles each.
+__device__ __forceinline__ RowTile find_row_tile(const std::int64_t* offsets, int experts, std::int64_t tile) {
   std::int64_t first = 0;
-  expert = -1;
   for (int e = 0; e < experts; ++e) {
     const std::int64_t rows = offsets[e + 1] - offsets[e], tiles = (rows + kTileRows - 1) / kTileRows;
-    if (tile < first + tiles) {
-      expert = e;
-      row0 = offsets[e] + (tile - first) * kTileRows;
-      rows_end = offsets[e + 1];
-      return;
-    }
+    if (tile < first + tiles) return {e, offsets[e] + (tile - first) * kTileRows, offsets[e + 1]};
     first += tiles;
   }
+  return {-1, 0, 0};
+}
+
+// This block's row tile (blockIdx.x: up to 2^31 − 1 tiles): thread 0 finds it, the block shares it.
+__device__ __forceinline__ RowTile block_row_tile(const std::int64_t* offsets, int experts) {
+  __shared__ RowTile tile_s;
+  if (threadIdx.x == 0) tile_s = find_row_tile(offsets, experts, blockIdx.x);
+  __syncthreads();
+  return tile_s;
 }
 
 // Stores a warp's 16×64 fp32 accumulators (8 n-tiles of the mma C layout) at rows row0 + 16w, columns
@@ -81,14 +89,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
                                                            const std::int64_t* __restrict__ offsets, int experts) {
   __shared__ mma::SmemTile<kTileRows, kStep> a_s;
   __shared__ mma::SmemTile<kTileCols, kStep> b_s;
-  __shared__ int expert_s;
-  __shared__ std::int64_t row0_s, end_s;
-  if (threadIdx.x == 0) find_row_tile(expert_s, row0_s, end_s, offsets, experts, blockIdx.y);
-  __syncthreads();
-  const int e = expert_s;
-  if (e < 0) return;
-  const std::int64_t row0 = row0_s, rows_end = end_s;
-  const int col0 = int(blockIdx.x) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const RowTile tile = block_row_tile(offsets, experts);
+  if (tile.expert < 0) return;
+  const int e = tile.expert;
+  const std::int64_t row0 = tile.row0, rows_end = tile.end;
+  const int col0 = int(blockIdx.y) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const bf16* w_e = w + std::int64_t(e) * OUT * IN;
   float acc[8][4] = {};
   for (int k0 = 0; k0 < IN; k0 += kStep) {
@@ -118,14 +123,11 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
                                                                const std::int64_t* __restrict__ offsets, int experts) {
   __shared__ mma::SmemTile<kTileRows, kStep> a_s;
   __shared__ mma::SmemTile<kStep, kTileCols> b_s;
-  __shared__ int expert_s;
-  __shared__ std::int64_t row0_s, end_s;
-  if (threadIdx.x == 0) find_row_tile(expert_s, row0_s, end_s, offsets, experts, blockIdx.y);
-  __syncthreads();
-  const int e = expert_s;
-  if (e < 0) return;
-  const std::int64_t row0 = row0_s, rows_end = end_s;
-  const int col0 = int(blockIdx.x) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const RowTile tile = block_row_tile(offsets, experts);
+  if (tile.expert < 0) return;
+  const int e = tile.expert;
+  const std::int64_t row0 = tile.row0, rows_end = tile.end;
+  const int col0 = int(blockIdx.y) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const bf16* w_e = w + std::int64_t(e) * OUT * IN;
   float acc[8][4] = {};
   for (int k0 = 0; k0 < OUT; k0 += kStep) {
@@ -196,7 +198,7 @@ template <int IN, int OUT>
 void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets, int experts, std::int64_t tiles) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
   if (tiles == 0) return;
-  launch(forward_kernel<IN, OUT>, dim3(OUT / kTileCols, unsigned(tiles)), kThreads, 0, y, x, w, offsets, experts);
+  launch(forward_kernel<IN, OUT>, dim3(unsigned(tiles), OUT / kTileCols), kThreads, 0, y, x, w, offsets, experts);
 }
 
 template <int IN, int OUT>
@@ -204,7 +206,7 @@ void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w,
               int experts, std::int64_t tiles, bool accumulate_dx) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
   if (tiles > 0) {
-    const dim3 grid(IN / kTileCols, unsigned(tiles));
+    const dim3 grid(unsigned(tiles), IN / kTileCols);
     if (accumulate_dx) {
       launch(backward_dx_kernel<IN, OUT, true>, grid, kThreads, 0, dx, dy, w, offsets, experts);
     } else {

@@ -18,10 +18,7 @@ namespace {
 using gcm::cuda::bf16;
 
 template <int H, int KV, int HD, int kScaleThousandths>
-struct Shape {
-  static constexpr int kHeads = H, kKvHeads = KV, kHeadDim = HD;
-  static constexpr float kScale = float(kScaleThousandths) / 1000.0f;
-};
+using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
 using Gqa64 = Shape<4, 2, 64, 125>;
 using Mha128 = Shape<2, 2, 128, 88>;
 

@@ -42,10 +42,7 @@ double max_abs(const std::vector<double>& v) {
 // Attention shapes as a spec fixes them (heads, kv heads, head_dim and scale are compile-time
 // constants of the kernels); the scale is in thousandths so that it can be a template argument.
 template <int H, int KV, int HD, int kScaleThousandths>
-struct Shape {
-  static constexpr int kHeads = H, kKvHeads = KV, kHeadDim = HD;
-  static constexpr float kScale = float(kScaleThousandths) / 1000.0f;
-};
+using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
 using Mha32 = Shape<3, 3, 32, 177>;      // 1/sqrt(32) to three digits
 using Gqa64 = Shape<4, 2, 64, 125>;      // 1/sqrt(64)
 using Mqa48 = Shape<2, 1, 48, 300>;      // 64-wide tiles, 16 dims masked; a scale of our own

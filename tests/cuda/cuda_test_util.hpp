@@ -63,6 +63,13 @@ std::vector<T> download(const DeviceBuffer<T>& d) {
   return host;
 }
 
+// An attention shape for the kernels' templates (heads, kv heads, head_dim, scale in thousandths).
+template <int H, int KV, int HD, int kScaleThousandths>
+struct AttentionShape {
+  static constexpr int kHeads = H, kKvHeads = KV, kHeadDim = HD;
+  static constexpr float kScale = float(kScaleThousandths) / 1000.0f;
+};
+
 // Tolerances of the issue: fp32 relative error < 1e-4, bf16 < 1e-2.
 template <typename T>
 constexpr double tolerance() {

@@ -20,10 +20,7 @@ namespace {
 using gcm::cuda::bf16;
 
 template <int H, int KV, int HD, int kScaleThousandths>
-struct Shape {
-  static constexpr int kHeads = H, kKvHeads = KV, kHeadDim = HD;
-  static constexpr float kScale = float(kScaleThousandths) / 1000.0f;
-};
+using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
 using Mha32 = Shape<3, 3, 32, 177>;
 using Gqa64 = Shape<4, 2, 64, 125>;
 using Mqa96 = Shape<2, 1, 96, 102>;

@@ -1,0 +1,19 @@
+// The sm_90a kernels whose machine code tests/cuda/sm90_sass/sass_test checks (HGMMA present, no
+// spills): the Hopper attention forward at head_dim 64 and 128, as the bench shapes use them.
+#include "cuda/attention_sm90.cuh"
+
+namespace {
+struct Shape64 {
+  static constexpr int kHeads = 12, kKvHeads = 12, kHeadDim = 64;
+  static constexpr float kScale = 0.125f;
+};
+struct Shape128 {
+  static constexpr int kHeads = 24, kKvHeads = 8, kHeadDim = 128;
+  static constexpr float kScale = 0.08838834764831845f;
+};
+}  // namespace
+
+template __global__ void gcm::cuda::sm90::forward_kernel<Shape64>(gcm::cuda::bf16*, float*, const gcm::cuda::bf16*,
+                                                                  const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
+template __global__ void gcm::cuda::sm90::forward_kernel<Shape128>(gcm::cuda::bf16*, float*, const gcm::cuda::bf16*,
+                                                                   const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
