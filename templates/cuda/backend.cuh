@@ -23,7 +23,7 @@
 #include "cuda/embedding.cuh"
 #include "cuda/flash_attention.cuh"
 #include "cuda/gate.cuh"
-#include "cuda/grouped_gemm.cuh"
+#include "cuda/expert_linear.cuh"
 #include "cuda/moe.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/rope.cuh"
@@ -146,8 +146,7 @@ class Backend {
       moe_mean_.resize(groups * kExperts);
       moe_counts_.resize(groups * kExperts);
       moe_offsets_.resize(std::size_t(kExperts) + 1);
-      grouped_offsets_.resize(std::size_t(kExperts) + 1);
-      offsets_staging_.reserve(std::size_t(kExperts) + 1);
+      experts_.reserve();
       moe_row_total_.resize(std::size_t(N));
       moe_lse_total_.resize(1);
       if constexpr (!std::is_same_v<T, float>) {
@@ -373,68 +372,13 @@ class Backend {
     }
     cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, aux_group_rows, lse, z_scale, N);
   }
-  // The experts' projections (W stacked [E, out, in]). In bf16, when the shapes allow, one
-  // grouped launch per projection and direction (cuda/grouped_gemm.cuh; the offsets uploaded
-  // without a wait); otherwise, and in fp32 (the parity path), one cuBLASLt GEMM per expert with
-  // rows. An expert's row count changes every step, so those GEMMs are not timed
-  // (runtime/cuda/blaslt.hpp).
-  static constexpr auto kVaryingRows = gc::rt::cuda::BlasLt::Shape::varying_rows;
-  template <int IN, int OUT>
-  static constexpr bool kGroupedKernel = std::is_same_v<T, bf16> && kMoe && grouped::kSupported<IN, OUT>;
-  // Calls f(IN, OUT) as compile-time constants when (in, out) is an expert projection the grouped
-  // kernels take; false otherwise.
-  template <typename F>
-  bool with_grouped_shape(int in, int out, F&& f) {
-    if constexpr (kGroupedKernel<kDModel, kExpertDff>) {
-      if (in == kDModel && out == kExpertDff) {
-        f(std::integral_constant<int, kDModel>{}, std::integral_constant<int, kExpertDff>{});
-        return true;
-      }
-      if (in == kExpertDff && out == kDModel) {
-        f(std::integral_constant<int, kExpertDff>{}, std::integral_constant<int, kDModel>{});
-        return true;
-      }
-    }
-    (void)in;
-    (void)out;
-    (void)f;
-    return false;
-  }
-  const std::int64_t* device_offsets(const std::int64_t* offsets_host) {
-    offsets_staging_.upload(grouped_offsets_.data(), offsets_host, std::size_t(kExperts) + 1);
-    return grouped_offsets_.data();
-  }
+  // The experts' projections (W stacked [E, out, in]; cuda/expert_linear.cuh).
   void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
-    if (with_grouped_shape(in, out, [&](auto in_c, auto out_c) {
-          grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(
-              y, x, W, device_offsets(offsets), kExperts, grouped::row_tiles(offsets, kExperts));
-        })) {
-      return;
-    }
-    for (int e = 0; e < kExperts; ++e) {
-      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-      if (rows == 0) continue;
-      blas_.gemm(false, true, int(rows), out, in, 1.0f, x + begin * in, in, W + std::int64_t(e) * out * in, in, 0.0f,
-                 y + begin * out, out, kVaryingRows);
-    }
+    experts_.forward(blas_, y, x, W, offsets, in, out);
   }
   void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
                                int in, int out, bool accumulate_dx = false) {
-    if (with_grouped_shape(in, out, [&](auto in_c, auto out_c) {
-          grouped::backward<decltype(in_c)::value, decltype(out_c)::value>(
-              dx, dW, dy, x, W, device_offsets(offsets), kExperts, grouped::row_tiles(offsets, kExperts), accumulate_dx);
-        })) {
-      return;
-    }
-    for (int e = 0; e < kExperts; ++e) {
-      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-      if (rows == 0) continue;
-      const std::int64_t w = std::int64_t(e) * out * in;
-      blas_.gemm(false, false, int(rows), in, out, 1.0f, dy + begin * out, out, W + w, in,
-                 accumulate_dx ? 1.0f : 0.0f, dx + begin * in, in, kVaryingRows);
-      blas_.gemm(true, false, out, in, int(rows), 1.0f, dy + begin * out, out, x + begin * in, in, 1.0f, dW + w, in,
-                 kVaryingRows);
-    }
+    experts_.backward(blas_, dx, dW, dy, x, W, offsets, in, out, accumulate_dx);
   }
 
   // n values are rows of one of the spec's MLP widths (SwigluShape); any width that divides n
@@ -633,8 +577,7 @@ class Backend {
   DeviceBuffer<double> moe_lse_total_;                      // the z-loss's Σ lse²
   int moe_groups_ = 1;                                      // sequences of the prepared batch
   DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;
-  DeviceBuffer<std::int64_t> grouped_offsets_;                      // the grouped GEMMs' expert offsets
-  gc::rt::cuda::PinnedUploader<std::int64_t> offsets_staging_;  // their upload, without a wait
+  ExpertLinear<T> experts_;  // the experts' projections and their device copy of the offsets
   DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };
 

@@ -107,24 +107,6 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// acc[n] (+)= A·B over the kSteps k-steps, A = rows r0.. of `a_tile`, B[k][n] = b_tile[n0 + n][k]
-// for N_TILES n-tiles of 8 (Q·Kᵀ-shaped products).
-template <int N_TILES, int STEPS, class TileA, class TileB>
-__device__ __forceinline__ void product_rows(float (&acc)[N_TILES][4], const TileA& a_tile, int r0,
-                                             const TileB& b_tile, int lane) {
-#pragma unroll
-  for (int ks = 0; ks < STEPS; ++ks) {
-    std::uint32_t a[4];
-    mma::load_a(a, a_tile, r0, ks, lane);
-#pragma unroll
-    for (int nt = 0; nt < N_TILES; ++nt) {
-      std::uint32_t b[2];
-      mma::load_b_rows(b, b_tile, 8 * nt, ks, lane);
-      mma::mma_bf16_16816(acc[nt], a, b);
-    }
-  }
-}
-
 // acc[d] += X·B where X [16][16·K_STEPS] is given as accumulators x[2·K_STEPS][4] (rounded to
 // bf16 here) and B[k][n] = b_tile[k][8·d + n] (P·V-shaped products).
 template <int D_TILES, int K_STEPS, class TileB>
@@ -327,8 +309,8 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
 #pragma unroll
         for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
       }
-      product_rows<kQueryTiles, kSteps>(p, k_s, slab, q_s, lane);    // Sᵀ = K·Qᵀ
-      product_rows<kQueryTiles, kSteps>(ds, v_s, slab, do_s, lane);  // dPᵀ = V·dOᵀ
+      mma::product_rows<kQueryTiles, kSteps>(p, k_s, slab, q_s, lane);    // Sᵀ = K·Qᵀ
+      mma::product_rows<kQueryTiles, kSteps>(ds, v_s, slab, do_s, lane);  // dPᵀ = V·dOᵀ
 #pragma unroll
       for (int nt = 0; nt < kQueryTiles; ++nt) {
 #pragma unroll
@@ -399,8 +381,8 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
     }
-    product_rows<kKeyTiles, kSteps>(p, q_s, slab, k_s, lane);    // S = Q·Kᵀ
-    product_rows<kKeyTiles, kSteps>(ds, do_s, slab, v_s, lane);  // dP = dO·Vᵀ
+    mma::product_rows<kKeyTiles, kSteps>(p, q_s, slab, k_s, lane);    // S = Q·Kᵀ
+    mma::product_rows<kKeyTiles, kSteps>(ds, do_s, slab, v_s, lane);  // dP = dO·Vᵀ
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt) {
 #pragma unroll

@@ -100,17 +100,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
     mma::load_tile<kThreads, IN>(a_s, x + row0 * IN + k0, 0, int(rows_end - row0));
     mma::load_tile<kThreads, IN>(b_s, w_e + std::int64_t(col0) * IN + k0, 0, OUT - col0);
     __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kStep / 16; ++ks) {
-      std::uint32_t a[4];
-      mma::load_a(a, a_s, 16 * warp, ks, lane);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        std::uint32_t b[2];
-        mma::load_b_rows(b, b_s, 8 * nt, ks, lane);
-        mma::mma_bf16_16816(acc[nt], a, b);
-      }
-    }
+    mma::product_rows<8, kStep / 16>(acc, a_s, 16 * warp, b_s, lane);
     __syncthreads();
   }
   store_tile<OUT, false>(y, acc, row0 + 16 * warp, rows_end, col0, lane);

@@ -157,6 +157,24 @@ __device__ __forceinline__ void load_b_cols(std::uint32_t (&b)[2], const Tile& s
   ldmatrix<2, true>(b, &s.w[k0 + i + 8 * m][n0 / 2]);
 }
 
+// acc[n] (+)= A·B over STEPS k-steps of 16, A = rows r0 .. r0+15 of `a_tile`, B[k][n] = b_tile[n][k]
+// for N_TILES n-tiles of 8 (Q·Kᵀ-shaped products: the B tile's rows are B's columns).
+template <int N_TILES, int STEPS, class TileA, class TileB>
+__device__ __forceinline__ void product_rows(float (&acc)[N_TILES][4], const TileA& a_tile, int r0,
+                                             const TileB& b_tile, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < STEPS; ++ks) {
+    std::uint32_t a[4];
+    mma::load_a(a, a_tile, r0, ks, lane);
+#pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+      std::uint32_t b[2];
+      mma::load_b_rows(b, b_tile, 8 * nt, ks, lane);
+      mma::mma_bf16_16816(acc[nt], a, b);
+    }
+  }
+}
+
 // Rows [row0, row0 + ROWS) of a bf16 matrix into a tile, 16 bytes per thread and step, with
 // cp.async (this thread's copies are one new group; they land after cp_async_wait); row r of the
 // source starts at src + r·STRIDE elements (STRIDE and src 16-byte aligned). Rows ≥ rows_end are

@@ -158,7 +158,6 @@ void hopper_block_begin() {
   s.barriers.clear();
   s.copies.clear();
   if (s.smem_bytes > 0) std::memset(s.smem, 0xff, s.smem_bytes);
-  wgmma_block_begin();
 }
 
 void hopper_block_end() {

@@ -43,8 +43,7 @@ bool dynamic_shared_memory_fits(const void* kernel, std::size_t bytes);
 void set_dynamic_shared_memory(std::size_t bytes);
 void hopper_block_begin();
 void hopper_block_end();
-// src/wgmma.cpp, for src/hopper.cpp's block hooks: clears, and checks that nothing is in flight.
-void wgmma_block_begin();
+// src/wgmma.cpp, for src/hopper.cpp's block hook: checks that no MMA is in flight.
 void wgmma_block_end();
 
 }  // namespace gc_emu

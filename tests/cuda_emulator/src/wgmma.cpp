@@ -36,6 +36,14 @@ std::vector<ThreadOperations>& operations() {
   return per_thread;
 }
 
+// Thread-operations issued and not yet computed, over the running block: a block may end only at
+// zero, so a block starts with every list empty (the per-block checks cost nothing for the
+// kernels without wgmma).
+std::size_t& in_flight() {
+  thread_local std::size_t n = 0;
+  return n;
+}
+
 // What every thread of the warpgroup brings to an instruction; all must agree on all but `a`.
 struct Slot {
   int n = 0;
@@ -156,6 +164,7 @@ void wgmma_wait_group(int pending) {
   ThreadOperations& mine = operations()[std::size_t(current_thread())];
   while (int(mine.committed.size()) > pending) {
     for (const Operation& op : mine.committed.front()) compute(op);
+    in_flight() -= mine.committed.front().size();
     mine.committed.erase(mine.committed.begin());
   }
 }
@@ -204,23 +213,12 @@ void wgmma_bf16(float* d, int n, std::uint64_t desc_a, const std::uint32_t* a, s
     }
   });
   operations()[std::size_t(current_thread())].open.push_back(std::move(op));
-}
-
-void wgmma_block_begin() {
-  for (ThreadOperations& t : operations()) {
-    t.open.clear();
-    t.committed.clear();
-  }
+  ++in_flight();
 }
 
 void wgmma_block_end() {
-  std::size_t in_flight = 0;
-  for (const ThreadOperations& t : operations()) {
-    in_flight += t.open.size();
-    for (const auto& group : t.committed) in_flight += group.size();
-  }
-  if (in_flight > 0) {
-    fail("a block exited with " + std::to_string(in_flight) +
+  if (in_flight() > 0) {
+    fail("a block exited with " + std::to_string(in_flight()) +
          " thread-operations of wgmma.mma_async not completed by a wgmma.wait_group (their accumulators were never "
          "written)");
   }
