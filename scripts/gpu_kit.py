@@ -16,6 +16,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_kit.d"))
 import kit_data  # noqa: E402  (the store of the trees' shared files)
 import kit_report  # noqa: E402  (the profile row, the bench row's report, the summary's sections)
+import kit_moe  # noqa: E402  (the moe_3b and moe_experts rows' verdicts)
 
 # The kit's trees: name, spec, what the run does with it (the build targets follow from it), and
 # whose token files it trains on ("" = its own). One table, read by both halves of the kit.
@@ -30,12 +31,17 @@ TREES = [
     ("parity_hd128", "tests/cuda/specs/parity_hd128.toml", "parity", ""),
     # On a GPU only (an emulated kit runs the row on tiny: a 0.1B step takes minutes there).
     ("metrics_0.1b", "tests/cuda/specs/metrics_0.1b.toml", "metrics", ""),
+    # The committed moe_3b with 4 micro-batches a step (57 GiB of model state: a GPU only), on the
+    # 0.1B bench tree's synthetic tokens (its own synthetic file is 64 MiB, over the kit's size;
+    # any ids below the vocabulary do for timing).
+    ("moe_3b", "tests/cuda/specs/moe_3b_kit.toml", "moe_3b", "bench_dense_0.1b_g1_eps1e-12"),
 ]
+GPU_ONLY_ROLES = ("metrics", "moe_3b")
 # bench/gpu_vs_torch's specs on a GPU (0.1B and 1.5B, no gate); under emulation the tiny tree's.
 BENCH_SPECS = ["specs/paper/seed000/dense_0.1b_g1_eps1e-12.toml", "specs/paper/seed000/dense_1.5b_g1_eps1e-12.toml"]
 
 # Steps of the runs, on a GPU and under the emulator (small shapes there: see EMULATED_TRAIN).
-STEPS = {"gpu": {"tiny": 200, "moe_tiny": 30, "memcheck": 3, "metrics": 100},
+STEPS = {"gpu": {"tiny": 200, "moe_tiny": 30, "memcheck": 3, "metrics": 100, "moe_3b": 10},
          "emulated": {"tiny": 4, "moe_tiny": 3, "memcheck": 2, "metrics": 4}}
 EMULATED_TRAIN = {"seq_len": 32, "micro_batch": 2, "global_batch": 2, "eval_every": 0, "eval_batches": 1,
                   "log_every": 1}
@@ -53,8 +59,9 @@ def fail(message, code=1):
 # prepare
 # ---------------------------------------------------------------------------------------------
 def kit_trees(mode):
-    """TREES of a kit of this mode: an emulated kit has no "metrics" tree (its row runs on tiny)."""
-    return [t for t in TREES if mode == "gpu" or t[2] != "metrics"]
+    """TREES of a kit of this mode: an emulated kit has no "metrics" tree (its row runs on tiny) and
+    no moe_3b (its model state alone is 57 GiB)."""
+    return [t for t in TREES if mode == "gpu" or t[2] not in GPU_ONLY_ROLES]
 
 
 def trees(mode="gpu"):
@@ -195,7 +202,7 @@ def check_kit(kit):
         tree = os.path.join(kit, "trees", bench_tree_name(spec))
         need += [os.path.join(tree, "CMakeLists.txt"), os.path.join(tree, "data", "train.bin")]
     if doc["mode"] == "gpu":
-        need.append(os.path.join(kit, "bin", "attention_bench"))
+        need += [os.path.join(kit, "bin", b) for b in ("attention_bench", "gemm_candidates", "expert_gemm_bench")]
     try:
         stored = kit_data.stored_paths(kit)
     except (OSError, ValueError, KeyError) as e:
@@ -531,7 +538,7 @@ COMMANDS = {
     "reference": reference, "manifest": manifest, "kit-value": kit_value, "check-kit": check_kit,
     "command": command, "gtest": gtest, "parity": parity, "curve": curve, "final-loss": final_loss,
     "repeat": repeat, "bench-rows": bench_rows, "attention-rows": attention_rows, "summary": summary,
-    "metrics-overhead": metrics_overhead, "profile": profile, "facts": facts,
+    "metrics-overhead": metrics_overhead, "profile": profile, "facts": facts, **kit_moe.COMMANDS,
     "store": kit_data.store, "sizes": kit_data.sizes,
     "materialize": lambda *a: sys.exit(kit_data.materialize(*a)),
     "unmaterialize": lambda *a: sys.exit(kit_data.unmaterialize(*a)),

@@ -146,6 +146,7 @@ wanted moe_train && add_need moe_tiny:train
 metrics_tree=metrics_0.1b
 [ "$emulate" = 0 ] || metrics_tree=tiny  # a 0.1B step takes minutes under the emulator
 wanted metrics_overhead && add_need "$metrics_tree:train"
+[ "$emulate" = 1 ] || ! wanted moe_3b || add_need moe_3b:train  # 57 GiB of model state: a GPU only
 bench_trees=()
 for d in "$trees"/bench_*/; do [ -f "$d/CMakeLists.txt" ] && bench_trees+=("$(basename "$d")"); done
 if wanted bench; then for b in "${bench_trees[@]}"; do add_need "$b:train"; done; fi
@@ -351,16 +352,62 @@ if wanted metrics_overhead; then
   fi
 fi
 
+# A micro-benchmark's binary: the kit's, prebuilt for sm_90a, or compiled here for another GPU.
+bench_binary() {  # NAME SOURCE LOG [LIBS...] -> prints the binary's path
+  local name=$1 source=$2 log=$3
+  shift 3
+  if [ "$arch" = 90a ]; then echo "$kit/bin/$name"; return; fi
+  timed "$(cap 60)" "$log" nvcc -std=c++17 -O3 -arch=sm_$arch --expt-relaxed-constexpr -Xcudafe --diag_suppress=20012 \
+    -I templates -I . "$source" "$@" -o "$work/$name" >&2
+  echo "$work/$name"
+}
+
+# ---------------------------------------------------------------------------------------------
+# moe_3b: the committed specs/moe_3b.toml (4 micro-batches a step) on the GPU: tokens/s, MFU on
+# active FLOPs, device peak against the plan, routing records (scripts/gpu_kit.d/kit_moe.py)
+# ---------------------------------------------------------------------------------------------
+if wanted moe_3b; then
+  if [ "$emulate" = 1 ]; then row moe_3b SKIP "needs a GPU (57 GiB of model state)"
+  else
+    # Its tokens: the 0.1B bench tree's synthetic ones (scripts/gpu_kit.py, TREES).
+    TOL="" train_row moe_3b moe_3b "${bench_trees[0]:-none}" moe_3b "$(py kit-value "$kit" steps.moe_3b)" 150 moe-3b
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# moe_experts: the expert projections at moe_3b's shapes, grouped kernels and per-expert cuBLASLt
+# (bench/moe/expert_gemm_bench.cu) against torch._grouped_mm (bench/moe/grouped_mm_bench.py)
+# ---------------------------------------------------------------------------------------------
+if wanted moe_experts; then
+  limit=$(cap 60)
+  if [ "$emulate" = 1 ]; then row moe_experts SKIP "needs a GPU (73,728 routed rows; torch._grouped_mm)"
+  elif [ "$limit" -le 0 ]; then row moe_experts SKIP "out of time"
+  else
+    row_start=$SECONDS
+    bin=$(bench_binary expert_gemm_bench bench/moe/expert_gemm_bench.cu "$logs/moe_experts.log" -lcublasLt)
+    timed "$(cap 30)" "$logs/moe_experts.log" bash -c "'$bin' --iters 20 --warmup 3 > '$logs/moe_experts_ours.jsonl'"
+    rc=$?
+    timed "$(cap 45)" "$logs/moe_experts.log" bash -c "python3 bench/moe/grouped_mm_bench.py --iters 20 --warmup 3 > '$logs/moe_experts_torch.jsonl'"
+    rc=$((rc != 0 ? rc : $?))
+    took=$((SECONDS - row_start))
+    if detail=$(py moe-experts "$logs/moe_experts_ours.jsonl" "$logs/moe_experts_torch.jsonl") && [ "$rc" -eq 0 ]; then
+      row moe_experts PASS "$detail" "$took"
+    else row moe_experts FAIL "$detail ($(why "$rc" "$logs/moe_experts.log"))" "$took"; fi
+  fi
+fi
+
 # ---------------------------------------------------------------------------------------------
 # bench: gcompile against torch.compile + SDPA (a row per backend) on the 0.1B and 1.5B specs, and
 # their profiles (emulated: a smoke run of the bench's plumbing on the tiny bench tree, gcompile only)
 # ---------------------------------------------------------------------------------------------
 if wanted bench; then
-  limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")  # three SDPA backends' torch.compile runs per spec
+  # torch.compile runs per spec: auto (PyTorch's own pick: cuDNN on Hopper) and cudnn (a repeat of auto's
+  # measurement when auto picked it); flash, measured 2026-11-27, costs ~80 s more: GC_KIT_SDPA_BACKENDS.
+  limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")
   mapfile -t base_specs < <(py bench-specs "$kit")  # bench/gpu_vs_torch names each tree after its spec
   bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
   if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
-  else bench_args+=(--steps 15 --warmup 5); fi
+  else bench_args+=(--steps 15 --warmup 5 --sdpa-backends "${GC_KIT_SDPA_BACKENDS:-auto,cudnn}"); fi
   if [ ${#bench_trees[@]} -eq 0 ]; then row bench FAIL "the kit has no bench trees ($trees/bench_*)"
   elif [ "$limit" -le 0 ]; then row bench SKIP "out of time"
   else
@@ -376,15 +423,6 @@ if wanted bench; then
   fi
 fi
 
-# A micro-benchmark's binary: the kit's, prebuilt for sm_90a, or compiled here for another GPU.
-bench_binary() {  # NAME SOURCE LOG [LIBS...] -> prints the binary's path
-  local name=$1 source=$2 log=$3
-  shift 3
-  if [ "$arch" = 90a ]; then echo "$kit/bin/$name"; return; fi
-  timed "$(cap 60)" "$log" nvcc -std=c++17 -O3 -arch=sm_$arch --expt-relaxed-constexpr -Xcudafe --diag_suppress=20012 \
-    -I templates -I . "$source" "$@" -o "$work/$name" >&2
-  echo "$work/$name"
-}
 
 # ---------------------------------------------------------------------------------------------
 # attention: the flash kernels against SDPA flash, cuDNN and efficient (bf16; prebuilt for sm_90a)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU kit's Python parts without a build or a GPU (ctest GpuKit.Units): the store of the
 trees' shared files (scripts/gpu_kit.d/kit_data.py), the profile row's checker and the bench
-row's report (kit_report.py), and summary.md's sections, on synthetic files.
+row's report (kit_report.py), the MoE rows' verdicts (kit_moe.py) and summary.md's sections, on
+synthetic files.
 
     python3 tests/gpu_kit/kit_units_test.py
 """
@@ -16,6 +17,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gpu_kit  # noqa: E402
 import kit_data  # noqa: E402  (gpu_kit puts scripts/gpu_kit.d on the path)
+import kit_moe  # noqa: E402
 import kit_report  # noqa: E402
 
 
@@ -245,6 +247,85 @@ class Summary(unittest.TestCase):
             self.assertEqual(js["profile_files"], ["bench/dense_0.1b/profile_ours.json"])
             gpu_kit.summary(f"{d}/rows.tsv", out, f"{d}/missing.json", f"{d}/none")  # nothing there: the table alone
             self.assertNotIn("## bench", read(f"{out}/summary.md"))
+
+
+def verdict(fn, *args):
+    """(exit code, printed line) of a kit_moe verdict."""
+    import contextlib
+    import io
+    out = io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out):
+        try:
+            fn(*args)
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue().strip()
+
+
+def jsonl(path, records):
+    write(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+MOE_SUMMARY = {"event": "summary", "steps": 10, "step_ms_median": 250.0, "tokens_per_s_median": 131072.0,
+               "flops_per_token": 3.1e9, "allocated_device_bytes_peak": 60 << 30, "planned_device_bytes": 70 << 30}
+
+
+class Moe(unittest.TestCase):
+    def run_moe_3b(self, losses, summary=MOE_SUMMARY, steps=10):
+        with tempfile.TemporaryDirectory() as d:
+            records = [{"step": i, "loss": x} for i, x in enumerate(losses)]
+            records.append({"step": 0, "metric": "moe_routing", "load": {"1": [1, 2], "2": [2, 1]},
+                            "imbalance": {"1": 1.3, "2": 1.7}, "dropped": {"1": 0, "2": 3}})
+            jsonl(f"{d}/m.jsonl", records + [summary])
+            return verdict(kit_moe.moe_3b, f"{d}/m.jsonl", str(steps))
+
+    def test_moe_3b_reports_speed_mfu_memory_and_routing(self):
+        code, line = self.run_moe_3b([12.0] * 9 + [11.5])
+        self.assertEqual(code, 0, line)
+        self.assertIn("131,072 tokens/s", line)
+        self.assertIn("MFU@989 41.1%", line)  # 131072 * 3.1e9 / 989e12
+        self.assertIn("60.00 / plan 70.00 GiB", line)
+        self.assertIn("worst max/mean load 1.70, 3 dropped", line)
+
+    def test_moe_3b_fails_on_a_nonfinite_loss_a_short_run_or_memory_over_the_plan(self):
+        self.assertEqual(self.run_moe_3b([12.0, float("nan")] + [12.0] * 8)[0], 1)
+        self.assertEqual(self.run_moe_3b([12.0] * 4)[0], 1)
+        over = dict(MOE_SUMMARY, allocated_device_bytes_peak=71 << 30)
+        code, line = self.run_moe_3b([12.0] * 10, summary=over)
+        self.assertEqual(code, 1)
+        self.assertIn("allocated more than planned", line)
+
+    def run_experts(self, ours, peer):
+        with tempfile.TemporaryDirectory() as d:
+            jsonl(f"{d}/ours.jsonl", ours)
+            jsonl(f"{d}/torch.jsonl", peer)
+            return verdict(kit_moe.moe_experts, f"{d}/ours.jsonl", f"{d}/torch.jsonl")
+
+    SHAPE = {"rows": 73728, "max_rows": 768, "min_rows": 240}
+
+    def ours(self, diff=1e-3, **shape):
+        return [dict(self.SHAPE, impl="gcompile_grouped", fwd_ms=1.0, fwd_bwd_ms=3.0, fwd_tflops=174,
+                     fwd_bwd_tflops=174, max_rel_diff_grouped_vs_cublaslt=diff, **shape),
+                dict(self.SHAPE, impl="cublaslt_per_expert", fwd_ms=2.0, fwd_bwd_ms=6.0, fwd_tflops=87,
+                     fwd_bwd_tflops=87, max_rel_diff_grouped_vs_cublaslt=diff)]
+
+    def test_moe_experts_gives_each_ratio_to_grouped_mm(self):
+        peer = [dict(self.SHAPE, impl="torch_grouped_mm", fwd_ms=0.5, fwd_bwd_ms=1.5, fwd_bwd_tflops=348)]
+        code, line = self.run_experts(self.ours(), peer)
+        self.assertEqual(code, 0, line)
+        self.assertIn("gcompile_grouped: fwd 1.000 ms (174 TFLOP/s), fwd+bwd 3.000 ms (174 TFLOP/s) (0.50x / 0.50x torch)",
+                      line)
+        self.assertIn("cublaslt_per_expert: fwd 2.000 ms", line)
+
+    def test_moe_experts_fails_without_a_peer_on_other_rows_or_on_disagreement(self):
+        self.assertEqual(self.run_experts(self.ours(), [{"impl": "torch_grouped_mm", "error": "RuntimeError: x"}])[0], 1)
+        peer = [dict(self.SHAPE, impl="torch_grouped_mm", fwd_ms=0.5, fwd_bwd_ms=1.5, fwd_bwd_tflops=348)]
+        self.assertEqual(self.run_experts(self.ours(diff=0.1), peer)[0], 1)
+        other = [dict(peer[0], rows=1000)]
+        code, line = self.run_experts(self.ours(), other)
+        self.assertEqual(code, 1)
+        self.assertIn("different rows per expert", line)
 
 
 if __name__ == "__main__":

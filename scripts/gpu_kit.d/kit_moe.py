@@ -1,0 +1,110 @@
+"""The GPU kit's mixture-of-experts rows (issue 39 item 4), standard library only:
+
+- moe_3b: the committed specs/moe_3b.toml trained for a few steps (tests/cuda/specs/moe_3b_kit.toml:
+  4 micro-batches a step): tokens/s, MFU on active FLOPs, device peak against the plan, the losses,
+  the routing records;
+- moe_experts: the expert projections at moe_3b's shapes, ours (bench/moe/expert_gemm_bench.cu:
+  grouped, and per-expert cuBLASLt) against torch._grouped_mm (bench/moe/grouped_mm_bench.py).
+
+Each verdict prints one detail line and exits 0 (PASS) or 1 (FAIL).
+"""
+import json
+import math
+import sys
+
+PEAK_TFLOPS = 989.0  # H100/H200 SXM dense bf16, the MFU convention of docs/performance.md
+
+
+def _read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+def _fail(message):
+    print(message)
+    sys.exit(1)
+
+
+def _routing(records):
+    """The last routing record, in a few words: layers, the worst max/mean load, dropped assignments."""
+    routing = [r for r in records if r.get("metric") == "moe_routing"]
+    if not routing:
+        return "no routing record"
+    last = routing[-1]
+    imbalance = [v for v in (last.get("imbalance") or {}).values() if isinstance(v, (int, float))]
+    dropped = sum(v for v in (last.get("dropped") or {}).values() if isinstance(v, (int, float)))
+    worst = f", worst max/mean load {max(imbalance):.2f}" if imbalance else ""
+    return (f"{len(routing)} routing record(s), last at step {last.get('step')}: {len(last.get('load') or {})} "
+            f"MoE layers{worst}, {dropped} dropped")
+
+
+def moe_3b(metrics_jsonl, steps):
+    """The moe_3b row: the run reached STEPS with finite losses and wrote its summary; reports the
+    speed, MFU on active FLOPs (flops_per_token counts the routed experts a token uses, not all),
+    memory against the plan (fails when allocated exceeds planned) and the routing records."""
+    records = _read_jsonl(metrics_jsonl)
+    logs = [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
+    summary = next((r for r in reversed(records) if r.get("event") == "summary"), None)
+    if not logs or summary is None:
+        _fail(f"no loss records or no summary in {metrics_jsonl}")
+    bad = [r["step"] for r in logs if not math.isfinite(float(r["loss"]))]
+    if bad:
+        _fail(f"non-finite loss at step(s) {bad[:5]}")
+    tps = summary["tokens_per_s_median"]
+    mfu = tps * summary.get("flops_per_token", 0.0) / (PEAK_TFLOPS * 1e12)
+    peak = summary.get("allocated_device_bytes_peak", 0)
+    plan = summary.get("planned_device_bytes", 0)
+    detail = (f"{summary.get('steps')} steps, loss {logs[0]['loss']:.3f} -> {logs[-1]['loss']:.3f}; median step "
+              f"{summary['step_ms_median']:.0f} ms, {tps:,.0f} tokens/s, MFU@{PEAK_TFLOPS:.0f} {100 * mfu:.1f}% "
+              f"(active {summary.get('flops_per_token', 0):.3g} FLOP/token); device peak {peak / 2**30:.2f} / plan "
+              f"{plan / 2**30:.2f} GiB; {_routing(records)}")
+    if len(logs) < int(steps) and logs[-1]["step"] + 1 < int(steps):
+        _fail(f"stopped before step {steps}: " + detail)
+    if plan and peak > plan:
+        _fail("allocated more than planned: " + detail)
+    print(detail)
+
+
+def moe_experts(ours_jsonl, torch_jsonl):
+    """The moe_experts row: each of our implementations' forward and forward + backward times and
+    its ratio to torch._grouped_mm (>1: ours faster); fails when a side has no time or the grouped
+    kernels and cuBLASLt disagree beyond bf16 rounding (2e-2 relative to the largest value)."""
+    ours, torch_rows = _read_jsonl(ours_jsonl), _read_jsonl(torch_jsonl)
+    peer = next((r for r in torch_rows if r.get("fwd_bwd_ms")), None)
+    parts = []
+    for r in ours:
+        if not r.get("fwd_bwd_ms"):
+            continue
+        ratio = (f" ({peer['fwd_ms'] / r['fwd_ms']:.2f}x / {peer['fwd_bwd_ms'] / r['fwd_bwd_ms']:.2f}x torch)"
+                 if peer else "")
+        parts.append(f"{r['impl']}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_tflops']:.0f} TFLOP/s), fwd+bwd "
+                     f"{r['fwd_bwd_ms']:.3f} ms ({r['fwd_bwd_tflops']:.0f} TFLOP/s){ratio}")
+    if peer:
+        parts.append(f"torch._grouped_mm {peer.get('torch', '')}: fwd {peer['fwd_ms']:.3f} ms, fwd+bwd "
+                     f"{peer['fwd_bwd_ms']:.3f} ms ({peer['fwd_bwd_tflops']:.0f} TFLOP/s)")
+    parts += [f"torch error: {r['error']}" for r in torch_rows if r.get("error")]
+    diff = max((r.get("max_rel_diff_grouped_vs_cublaslt", 0.0) for r in ours), default=float("nan"))
+    rows = {(r.get("rows"), r.get("max_rows"), r.get("min_rows")) for r in ours + torch_rows if r.get("rows")}
+    parts.append(f"grouped vs cuBLASLt max rel diff {diff:.2g}")
+    detail = "; ".join(parts)
+    if len(rows) > 1:
+        _fail("the two benches routed different rows per expert: " + detail)
+    if not any(r.get("impl") == "gcompile_grouped" and r.get("fwd_bwd_ms") for r in ours) or not peer:
+        _fail(detail or "no results")
+    if not diff <= 2e-2:
+        _fail("grouped kernels disagree with cuBLASLt: " + detail)
+    print(detail)
+
+
+COMMANDS = {"moe-3b": moe_3b, "moe-experts": moe_experts}
