@@ -366,15 +366,15 @@ def bench_rows(rows_json):
     fail(detail) if not ok else print(detail)
 
 
-def profile(run_dir, log, keep=""):
-    """The profile row: RUN's profile.json (train --profile, copied to KEEP) and the table train
+def profile(run_dir, log, keep="", label="tiny fp32"):
+    """The profile rows: RUN's profile.json (train --profile, copied to KEEP) and the table train
     printed to LOG."""
     path = kit_report.find_profile(run_dir)
     if not path:
         fail(f"train --profile wrote no profile.json in {run_dir}")
     if keep:
         shutil.copyfile(path, keep)
-    ok, detail = kit_report.profile_check(path, log)
+    ok, detail = kit_report.profile_check(path, log, label)
     fail(detail) if not ok else print(detail)
 
 

@@ -29,11 +29,11 @@ def main(path):
     print("|---|---|---|---:|---:|---:|")
     for (candidate, shape), variants in sums.items():
         first = next(iter(variants.values()))
-        scale = LAYERS.get(shape, 1) if candidate == "dff_stride" else 1
+        scale = LAYERS.get(shape, 1) if candidate in ("dff_stride", "dff_pad") else 1
         for variant, ms in variants.items():
             delta = (ms - first) * scale
             print(f"| {candidate} | {shape} | {variant} | {ms:.3f} | {ms * scale:.2f} | {delta:+.2f} ms |")
-    print("\nper step: dff_stride × the shape's layers (each layer runs the three GEMMs once per micro-batch);"
+    print("\nper step: dff_stride and dff_pad × the shape's layers (each layer runs the three GEMMs once per micro-batch);"
           " head_chunk and grad_memset once per micro-batch / step as measured")
     return 0
 
@@ -52,7 +52,7 @@ def detail(path):
     parts = []
     for (candidate, shape), variants in sums.items():
         first = next(iter(variants.values()))
-        scale = LAYERS.get(shape, 1) if candidate == "dff_stride" else 1
+        scale = LAYERS.get(shape, 1) if candidate in ("dff_stride", "dff_pad") else 1
         text = ", ".join(f"{v} {ms:.2f} ms" + (f" ({(ms - first) * scale:+.1f} ms/step)" if i > 0 else "")
                          for i, (v, ms) in enumerate(variants.items()))
         parts.append(f"{candidate} {shape}: {text}")

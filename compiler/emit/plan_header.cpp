@@ -186,7 +186,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   o << "inline constexpr std::int64_t kPlannedModelBufferBytes = " << std::int64_t(plan.memory.model_buffers) << ";\n";
   o << "inline constexpr std::int64_t kPlannedDeviceBytes = " << std::int64_t(plan.memory.device_total()) << ";\n";
   o << "// Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed\n"
-    << "// 2^25 elements): the head and the cross-entropy run in chunks of these rows.\n";
+    << "// 2^27 elements): the head and the cross-entropy run in chunks of these rows.\n";
   o << "inline constexpr int kHeadChunkRows = " << plan.head_chunk_rows << ";\n\n";
   o << "inline constexpr ParamInfo kParams[kNumParams] = {\n";
   for (const auto& p : plan.params) {

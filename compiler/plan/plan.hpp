@@ -131,8 +131,11 @@ struct Plan {
 // Rows of the LM head's logits (and their gradient) the model holds at once: the whole
 // micro-batch when its N×V logits have at most kHeadChunkElements elements, else the largest
 // multiple of 64 rows under that bound (at least 64, at most N). The head GEMM and the
-// cross-entropy then run chunk by chunk (templates/model/model_impl.hpp).
-inline constexpr std::int64_t kHeadChunkElements = std::int64_t(1) << 25;
+// cross-entropy then run chunk by chunk (templates/model/model_impl.hpp). 2^27: about 2048 rows of
+// a 64k vocabulary (256 MiB per bf16 buffer); on an H200 the head's three GEMMs took 24.8 ms a step
+// at 1.5B in 512-row chunks (2^25) and 19.6 ms in 2048-row ones (the fp32 dW is re-read and
+// re-written once per chunk; docs/performance.md, 2026-11-28).
+inline constexpr std::int64_t kHeadChunkElements = std::int64_t(1) << 27;
 std::int64_t head_chunk_rows(const Spec& spec);
 // moe.capacity_factor as assignments per expert and sequence: ceil(factor · seq_len · top_k /
 // n_experts); 0 for dropless routing (factor 0) or a dense model.

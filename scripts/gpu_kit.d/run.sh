@@ -146,7 +146,7 @@ wanted moe_train && add_need moe_tiny:train
 metrics_tree=metrics_0.1b
 [ "$emulate" = 0 ] || metrics_tree=tiny  # a 0.1B step takes minutes under the emulator
 wanted metrics_overhead && add_need "$metrics_tree:train"
-[ "$emulate" = 1 ] || ! wanted moe_3b || add_need moe_3b:train  # 57 GiB of model state: a GPU only
+{ wanted moe_3b || wanted moe_3b_profile; } && [ "$emulate" = 0 ] && add_need moe_3b:train  # 57 GiB of state: a GPU only
 bench_trees=()
 for d in "$trees"/bench_*/; do [ -f "$d/CMakeLists.txt" ] && bench_trees+=("$(basename "$d")"); done
 if wanted bench; then for b in "${bench_trees[@]}"; do add_need "$b:train"; done; fi
@@ -374,6 +374,26 @@ if wanted moe_3b; then
   fi
 fi
 
+# moe_3b_profile: where moe_3b's step goes (train --profile 2: 2 warm-up steps, 2 profiled)
+if wanted moe_3b_profile; then
+  limit=$(cap 60)
+  if [ "$emulate" = 1 ]; then row moe_3b_profile SKIP "needs a GPU (57 GiB of model state)"
+  elif ! built moe_3b train; then row moe_3b_profile SKIP "moe_3b/train not built"
+  elif [ "$limit" -le 0 ]; then row moe_3b_profile SKIP "out of time"
+  else
+    mkdir -p "$logs/runs"
+    data=$trees/${bench_trees[0]:-none}/data
+    timed "$limit" "$logs/moe_3b_profile.log" "$trees/moe_3b/train" --device cuda --profile 2 --no-metrics \
+      --no-checkpoint --out "$work/runs/moe_3b_profile" --train-data "$data/train.bin" --val-data "$data/val.bin"
+    rc=$?
+    detail=$(py profile "$work/runs/moe_3b_profile" "$logs/moe_3b_profile.log" "$logs/runs/moe_3b_profile.json" "moe_3b bf16")
+    verdict=$?
+    if [ "$rc" -ne 0 ]; then row moe_3b_profile FAIL "$(why "$rc" "$logs/moe_3b_profile.log")" "$took"
+    elif [ "$verdict" -eq 0 ]; then row moe_3b_profile PASS "$detail" "$took"
+    else row moe_3b_profile FAIL "$detail" "$took"; fi
+  fi
+fi
+
 # ---------------------------------------------------------------------------------------------
 # moe_experts: the expert projections at moe_3b's shapes, grouped kernels and per-expert cuBLASLt
 # (bench/moe/expert_gemm_bench.cu) against torch._grouped_mm (bench/moe/grouped_mm_bench.py)
@@ -395,34 +415,6 @@ if wanted moe_experts; then
     else row moe_experts FAIL "$detail ($(why "$rc" "$logs/moe_experts.log"))" "$took"; fi
   fi
 fi
-
-# ---------------------------------------------------------------------------------------------
-# bench: gcompile against torch.compile + SDPA (a row per backend) on the 0.1B and 1.5B specs, and
-# their profiles (emulated: a smoke run of the bench's plumbing on the tiny bench tree, gcompile only)
-# ---------------------------------------------------------------------------------------------
-if wanted bench; then
-  # torch.compile runs per spec: auto (PyTorch's own pick: cuDNN on Hopper) and cudnn (a repeat of auto's
-  # measurement when auto picked it); flash, measured 2026-11-27, costs ~80 s more: GC_KIT_SDPA_BACKENDS.
-  limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")
-  mapfile -t base_specs < <(py bench-specs "$kit")  # bench/gpu_vs_torch names each tree after its spec
-  bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
-  if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
-  else bench_args+=(--steps 15 --warmup 5 --sdpa-backends "${GC_KIT_SDPA_BACKENDS:-auto,cudnn}"); fi
-  if [ ${#bench_trees[@]} -eq 0 ]; then row bench FAIL "the kit has no bench trees ($trees/bench_*)"
-  elif [ "$limit" -le 0 ]; then row bench SKIP "out of time"
-  else
-    timed "$limit" "$logs/bench.out" env GC_TREE_CUDA_ARCH="$arch" bench/gpu_vs_torch "${bench_args[@]}" \
-      --specs "${base_specs[*]}" --budget-s $((limit - 30 > 30 ? limit - 30 : 30))
-    rc=$?
-    if [ ! -f "$logs/bench/rows.json" ] && [ -f "$logs/bench/order.txt" ]; then
-      # Killed at its cap: table the runs that finished.
-      bench/gpu_vs_torch --table-from "$logs/bench" >> "$logs/bench.out" 2>&1
-    fi
-    if detail=$(py bench-rows "$logs/bench/rows.json") && [ "$rc" -eq 0 ]; then row bench PASS "$detail" "$took"
-    else row bench FAIL "$detail ($(why "$rc" "$logs/bench.out"))" "$took"; fi
-  fi
-fi
-
 
 # ---------------------------------------------------------------------------------------------
 # attention: the flash kernels against SDPA flash, cuDNN and efficient (bf16; prebuilt for sm_90a)
@@ -460,6 +452,34 @@ if wanted gemm; then
     else row gemm FAIL "$detail ($(why "$rc" "$logs/gemm.log"))" "$took"; fi
   fi
 fi
+
+# ---------------------------------------------------------------------------------------------
+# bench: gcompile against torch.compile + SDPA (a row per backend) on the 0.1B and 1.5B specs, and
+# their profiles (emulated: a smoke run of the bench's plumbing on the tiny bench tree, gcompile only)
+# ---------------------------------------------------------------------------------------------
+if wanted bench; then
+  # torch.compile runs per spec: auto (PyTorch's own pick: cuDNN on Hopper) and cudnn (a repeat of auto's
+  # measurement when auto picked it); flash, measured 2026-11-27, costs ~80 s more: GC_KIT_SDPA_BACKENDS.
+  limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")
+  mapfile -t base_specs < <(py bench-specs "$kit")  # bench/gpu_vs_torch names each tree after its spec
+  bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
+  if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
+  else bench_args+=(--steps 15 --warmup 5 --sdpa-backends "${GC_KIT_SDPA_BACKENDS:-auto,cudnn}"); fi
+  if [ ${#bench_trees[@]} -eq 0 ]; then row bench FAIL "the kit has no bench trees ($trees/bench_*)"
+  elif [ "$limit" -le 0 ]; then row bench SKIP "out of time"
+  else
+    timed "$limit" "$logs/bench.out" env GC_TREE_CUDA_ARCH="$arch" bench/gpu_vs_torch "${bench_args[@]}" \
+      --specs "${base_specs[*]}" --budget-s $((limit - 30 > 30 ? limit - 30 : 30))
+    rc=$?
+    if [ ! -f "$logs/bench/rows.json" ] && [ -f "$logs/bench/order.txt" ]; then
+      # Killed at its cap: table the runs that finished.
+      bench/gpu_vs_torch --table-from "$logs/bench" >> "$logs/bench.out" 2>&1
+    fi
+    if detail=$(py bench-rows "$logs/bench/rows.json") && [ "$rc" -eq 0 ]; then row bench PASS "$detail" "$took"
+    else row bench FAIL "$detail ($(why "$rc" "$logs/bench.out"))" "$took"; fi
+  fi
+fi
+
 
 # ---------------------------------------------------------------------------------------------
 # compute-sanitizer: memcheck on a short training run, racecheck on the shared-memory tiles

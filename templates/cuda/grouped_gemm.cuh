@@ -8,13 +8,15 @@
 //   backward dx  dX[r] (+)= dY[r] · W_e               (dX [R][IN], dY [R][OUT])
 //   backward dW  dW_e  += Σ_{r of e} dY[r]ᵀ · X[r]    (fp32 [OUT][IN]; rows in increasing order)
 //
-// The row-tiled products (forward, dx) run one block per 64×64 output tile: grid.x over row tiles
-// of all experts, grid.y over the output columns, expert by expert (expert e has ceil(rows_e / 64)
-// of them; a block past the last finds none and returns). An expert with no rows has no tile and
-// its dW is not touched (exactly its zero-initialized gradient, as on the CPU). Each block: 4 warps,
-// warp w the output rows 16w .. 16w+15, K in steps of 32 through shared-memory tiles loaded with
-// cp.async. IN and OUT must be multiples of 64 (whole column tiles; backend.cuh falls back to one
-// cuBLASLt GEMM per expert otherwise).
+// The row-tiled products (forward, dx) run one block per 128×BN output tile (BN = 128 where the
+// output width allows, else 64): grid.x over the row tiles of all experts, grid.y over the output
+// columns, expert by expert (expert e has ceil(rows_e / 128) of them; a block past the last finds
+// none and returns). dW runs one block per BM×BN tile of W_e (blockIdx.z = e). Each block: 4 warps
+// in 2×2, each a (BM/2)×(BN/2) quarter of the tile; K in steps of 32 through two shared-memory
+// stages, the next loaded with cp.async while the current one is multiplied. An expert with no rows
+// has no tile and its dW is not touched (exactly its zero-initialized gradient, as on the CPU). IN
+// and OUT must be multiples of 64 (whole column tiles; expert_linear.cuh falls back to one cuBLASLt
+// GEMM per expert otherwise). Measured on an H200 at moe_3b's shapes: docs/performance.md.
 #pragma once
 
 #include <cstdint>
@@ -24,23 +26,26 @@
 
 namespace gcm::cuda::grouped {
 
-inline constexpr int kThreads = 128;   // 4 warps
-inline constexpr int kTileRows = 64;   // output rows per block (16 per warp)
-inline constexpr int kTileCols = 64;   // output columns per block (8 n-tiles of 8)
+inline constexpr int kThreads = 128;  // 4 warps, 2×2 over the output tile
+inline constexpr int kTileRows = 128;  // rows of the activations per row tile (forward, dx)
 inline constexpr int kStep = 32;       // K per shared-memory stage (2 mma k-steps)
 
 // Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages).
 template <int IN, int OUT>
-inline constexpr bool kSupported = IN % kTileCols == 0 && OUT % kTileCols == 0;
+inline constexpr bool kSupported = IN % 64 == 0 && OUT % 64 == 0;
+
+// The width of an output tile along a dimension of COLS: 128 where it divides, else 64.
+template <int COLS>
+inline constexpr int kTileCols = COLS % 128 == 0 ? 128 : 64;
 
 // A block's row tile: its expert (-1 past the last tile of the launch) and rows row0 .. end − 1
-// of the activations (at most 64 of them).
+// of the activations (at most kTileRows of them).
 struct RowTile {
   int expert;
   std::int64_t row0, end;
 };
 
-// Row tile `tile` of a launch: experts in order, ceil(rows_e / 64) tiles each.
+// Row tile `tile` of a launch: experts in order, ceil(rows_e / kTileRows) tiles each.
 __device__ __forceinline__ RowTile find_row_tile(const std::int64_t* offsets, int experts, std::int64_t tile) {
   std::int64_t first = 0;
   for (int e = 0; e < experts; ++e) {
@@ -59,121 +64,180 @@ __device__ __forceinline__ RowTile block_row_tile(const std::int64_t* offsets, i
   return tile_s;
 }
 
-// Stores a warp's 16×64 fp32 accumulators (8 n-tiles of the mma C layout) at rows row0 + 16w, columns
-// col0 .. col0 + 63 of out [.][COLS] (out += acc when ACCUMULATE), rows < rows_end, columns < COLS.
-template <int COLS, bool ACCUMULATE, typename Out>
-__device__ __forceinline__ void store_tile(Out* out, const float (&acc)[8][4], std::int64_t row0, std::int64_t rows_end,
+// A warp's accumulators: MT m-tiles of 16 rows × NT n-tiles of 8 columns (mma C layout).
+template <int MT, int NT>
+using Acc = float[MT][NT][4];
+
+// How a warp reads its fragments from a stage's tiles. A: rows of the tile are the output rows
+// (A_TRANS = false: the tile is [m][k]) or the K (A_TRANS: the tile is [k][m], as dYᵀ in dW).
+// B: rows of the tile are the output columns (B_ROWS: the tile is [n][k], as W in the forward)
+// or the K (the tile is [k][n]).
+template <bool A_TRANS, bool B_ROWS>
+struct Fragments {
+  template <class Tile>
+  __device__ __forceinline__ static void a(std::uint32_t (&f)[4], const Tile& t, int m0, int ks, int lane) {
+    if constexpr (A_TRANS) {
+      mma::load_a_trans(f, t, 16 * ks, m0, lane);
+    } else {
+      mma::load_a(f, t, m0, ks, lane);
+    }
+  }
+  template <class Tile>
+  __device__ __forceinline__ static void b(std::uint32_t (&f)[2], const Tile& t, int n0, int ks, int lane) {
+    if constexpr (B_ROWS) {
+      mma::load_b_rows(f, t, n0, ks, lane);
+    } else {
+      mma::load_b_cols(f, t, 16 * ks, n0, lane);
+    }
+  }
+};
+
+// acc += this warp's quarter of one stage: rows m0 .. m0 + 16·MT − 1, columns n0 .. n0 + 8·NT − 1.
+template <int MT, int NT, class F, class TileA, class TileB>
+__device__ __forceinline__ void multiply_stage(Acc<MT, NT>& acc, const TileA& a_s, const TileB& b_s, int m0, int n0,
+                                               int lane) {
+#pragma unroll
+  for (int ks = 0; ks < kStep / 16; ++ks) {
+    std::uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) F::a(a[mt], a_s, m0 + 16 * mt, ks, lane);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) F::b(b[nt], b_s, n0 + 8 * nt, ks, lane);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma::mma_bf16_16816(acc[mt][nt], a[mt], b[nt]);
+    }
+  }
+}
+
+// The K loop of a block over STAGES stages of kStep, double-buffered: load(stage, buffer) issues
+// the cp.async copies of a stage (committed groups of this thread, GROUPS per stage); the next
+// stage is in flight while the current one is multiplied.
+template <int GROUPS, class Load, class Multiply>
+__device__ __forceinline__ void pipelined_k_loop(int stages, Load&& load, Multiply&& multiply) {
+  if (stages <= 0) return;
+  load(0, 0);
+  for (int k = 0; k < stages; ++k) {
+    if (k + 1 < stages) {
+      load(k + 1, (k + 1) % 2);
+      mma::cp_async_wait<GROUPS>();  // stage k landed; k + 1 may still be in flight
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    multiply(k % 2);
+    __syncthreads();  // the buffer is overwritten by the load after next
+  }
+}
+
+// Stores a warp's accumulators at rows row0 + 16·mt (+ g, + 8), columns col0 + 8·nt + 2t (+1) of
+// out [.][COLS] (out += acc when ACCUMULATE), rows < rows_end.
+template <int COLS, bool ACCUMULATE, int MT, int NT, typename Out>
+__device__ __forceinline__ void store_tile(Out* out, const Acc<MT, NT>& acc, std::int64_t row0, std::int64_t rows_end,
                                            int col0, int lane) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const std::int64_t row = row0 + g + 8 * (e / 2);
-      const int col = col0 + 8 * nt + 2 * t + e % 2;
-      if (row >= rows_end || col >= COLS) continue;
-      Out& o = out[row * COLS + col];
-      if constexpr (ACCUMULATE) {
-        o = from_float<Out>(to_float(o) + acc[nt][e]);
-      } else {
-        o = from_float<Out>(acc[nt][e]);
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const std::int64_t row = row0 + 16 * mt + g + 8 * (e / 2);
+        const int col = col0 + 8 * nt + 2 * t + e % 2;
+        if (row >= rows_end) continue;
+        Out& o = out[row * COLS + col];
+        if constexpr (ACCUMULATE) {
+          o = from_float<Out>(to_float(o) + acc[mt][nt][e]);
+        } else {
+          o = from_float<Out>(acc[mt][nt][e]);
+        }
       }
     }
   }
 }
 
-// Y = X·W_eᵀ per expert: A = 64 rows of X, B[k][n] = W_e[n][k] (W's rows are B's columns).
+// Y = X·W_eᵀ per expert: A = 128 rows of X [m][k], B[k][n] = W_e[n][k] (the tile holds W's rows).
 template <int IN, int OUT>
 __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y, const bf16* __restrict__ x,
                                                            const bf16* __restrict__ w,
                                                            const std::int64_t* __restrict__ offsets, int experts) {
-  __shared__ mma::SmemTile<kTileRows, kStep> a_s;
-  __shared__ mma::SmemTile<kTileCols, kStep> b_s;
+  constexpr int BN = kTileCols<OUT>, MT = kTileRows / 32, NT = BN / 16;
+  __shared__ mma::SmemTile<kTileRows, kStep> a_s[2];
+  __shared__ mma::SmemTile<BN, kStep> b_s[2];
   const RowTile tile = block_row_tile(offsets, experts);
   if (tile.expert < 0) return;
-  const int e = tile.expert;
-  const std::int64_t row0 = tile.row0, rows_end = tile.end;
-  const int col0 = int(blockIdx.y) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const bf16* w_e = w + std::int64_t(e) * OUT * IN;
-  float acc[8][4] = {};
-  for (int k0 = 0; k0 < IN; k0 += kStep) {
-    mma::load_tile<kThreads, IN>(a_s, x + row0 * IN + k0, 0, int(rows_end - row0));
-    mma::load_tile<kThreads, IN>(b_s, w_e + std::int64_t(col0) * IN + k0, 0, OUT - col0);
-    __syncthreads();
-    mma::product_rows<8, kStep / 16>(acc, a_s, 16 * warp, b_s, lane);
-    __syncthreads();
-  }
-  store_tile<OUT, false>(y, acc, row0 + 16 * warp, rows_end, col0, lane);
+  const int col0 = int(blockIdx.y) * BN, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int wm = (warp / 2) * (kTileRows / 2), wn = (warp % 2) * (BN / 2);
+  const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + std::int64_t(col0) * IN;
+  const bf16* x_t = x + tile.row0 * IN;
+  const int rows = int(tile.end - tile.row0);
+  Acc<MT, NT> acc = {};
+  pipelined_k_loop<2>(
+      IN / kStep,
+      [&](int k, int buf) {
+        mma::load_tile_async<kThreads, IN>(a_s[buf], x_t + k * kStep, 0, rows);
+        mma::load_tile_async<kThreads, IN>(b_s[buf], w_e + k * kStep, 0, BN);
+      },
+      [&](int buf) { multiply_stage<MT, NT, Fragments<false, true>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+  store_tile<OUT, false>(y, acc, tile.row0 + wm, tile.end, col0 + wn, lane);
 }
 
-// dX (+)= dY·W_e per expert: A = 64 rows of dY (K = OUT), B[k][n] = W_e[k][n] (W's rows are B's rows).
+// dX (+)= dY·W_e per expert: A = 128 rows of dY [m][k] (K = OUT), B[k][n] = W_e[k][n] (the tile
+// holds W's rows, which are B's rows).
 template <int IN, int OUT, bool ACCUMULATE>
 __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict__ dx, const bf16* __restrict__ dy,
                                                                const bf16* __restrict__ w,
                                                                const std::int64_t* __restrict__ offsets, int experts) {
-  __shared__ mma::SmemTile<kTileRows, kStep> a_s;
-  __shared__ mma::SmemTile<kStep, kTileCols> b_s;
+  constexpr int BN = kTileCols<IN>, MT = kTileRows / 32, NT = BN / 16;
+  __shared__ mma::SmemTile<kTileRows, kStep> a_s[2];
+  __shared__ mma::SmemTile<kStep, BN> b_s[2];
   const RowTile tile = block_row_tile(offsets, experts);
   if (tile.expert < 0) return;
-  const int e = tile.expert;
-  const std::int64_t row0 = tile.row0, rows_end = tile.end;
-  const int col0 = int(blockIdx.y) * kTileCols, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const bf16* w_e = w + std::int64_t(e) * OUT * IN;
-  float acc[8][4] = {};
-  for (int k0 = 0; k0 < OUT; k0 += kStep) {
-    mma::load_tile<kThreads, OUT>(a_s, dy + row0 * OUT + k0, 0, int(rows_end - row0));
-    mma::load_tile<kThreads, IN>(b_s, w_e + std::int64_t(k0) * IN + col0, 0, kStep);
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kStep / 16; ++ks) {
-      std::uint32_t a[4];
-      mma::load_a(a, a_s, 16 * warp, ks, lane);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        std::uint32_t b[2];
-        mma::load_b_cols(b, b_s, 16 * ks, 8 * nt, lane);
-        mma::mma_bf16_16816(acc[nt], a, b);
-      }
-    }
-    __syncthreads();
-  }
-  store_tile<IN, ACCUMULATE>(dx, acc, row0 + 16 * warp, rows_end, col0, lane);
+  const int col0 = int(blockIdx.y) * BN, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int wm = (warp / 2) * (kTileRows / 2), wn = (warp % 2) * (BN / 2);
+  const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + col0;
+  const bf16* dy_t = dy + tile.row0 * OUT;
+  const int rows = int(tile.end - tile.row0);
+  Acc<MT, NT> acc = {};
+  pipelined_k_loop<2>(
+      OUT / kStep,
+      [&](int k, int buf) {
+        mma::load_tile_async<kThreads, OUT>(a_s[buf], dy_t + k * kStep, 0, rows);
+        mma::load_tile_async<kThreads, IN>(b_s[buf], w_e + std::int64_t(k) * kStep * IN, 0, kStep);
+      },
+      [&](int buf) { multiply_stage<MT, NT, Fragments<false, false>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+  store_tile<IN, ACCUMULATE>(dx, acc, tile.row0 + wm, tile.end, col0 + wn, lane);
 }
 
-// dW_e += Σ_r dY[r]ᵀ·X[r] over expert e's rows (blockIdx.z = e): output tile [64 of OUT][64 of IN],
+// dW_e += Σ_r dY[r]ᵀ·X[r] over expert e's rows (blockIdx.z = e): output tile [BM of OUT][BN of IN],
 // A[m][k] = dY[r0 + k][o0 + m] (the tile holds Aᵀ), B[k][n] = X[r0 + k][i0 + n], rows r in steps of
-// 32 in increasing order. An expert without rows returns at once: its dW is not touched.
+// 32 in increasing order (rows past the expert load as zeros). An expert without rows returns at
+// once: its dW is not touched.
 template <int IN, int OUT>
 __global__ void __launch_bounds__(kThreads) backward_dw_kernel(float* __restrict__ dw, const bf16* __restrict__ dy,
                                                                const bf16* __restrict__ x,
                                                                const std::int64_t* __restrict__ offsets) {
-  __shared__ mma::SmemTile<kStep, kTileRows> a_s;
-  __shared__ mma::SmemTile<kStep, kTileCols> b_s;
+  constexpr int BM = kTileCols<OUT>, BN = kTileCols<IN>, MT = BM / 32, NT = BN / 16;
+  __shared__ mma::SmemTile<kStep, BM> a_s[2];
+  __shared__ mma::SmemTile<kStep, BN> b_s[2];
   const int e = int(blockIdx.z);
   const std::int64_t begin = offsets[e], end = offsets[e + 1];
   if (begin == end) return;
-  const int o0 = int(blockIdx.y) * kTileRows, i0 = int(blockIdx.x) * kTileCols;
+  const int o0 = int(blockIdx.y) * BM, i0 = int(blockIdx.x) * BN;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  float acc[8][4] = {};
-  for (std::int64_t r0 = begin; r0 < end; r0 += kStep) {
-    const int rows = int(end - r0 < kStep ? end - r0 : kStep);
-    mma::load_tile<kThreads, OUT>(a_s, dy + r0 * OUT + o0, 0, rows);  // rows past the expert: zeros
-    mma::load_tile<kThreads, IN>(b_s, x + r0 * IN + i0, 0, rows);
-    __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kStep / 16; ++ks) {
-      std::uint32_t a[4];
-      mma::load_a_trans(a, a_s, 16 * ks, 16 * warp, lane);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        std::uint32_t b[2];
-        mma::load_b_cols(b, b_s, 16 * ks, 8 * nt, lane);
-        mma::mma_bf16_16816(acc[nt], a, b);
-      }
-    }
-    __syncthreads();
-  }
-  store_tile<IN, true>(dw + std::int64_t(e) * OUT * IN, acc, o0 + 16 * warp, OUT, i0, lane);
+  const int wm = (warp / 2) * (BM / 2), wn = (warp % 2) * (BN / 2);
+  Acc<MT, NT> acc = {};
+  pipelined_k_loop<2>(
+      int((end - begin + kStep - 1) / kStep),
+      [&](int k, int buf) {
+        const std::int64_t r0 = begin + std::int64_t(k) * kStep;
+        const int rows = int(end - r0 < kStep ? end - r0 : kStep);
+        mma::load_tile_async<kThreads, OUT>(a_s[buf], dy + r0 * OUT + o0, 0, rows);
+        mma::load_tile_async<kThreads, IN>(b_s[buf], x + r0 * IN + i0, 0, rows);
+      },
+      [&](int buf) { multiply_stage<MT, NT, Fragments<true, false>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+  store_tile<IN, true>(dw + std::int64_t(e) * OUT * IN, acc, o0 + wm, OUT, i0 + wn, lane);
 }
 
 // The row tiles of a launch: Σ_e ceil(rows_e / 64), from the host's copy of the offsets.
@@ -188,7 +252,7 @@ template <int IN, int OUT>
 void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets, int experts, std::int64_t tiles) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
   if (tiles == 0) return;
-  launch(forward_kernel<IN, OUT>, dim3(unsigned(tiles), OUT / kTileCols), kThreads, 0, y, x, w, offsets, experts);
+  launch(forward_kernel<IN, OUT>, dim3(unsigned(tiles), OUT / kTileCols<OUT>), kThreads, 0, y, x, w, offsets, experts);
 }
 
 template <int IN, int OUT>
@@ -196,15 +260,15 @@ void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w,
               int experts, std::int64_t tiles, bool accumulate_dx) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
   if (tiles > 0) {
-    const dim3 grid(unsigned(tiles), IN / kTileCols);
+    const dim3 grid(unsigned(tiles), IN / kTileCols<IN>);
     if (accumulate_dx) {
       launch(backward_dx_kernel<IN, OUT, true>, grid, kThreads, 0, dx, dy, w, offsets, experts);
     } else {
       launch(backward_dx_kernel<IN, OUT, false>, grid, kThreads, 0, dx, dy, w, offsets, experts);
     }
   }
-  launch(backward_dw_kernel<IN, OUT>, dim3(IN / kTileCols, OUT / kTileRows, unsigned(experts)), kThreads, 0, dw, dy, x,
-         offsets);
+  launch(backward_dw_kernel<IN, OUT>, dim3(IN / kTileCols<IN>, OUT / kTileCols<OUT>, unsigned(experts)), kThreads, 0,
+         dw, dy, x, offsets);
 }
 
 }  // namespace gcm::cuda::grouped

@@ -161,7 +161,7 @@ TEST(Plan, MemoryCountsModelStateBytes) {
   EXPECT_DOUBLE_EQ(plan.memory.total, 18 * n);
 }
 
-// The LM head holds every row's logits while they fit in 2^25 elements, else a multiple of 64
+// The LM head holds every row's logits while they fit in 2^27 elements, else a multiple of 64
 // rows under that bound; the planned model buffers count two such chunks (logits, dlogits).
 TEST(Plan, LmHeadLogitsAreChunkedWhenTheyWouldNotFit) {
   const Plan small = must_plan(kFullDense);
@@ -173,11 +173,11 @@ TEST(Plan, LmHeadLogitsAreChunkedWhenTheyWouldNotFit) {
   text.replace(text.find("micro_batch = 2"), 15, "micro_batch = 8");
   text.replace(text.find("tokens = 5000"), 13, "tokens = 1000000");
   const Plan large = must_plan(text);
-  EXPECT_EQ(large.head_chunk_rows, 512);  // ⌊2^25 / 60000⌋ = 559 → 512 of N = 16384
+  EXPECT_EQ(large.head_chunk_rows, 2176);  // ⌊2^27 / 60000⌋ = 2236 → 2176 of N = 16384
   const double act = large.spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
   const double whole_logits = 16384.0 * 60000.0 * act;
   EXPECT_LT(large.memory.model_buffers, whole_logits);  // not even one N×V buffer
-  EXPECT_GT(large.memory.model_buffers, 2 * 512.0 * 60000.0 * act);
+  EXPECT_GT(large.memory.model_buffers, 2 * 2176.0 * 60000.0 * act);
 }
 
 TEST(Plan, GammaRuleUsesFanInOrDModel) {
