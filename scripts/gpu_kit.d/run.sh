@@ -149,7 +149,9 @@ wanted metrics_overhead && add_need "$metrics_tree:train"
 { wanted moe_3b || wanted moe_3b_profile; } && [ "$emulate" = 0 ] && add_need moe_3b:train  # 57 GiB of state: a GPU only
 bench_trees=()
 for d in "$trees"/bench_*/; do [ -f "$d/CMakeLists.txt" ] && bench_trees+=("$(basename "$d")"); done
-if wanted bench; then for b in "${bench_trees[@]}"; do add_need "$b:train"; done; fi
+# GC_KIT_BENCH_SPECS=PATTERN: the bench row runs (and builds) only the specs whose name contains it.
+bench_only=${GC_KIT_BENCH_SPECS:-}
+if wanted bench; then for b in "${bench_trees[@]}"; do [[ $b == *"$bench_only"* ]] && add_need "$b:train"; done; fi
 
 build_tree() {  # TREE TARGET DEADLINE -> TREE/TARGET, with nvcc for this GPU (or against the emulator)
   local tree=$trees/$1 target=$2 left=$(($3 - SECONDS)) gen=()
@@ -461,7 +463,7 @@ if wanted bench; then
   # torch.compile runs per spec: auto (PyTorch's own pick: cuDNN on Hopper) and cudnn (a repeat of auto's
   # measurement when auto picked it); flash, measured 2026-11-27, costs ~80 s more: GC_KIT_SDPA_BACKENDS.
   limit=$(cap "$([ "$emulate" = 1 ] && echo 200 || echo 300)")
-  mapfile -t base_specs < <(py bench-specs "$kit")  # bench/gpu_vs_torch names each tree after its spec
+  mapfile -t base_specs < <(py bench-specs "$kit" | grep -F -- "$bench_only")  # gpu_vs_torch names each tree after its spec
   bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
   if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
   else bench_args+=(--steps 15 --warmup 5 --sdpa-backends "${GC_KIT_SDPA_BACKENDS:-auto,cudnn}"); fi
