@@ -38,6 +38,10 @@ inline constexpr std::int64_t kPlannedDeviceBytes = 38082068;
 // Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed
 // 2^27 elements): the head and the cross-entropy run in chunks of these rows.
 inline constexpr int kHeadChunkRows = 128;
+// The CUDA backend's scratch for bf16 projections whose width is not a multiple of 8
+// (cuda/aligned_linear.cuh: zero-padded copies; elements of the activation type and of fp32).
+inline constexpr std::int64_t kAlignScratchActElems = 0;
+inline constexpr std::int64_t kAlignScratchGradElems = 0;
 
 inline constexpr ParamInfo kParams[kNumParams] = {
     {"model.embed_tokens.weight", "embedding", -1, 2, {256, 64, 1}, 16384, InitKind::normal, 0.0, 1.0, 0.1},

@@ -187,7 +187,11 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   o << "inline constexpr std::int64_t kPlannedDeviceBytes = " << std::int64_t(plan.memory.device_total()) << ";\n";
   o << "// Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed\n"
     << "// 2^27 elements): the head and the cross-entropy run in chunks of these rows.\n";
-  o << "inline constexpr int kHeadChunkRows = " << plan.head_chunk_rows << ";\n\n";
+  o << "inline constexpr int kHeadChunkRows = " << plan.head_chunk_rows << ";\n";
+  o << "// The CUDA backend's scratch for bf16 projections whose width is not a multiple of 8\n"
+    << "// (cuda/aligned_linear.cuh: zero-padded copies; elements of the activation type and of fp32).\n";
+  o << "inline constexpr std::int64_t kAlignScratchActElems = " << plan.align_scratch.act_elems << ";\n";
+  o << "inline constexpr std::int64_t kAlignScratchGradElems = " << plan.align_scratch.grad_elems << ";\n\n";
   o << "inline constexpr ParamInfo kParams[kNumParams] = {\n";
   for (const auto& p : plan.params) {
     o << "    {" << cpp_string_literal(p.name) << ", " << cpp_string_literal(class_name(p.cls)) << ", " << p.layer << ", "

@@ -369,7 +369,8 @@ MemoryEstimate estimate_memory(const Spec& spec, const std::vector<ParamEntry>& 
   mem.total = mem.weights + mem.master_weights + mem.gradients + mem.optimizer;
   mem.model_buffers = estimate_model_buffer_bytes(spec);
   mem.activations = mem.model_buffers + estimate_backend_scratch_bytes(spec) +
-                    estimate_engine_scratch_bytes(spec, params, counts);
+                    estimate_engine_scratch_bytes(spec, params, counts) +
+                    align_scratch(spec, head_chunk_rows(spec)).bytes(bf16 ? 2.0 : 4.0);
   mem.metrics_scratch = estimate_metrics_scratch_bytes(spec, params, 0, counts.stored);
   return mem;
 }
@@ -479,6 +480,7 @@ std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags) {
   plan.attn_scale = scale(spec.model.attn_scale, "model.attn_scale");
   plan.logit_scale = scale(spec.model.logit_scale, "model.logit_scale");
   plan.head_chunk_rows = head_chunk_rows(spec);
+  plan.align_scratch = align_scratch(spec, plan.head_chunk_rows);
 
   plan.params = list_parameters(spec, plan.layers);
   InitResolver init(spec, model_vars, diags);

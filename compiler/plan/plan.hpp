@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/diagnostics.hpp"
+#include "plan/align_scratch.hpp"
 #include "spec/spec.hpp"
 
 namespace gc {
@@ -126,6 +127,7 @@ struct Plan {
   double width_mult = 1.0;
   double embedding_scale = 1.0, attn_scale = 1.0, logit_scale = 1.0;
   std::int64_t head_chunk_rows = 0;  // rows of LM-head logits held at once (head_chunk_rows())
+  AlignScratch align_scratch;        // the CUDA backend's padded projections (align_scratch.hpp)
 };
 
 // Rows of the LM head's logits (and their gradient) the model holds at once: the whole

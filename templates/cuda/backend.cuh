@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "cuda/aligned_linear.cuh"
 #include "cuda/attention.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.cuh"
@@ -28,6 +29,7 @@
 #include "cuda/rmsnorm.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/swiglu.cuh"
+#include "plan.hpp"
 #include "profile/step_profile.hpp"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
@@ -136,6 +138,7 @@ class Backend {
     moment_partials_.resize(2 * std::size_t(kMomentBlocks));
     step_loss_.resize(1);
     step_loss_.zero();
+    linear_.reserve(kAlignScratchActElems, kAlignScratchGradElems);  // planned: compiler/plan, align_scratch
     if constexpr (kMoe) {
       // Per-sequence balancing (moe.seq_aux_loss): P, counts and dL/dp for each of the batch's
       // sequences; the z-loss's Σ lse² reduces N squares.
@@ -179,14 +182,14 @@ class Backend {
   BlasLt& blas() { return blas_; }
 
   // y[N,out] = x[N,in] · W[out,in]^T
+  // (Widths not a multiple of 8 run on zero-padded copies in bf16: cuda/aligned_linear.cuh.)
   void linear_forward(T* y, const T* x, const T* W, int N, int in, int out) {
-    blas_.gemm(false, true, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    linear_.forward(blas_, y, x, W, N, in, out);
   }
   // dx[N,in] = (or +=) dy[N,out] · W[out,in];  dW[out,in] += dy^T · x (fp32).
   void linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, int N, int in, int out,
                        bool accumulate_dx = false) {
-    blas_.gemm(false, false, N, in, out, 1.0f, dy, out, W, in, accumulate_dx ? 1.0f : 0.0f, dx, in);
-    blas_.gemm(true, false, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    linear_.backward(blas_, dx, dW, dy, x, W, N, in, out, accumulate_dx);
   }
   // The model's norms are d_model wide (ResidualNorm) or, for QK-norm, head_dim wide (QkNorm):
   // the width picks the specialized kernel (the two coincide when d_model = head_dim).
@@ -577,6 +580,7 @@ class Backend {
   DeviceBuffer<double> moe_lse_total_;                      // the z-loss's Σ lse²
   int moe_groups_ = 1;                                      // sequences of the prepared batch
   DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;
+  AlignedLinear<T> linear_;  // the dense projections, padded to widths of 8 where needed
   ExpertLinear<T> experts_;  // the experts' projections and their device copy of the offsets
   DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };

@@ -366,3 +366,30 @@ attn_q = "1 / width_mult"
 
 }  // namespace
 }  // namespace gc
+
+namespace gc {
+namespace {
+
+// bf16 projections with a width not a multiple of 8 run on zero-padded copies on the GPU
+// (cuda/aligned_linear.cuh); the plan sizes that scratch for the largest call: here the LM head,
+// 128 rows × 1001 logits padded to 1008 (ŷ 128·1008 + Ŵ 1008·96; dŴ 1008·96 in fp32).
+TEST(Plan, ProjectionsWithWidthsNotAMultipleOf8GetPaddedScratchInBf16Only) {
+  EXPECT_EQ(must_plan(kFullDense).align_scratch.act_elems, 0);  // every width a multiple of 8
+  std::string text = kFullDense;
+  text.replace(text.find("vocab_size = 1000"), 17, "vocab_size = 1001");
+  text.replace(text.find("d_ff = 160"), 10, "d_ff = 150");
+  const Plan padded = must_plan(text);
+  EXPECT_EQ(padded.align_scratch.act_elems, 128 * 1008 + 1008 * 96);
+  EXPECT_EQ(padded.align_scratch.grad_elems, 1008 * 96);
+  text.replace(text.find("vocab_size = 1001"), 17, "vocab_size = 1000");
+  // Without the head: the stacked gate and up projection (out 300 -> 304: ŷ 128·304, Ŵ 304·96)
+  // needs more than the down projection (x̂ and dx̂ 2·128·152, Ŵ 96·152).
+  EXPECT_EQ(must_plan(text).align_scratch.act_elems, 128 * 304 + 304 * 96);
+  EXPECT_EQ(must_plan(text).align_scratch.grad_elems, 304 * 96);
+  text.replace(text.find("tokens = 5000"), 13, "tokens = 5000\nprecision = \"fp32\"");
+  EXPECT_EQ(must_plan(text).align_scratch.act_elems, 0);
+  EXPECT_EQ(must_plan(text).align_scratch.grad_elems, 0);
+}
+
+}  // namespace
+}  // namespace gc
