@@ -12,16 +12,20 @@
 // output width allows, else 64): grid.x over the row tiles of all experts, grid.y over the output
 // columns, expert by expert (expert e has ceil(rows_e / 128) of them; a block past the last finds
 // none and returns). dW runs one block per BM×BN tile of W_e (blockIdx.z = e). Each block: 4 warps
-// in 2×2, each a (BM/2)×(BN/2) quarter of the tile; K in steps of 32 through two shared-memory
-// stages, the next loaded with cp.async while the current one is multiplied. An expert with no rows
+// in 2×2, each a (BM/2)×(BN/2) quarter of the tile; K in steps of 32 through a ring of 4
+// shared-memory stages (dynamic, 68-80 KiB), three loading with cp.async while one is multiplied
+// (with two stages the kit measured 130 TFLOP/s at moe_3b's shapes on an H200). An expert with no rows
 // has no tile and its dW is not touched (exactly its zero-initialized gradient, as on the CPU). IN
 // and OUT must be multiples of 64 (whole column tiles; expert_linear.cuh falls back to one cuBLASLt
 // GEMM per expert otherwise). Measured on an H200 at moe_3b's shapes: docs/performance.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "cuda/common.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/mma.cuh"
 
 namespace gcm::cuda::grouped {
@@ -29,6 +33,7 @@ namespace gcm::cuda::grouped {
 inline constexpr int kThreads = 128;  // 4 warps, 2×2 over the output tile
 inline constexpr int kTileRows = 128;  // rows of the activations per row tile (forward, dx)
 inline constexpr int kStep = 32;       // K per shared-memory stage (2 mma k-steps)
+inline constexpr int kStages = 4;      // stages in flight: 3 loading while one is multiplied
 
 // Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages).
 template <int IN, int OUT>
@@ -111,24 +116,61 @@ __device__ __forceinline__ void multiply_stage(Acc<MT, NT>& acc, const TileA& a_
   }
 }
 
-// The K loop of a block over STAGES stages of kStep, double-buffered: load(stage, buffer) issues
-// the cp.async copies of a stage (committed groups of this thread, GROUPS per stage); the next
-// stage is in flight while the current one is multiplied.
+// The K loop of a block over `stages` stages of kStep in a ring of kStages buffers: load(stage,
+// buffer) issues the cp.async copies of a stage (GROUPS committed groups of this thread); while
+// stage k is multiplied, stages k + 1 .. k + kStages − 1 are in flight. A stage past the last
+// commits empty groups, so that the count cp_async_wait waits for stays the same.
 template <int GROUPS, class Load, class Multiply>
 __device__ __forceinline__ void pipelined_k_loop(int stages, Load&& load, Multiply&& multiply) {
-  if (stages <= 0) return;
-  load(0, 0);
-  for (int k = 0; k < stages; ++k) {
-    if (k + 1 < stages) {
-      load(k + 1, (k + 1) % 2);
-      mma::cp_async_wait<GROUPS>();  // stage k landed; k + 1 may still be in flight
+  const auto load_or_nothing = [&](int stage) {
+    if (stage < stages) {
+      load(stage, stage % kStages);
     } else {
-      mma::cp_async_wait<0>();
+#pragma unroll
+      for (int g = 0; g < GROUPS; ++g) mma::cp_async_commit();
     }
-    __syncthreads();
-    multiply(k % 2);
-    __syncthreads();  // the buffer is overwritten by the load after next
+  };
+  for (int stage = 0; stage < kStages - 1; ++stage) load_or_nothing(stage);
+  for (int k = 0; k < stages; ++k) {
+    mma::cp_async_wait<(kStages - 2) * GROUPS>();  // stage k has landed (this thread's copies)
+    __syncthreads();  // everyone's copies of stage k; everyone done multiplying stage k − 1
+    load_or_nothing(k + kStages - 1);  // into stage k − 1's buffer
+    multiply(k % kStages);
   }
+}
+
+// A block's stage buffers in dynamic shared memory: kStages tiles of A, then kStages of B.
+template <class TileA, class TileB>
+struct StageRing {
+  static constexpr std::size_t kBytes = kStages * (sizeof(TileA) + sizeof(TileB));
+  TileA* a;
+  TileB* b;
+  __device__ __forceinline__ StageRing() {
+    unsigned char* smem = hopper::dynamic_shared();
+    a = reinterpret_cast<TileA*>(smem);
+    b = reinterpret_cast<TileB*>(smem + kStages * sizeof(TileA));
+  }
+};
+
+// The rings of the three kernels: the rows' tile and W's (forward), dY's and W's (dx), dYᵀ's and
+// X's (dW).
+template <int OUT>
+using ForwardRing = StageRing<mma::SmemTile<kTileRows, kStep>, mma::SmemTile<kTileCols<OUT>, kStep>>;
+template <int IN>
+using DxRing = StageRing<mma::SmemTile<kTileRows, kStep>, mma::SmemTile<kStep, kTileCols<IN>>>;
+template <int IN, int OUT>
+using DwRing = StageRing<mma::SmemTile<kStep, kTileCols<OUT>>, mma::SmemTile<kStep, kTileCols<IN>>>;
+
+// Launches KERNEL with `bytes` of dynamic shared memory; above 48 KiB the kernel's limit is raised
+// the first time (once per kernel: the static belongs to this KERNEL's instantiation).
+template <auto KERNEL, typename... Args>
+void launch_ring(dim3 grid, std::size_t bytes, Args&&... args) {
+  static const bool allowed = [&] {
+    GC_CUDA_CHECK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return true;
+  }();
+  (void)allowed;
+  launch(KERNEL, grid, kThreads, bytes, std::forward<Args>(args)...);
 }
 
 // Stores a warp's accumulators at rows row0 + 16·mt (+ g, + 8), columns col0 + 8·nt + 2t (+1) of
@@ -163,8 +205,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
                                                            const bf16* __restrict__ w,
                                                            const std::int64_t* __restrict__ offsets, int experts) {
   constexpr int BN = kTileCols<OUT>, MT = kTileRows / 32, NT = BN / 16;
-  __shared__ mma::SmemTile<kTileRows, kStep> a_s[2];
-  __shared__ mma::SmemTile<BN, kStep> b_s[2];
+  const ForwardRing<OUT> ring;
   const RowTile tile = block_row_tile(offsets, experts);
   if (tile.expert < 0) return;
   const int col0 = int(blockIdx.y) * BN, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -176,10 +217,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
   pipelined_k_loop<2>(
       IN / kStep,
       [&](int k, int buf) {
-        mma::load_tile_async<kThreads, IN>(a_s[buf], x_t + k * kStep, 0, rows);
-        mma::load_tile_async<kThreads, IN>(b_s[buf], w_e + k * kStep, 0, BN);
+        mma::load_tile_async<kThreads, IN>(ring.a[buf], x_t + k * kStep, 0, rows);
+        mma::load_tile_async<kThreads, IN>(ring.b[buf], w_e + k * kStep, 0, BN);
       },
-      [&](int buf) { multiply_stage<MT, NT, Fragments<false, true>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+      [&](int buf) { multiply_stage<MT, NT, Fragments<false, true>>(acc, ring.a[buf], ring.b[buf], wm, wn, lane); });
   store_tile<OUT, false>(y, acc, tile.row0 + wm, tile.end, col0 + wn, lane);
 }
 
@@ -190,8 +231,7 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
                                                                const bf16* __restrict__ w,
                                                                const std::int64_t* __restrict__ offsets, int experts) {
   constexpr int BN = kTileCols<IN>, MT = kTileRows / 32, NT = BN / 16;
-  __shared__ mma::SmemTile<kTileRows, kStep> a_s[2];
-  __shared__ mma::SmemTile<kStep, BN> b_s[2];
+  const DxRing<IN> ring;
   const RowTile tile = block_row_tile(offsets, experts);
   if (tile.expert < 0) return;
   const int col0 = int(blockIdx.y) * BN, warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -203,10 +243,10 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
   pipelined_k_loop<2>(
       OUT / kStep,
       [&](int k, int buf) {
-        mma::load_tile_async<kThreads, OUT>(a_s[buf], dy_t + k * kStep, 0, rows);
-        mma::load_tile_async<kThreads, IN>(b_s[buf], w_e + std::int64_t(k) * kStep * IN, 0, kStep);
+        mma::load_tile_async<kThreads, OUT>(ring.a[buf], dy_t + k * kStep, 0, rows);
+        mma::load_tile_async<kThreads, IN>(ring.b[buf], w_e + std::int64_t(k) * kStep * IN, 0, kStep);
       },
-      [&](int buf) { multiply_stage<MT, NT, Fragments<false, false>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+      [&](int buf) { multiply_stage<MT, NT, Fragments<false, false>>(acc, ring.a[buf], ring.b[buf], wm, wn, lane); });
   store_tile<IN, ACCUMULATE>(dx, acc, tile.row0 + wm, tile.end, col0 + wn, lane);
 }
 
@@ -219,8 +259,7 @@ __global__ void __launch_bounds__(kThreads) backward_dw_kernel(float* __restrict
                                                                const bf16* __restrict__ x,
                                                                const std::int64_t* __restrict__ offsets) {
   constexpr int BM = kTileCols<OUT>, BN = kTileCols<IN>, MT = BM / 32, NT = BN / 16;
-  __shared__ mma::SmemTile<kStep, BM> a_s[2];
-  __shared__ mma::SmemTile<kStep, BN> b_s[2];
+  const DwRing<IN, OUT> ring;
   const int e = int(blockIdx.z);
   const std::int64_t begin = offsets[e], end = offsets[e + 1];
   if (begin == end) return;
@@ -233,10 +272,10 @@ __global__ void __launch_bounds__(kThreads) backward_dw_kernel(float* __restrict
       [&](int k, int buf) {
         const std::int64_t r0 = begin + std::int64_t(k) * kStep;
         const int rows = int(end - r0 < kStep ? end - r0 : kStep);
-        mma::load_tile_async<kThreads, OUT>(a_s[buf], dy + r0 * OUT + o0, 0, rows);
-        mma::load_tile_async<kThreads, IN>(b_s[buf], x + r0 * IN + i0, 0, rows);
+        mma::load_tile_async<kThreads, OUT>(ring.a[buf], dy + r0 * OUT + o0, 0, rows);
+        mma::load_tile_async<kThreads, IN>(ring.b[buf], x + r0 * IN + i0, 0, rows);
       },
-      [&](int buf) { multiply_stage<MT, NT, Fragments<true, false>>(acc, a_s[buf], b_s[buf], wm, wn, lane); });
+      [&](int buf) { multiply_stage<MT, NT, Fragments<true, false>>(acc, ring.a[buf], ring.b[buf], wm, wn, lane); });
   store_tile<IN, true>(dw + std::int64_t(e) * OUT * IN, acc, o0 + wm, OUT, i0 + wn, lane);
 }
 
@@ -252,7 +291,8 @@ template <int IN, int OUT>
 void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets, int experts, std::int64_t tiles) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
   if (tiles == 0) return;
-  launch(forward_kernel<IN, OUT>, dim3(unsigned(tiles), OUT / kTileCols<OUT>), kThreads, 0, y, x, w, offsets, experts);
+  launch_ring<forward_kernel<IN, OUT>>(dim3(unsigned(tiles), OUT / kTileCols<OUT>), ForwardRing<OUT>::kBytes, y, x, w,
+                                       offsets, experts);
 }
 
 template <int IN, int OUT>
@@ -262,13 +302,13 @@ void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w,
   if (tiles > 0) {
     const dim3 grid(unsigned(tiles), IN / kTileCols<IN>);
     if (accumulate_dx) {
-      launch(backward_dx_kernel<IN, OUT, true>, grid, kThreads, 0, dx, dy, w, offsets, experts);
+      launch_ring<backward_dx_kernel<IN, OUT, true>>(grid, DxRing<IN>::kBytes, dx, dy, w, offsets, experts);
     } else {
-      launch(backward_dx_kernel<IN, OUT, false>, grid, kThreads, 0, dx, dy, w, offsets, experts);
+      launch_ring<backward_dx_kernel<IN, OUT, false>>(grid, DxRing<IN>::kBytes, dx, dy, w, offsets, experts);
     }
   }
-  launch(backward_dw_kernel<IN, OUT>, dim3(IN / kTileCols<IN>, OUT / kTileCols<OUT>, unsigned(experts)), kThreads, 0,
-         dw, dy, x, offsets);
+  launch_ring<backward_dw_kernel<IN, OUT>>(dim3(IN / kTileCols<IN>, OUT / kTileCols<OUT>, unsigned(experts)),
+                                           DwRing<IN, OUT>::kBytes, dw, dy, x, offsets);
 }
 
 }  // namespace gcm::cuda::grouped
