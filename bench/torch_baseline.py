@@ -201,6 +201,7 @@ class Config:
     param_count: int
     matmul_params: int
     flops_per_token: float
+    moe: dict | None = None  # MoE settings (bench/torch_moe.py) or None for a dense model
 
     @property
     def grad_accum(self) -> int:
@@ -246,8 +247,9 @@ def _batches(train, micro_batch_override: int | None) -> tuple:
 
 def config_from(resolved: dict, plan: dict, micro_batch_override: int | None = None) -> Config:
     exp, model, train, optim = (_section(resolved, s) for s in ("experiment", "model", "train", "optim"))
-    if model("arch") != "dense":
-        raise SpecError(f"model.arch = {model('arch')!r}: the baseline covers dense models only")
+    moe = moe_config(resolved) if model("arch") == "moe" else None
+    if model("arch") not in ("dense", "moe"):
+        raise SpecError(f"model.arch = {model('arch')!r}: the baseline covers dense and moe models")
     if model("activation") != "swiglu":
         raise SpecError(f"model.activation = {model('activation')!r}: only swiglu is supported")
     if train("precision") not in ("bf16", "fp32"):
@@ -258,7 +260,8 @@ def config_from(resolved: dict, plan: dict, micro_batch_override: int | None = N
     return Config(
         name=str(exp("name")), vocab_size=int(model("vocab_size")), d_model=int(model("d_model")),
         n_layers=int(model("n_layers")), n_heads=int(model("n_heads")), n_kv_heads=int(model("n_kv_heads")),
-        head_dim=int(model("head_dim")), d_ff=int(model("d_ff")), norm_eps=float(model("norm_eps")),
+        head_dim=int(model("head_dim")), d_ff=int(moe["dense_d_ff"] if moe else model("d_ff")),
+        norm_eps=float(model("norm_eps")),
         norm_placement=str(model("norm_placement")), embedding_norm=bool(model("embedding_norm")),
         qk_norm=bool(model("qk_norm")), tie_embeddings=bool(model("tie_embeddings")),
         gated_attention=str(model("gated_attention")), rope_theta=float(model("rope_theta")),
@@ -268,8 +271,28 @@ def config_from(resolved: dict, plan: dict, micro_batch_override: int | None = N
         precision=str(train("precision")), lr=float(optim("lr")), betas=(float(betas[0]), float(betas[1])),
         adam_eps=float(optim("eps")), grad_clip=float(optim("grad_clip")),
         params=list(plan["params"]), param_count=int(plan["counts"]["total"]),
-        matmul_params=int(flops["matmul_params"]), flops_per_token=float(flops["per_token"]),
+        matmul_params=int(flops["matmul_params"]), flops_per_token=float(flops["per_token"]), moe=moe,
     )
+
+
+def moe_config(resolved: dict) -> dict:
+    """The [moe] settings bench/torch_moe.py implements; a SpecError names a setting it does not
+    (the baseline would train another model)."""
+    moe, model = _section(resolved, "moe"), _section(resolved, "model")
+    unsupported = {"load_balance": ("aux_loss", "none"), "capacity_factor": (0, 0.0), "seq_aux_loss": (0, 0.0),
+                   "z_loss": (0, 0.0)}
+    for key, allowed in unsupported.items():
+        value = resolved.get("moe", {}).get(key, allowed[0])
+        if value not in allowed:
+            raise SpecError(f"moe.{key} = {value!r}: the PyTorch baseline implements {allowed}")
+    if model("norm_placement") != "pre":
+        raise SpecError("model.norm_placement = 'sandwich' with model.arch = 'moe': not in the PyTorch baseline")
+    return {"n_dense_layers": int(moe("n_dense_layers")), "layer_interval": int(moe("layer_interval")),
+            "n_experts": int(moe("n_experts")), "top_k": int(moe("top_k")), "expert_d_ff": int(moe("expert_d_ff")),
+            "shared_d_ff": int(moe("n_shared_experts")) * int(moe("shared_d_ff")),
+            "dense_d_ff": int(moe("dense_d_ff")), "router_scoring": str(moe("router_scoring")),
+            "norm_topk_prob": bool(moe("norm_topk_prob")), "load_balance": str(moe("load_balance")),
+            "load_balance_coef": float(moe("load_balance_coef"))}
 
 
 def read_config(path: str, micro_batch_override: int | None = None, gcompile: str | None = None,

@@ -1,4 +1,5 @@
-"""The PyTorch model of bench/torch_baseline.py: the Llama-style decoder a gcompile spec describes,
+"""The PyTorch model of bench/torch_baseline.py: the Llama-style decoder a gcompile spec describes
+(dense, or mixture of experts through bench/torch_moe.py),
 written with plain PyTorch modules the way a user would write it, its parameters named, shaped and
 initialized as gcompile's plan says, and the AdamW groups of the plan.
 
@@ -9,6 +10,11 @@ import bench/torch_baseline.py on a machine without torch. `cfg` is torch_baseli
 from __future__ import annotations
 
 import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_moe import is_moe_layer, moe_block  # noqa: E402  (the MoE layers' block)
 
 
 def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):
@@ -83,25 +89,26 @@ def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):
             return self.out_norm(o) if cfg.norm_placement == "sandwich" else o
 
     class MLP(nn.Module):
-        def __init__(self):
+        def __init__(self, d_ff: int = 0, out_norm: bool = True):
             super().__init__()
-            self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-            self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
-            self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
-            if cfg.norm_placement == "sandwich":
+            d_ff = d_ff or cfg.d_ff
+            self.gate_proj = nn.Linear(cfg.d_model, d_ff, bias=False)
+            self.up_proj = nn.Linear(cfg.d_model, d_ff, bias=False)
+            self.down_proj = nn.Linear(d_ff, cfg.d_model, bias=False)
+            if cfg.norm_placement == "sandwich" and out_norm:
                 self.out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
         def forward(self, x):
             m = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-            return self.out_norm(m) if cfg.norm_placement == "sandwich" else m
+            return self.out_norm(m) if hasattr(self, "out_norm") else m
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, layer: int):
             super().__init__()
             self.input_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
             self.self_attn = Attention()
             self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.mlp = MLP()
+            self.mlp = moe_block(cfg, torch, MLP) if is_moe_layer(cfg, layer) else MLP()
 
         def forward(self, h, cos, sin):
             h = h + self.self_attn(self.input_layernorm(h), cos, sin)
@@ -113,7 +120,7 @@ def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
             if cfg.embedding_norm:
                 self.embed_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.layers = nn.ModuleList(Block() for _ in range(cfg.n_layers))
+            self.layers = nn.ModuleList(Block(i) for i in range(cfg.n_layers))
             self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
 
     class Decoder(nn.Module):
@@ -143,7 +150,12 @@ def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):
                 logits = logits * cfg.logit_scale
             if logits.element_size() < 4:
                 logits = logits.float()
-            return F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.reshape(-1))
+            loss = F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.reshape(-1))
+            for layer in m.layers:  # the MoE layers' balancing losses of this forward
+                aux = getattr(layer.mlp, "aux_loss", None)
+                if aux is not None:
+                    loss = loss + aux
+            return loss
 
     model = Decoder()
     with torch.no_grad():
