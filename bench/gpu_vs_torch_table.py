@@ -46,7 +46,7 @@ def bench_spec(spec, out_path, name, steps, micro_batch="0"):
         f"steps = {steps}", "eval_every = 0", "eval_batches = 1", "checkpoint_every = 0", "log_every = 1", "",
         "[data]", 'format = "synthetic"', "",
     ]
-    for m in METRICS:
+    for m in METRICS + (["moe_routing"] if cfg.moe else []):
         lines += [f"[metrics.{m}]", "enabled = false", ""]
     text = "\n".join(lines)
     old = open(out_path).read() if os.path.exists(out_path) else None

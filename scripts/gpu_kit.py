@@ -39,6 +39,8 @@ TREES = [
 GPU_ONLY_ROLES = ("metrics", "moe_3b")
 # bench/gpu_vs_torch's specs on a GPU (0.1B and 1.5B, no gate); under emulation the tiny tree's.
 BENCH_SPECS = ["specs/paper/seed000/dense_0.1b_g1_eps1e-12.toml", "specs/paper/seed000/dense_1.5b_g1_eps1e-12.toml"]
+# The moe_bench row's (a GPU only): the committed moe_3b against its PyTorch peer (bench/torch_moe.py).
+MOE_BENCH_SPECS = ["specs/moe_3b.toml"]
 
 # Steps of the runs, on a GPU and under the emulator (small shapes there: see EMULATED_TRAIN).
 STEPS = {"gpu": {"tiny": 200, "moe_tiny": 30, "memcheck": 3, "metrics": 100, "moe_3b": 10},
@@ -70,10 +72,17 @@ def trees(mode="gpu"):
         print(name, spec, role, data_from or "-")
 
 
-def bench_specs(kit):
-    """The specs of the kit's bench trees (bench/gpu_vs_torch names a tree after its spec), one a line."""
-    for spec in json.load(open(os.path.join(kit, "kit.json")))["bench_specs"]:
+def bench_specs(kit, key="bench_specs"):
+    """The specs of the kit's bench trees (KEY: bench_specs, the bench row's, or moe_bench_specs),
+    one a line (bench/gpu_vs_torch names a tree after its spec)."""
+    for spec in json.load(open(os.path.join(kit, "kit.json"))).get(key, []):
         print(spec)
+
+
+def bench_trees(kit, key="bench_specs"):
+    """The names of those specs' trees under KIT/trees, one a line."""
+    for spec in json.load(open(os.path.join(kit, "kit.json"))).get(key, []):
+        print(bench_tree_name(spec))
 
 
 def overlay(spec, out_path, name):
@@ -161,6 +170,7 @@ def manifest(kit, mode, commit):
     doc = {"mode": mode, "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "git_commit": commit,
            "trees": [{"name": n, "spec": s, "role": r, "data_from": d or n} for n, s, r, d in kit_trees(mode)],
            "bench_specs": BENCH_SPECS if mode == "gpu" else [os.path.join(kit, "specs", "tiny.toml")],
+           "moe_bench_specs": MOE_BENCH_SPECS if mode == "gpu" else [],
            "steps": STEPS[mode], "tolerances": TOLERANCES}
     with open(os.path.join(kit, "kit.json"), "w") as f:
         json.dump(doc, f, indent=1)
@@ -198,7 +208,7 @@ def check_kit(kit):
         need += [os.path.join(data, "train.bin")]
         if t["role"] == "train" and t["data_from"] == t["name"]:
             need.append(os.path.join(kit, "reference", t["name"] + "_cpu.json"))
-    for spec in doc["bench_specs"]:
+    for spec in doc["bench_specs"] + doc.get("moe_bench_specs", []):
         tree = os.path.join(kit, "trees", bench_tree_name(spec))
         need += [os.path.join(tree, "CMakeLists.txt"), os.path.join(tree, "data", "train.bin")]
     if doc["mode"] == "gpu":
@@ -534,7 +544,7 @@ def facts(path, *pairs):
 
 
 COMMANDS = {
-    "trees": trees, "bench-specs": bench_specs, "overlay": overlay, "copy-data": copy_data,
+    "trees": trees, "bench-specs": bench_specs, "bench-trees": bench_trees, "overlay": overlay, "copy-data": copy_data,
     "reference": reference, "manifest": manifest, "kit-value": kit_value, "check-kit": check_kit,
     "command": command, "gtest": gtest, "parity": parity, "curve": curve, "final-loss": final_loss,
     "repeat": repeat, "bench-rows": bench_rows, "attention-rows": attention_rows, "summary": summary,

@@ -74,7 +74,7 @@ while read -r name spec role data_from; do
 done < <(py trees "$mode")
 
 # The bench trees (bench/gpu_vs_torch --prepare writes them, their synthetic tokens inside).
-mapfile -t bench < <(py bench-specs "$kit")
+mapfile -t bench < <(py bench-specs "$kit"; py bench-specs "$kit" moe_bench_specs)
 note "generating the bench trees: ${bench[*]}"
 GCOMPILE=$GCOMPILE step "bench/gpu_vs_torch --prepare" bench/gpu_vs_torch --prepare --trees "$kit/trees" \
   --specs "${bench[*]}"

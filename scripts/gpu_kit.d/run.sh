@@ -147,11 +147,12 @@ metrics_tree=metrics_0.1b
 [ "$emulate" = 0 ] || metrics_tree=tiny  # a 0.1B step takes minutes under the emulator
 wanted metrics_overhead && add_need "$metrics_tree:train"
 { wanted moe_3b || wanted moe_3b_profile; } && [ "$emulate" = 0 ] && add_need moe_3b:train  # 57 GiB of state: a GPU only
-bench_trees=()
-for d in "$trees"/bench_*/; do [ -f "$d/CMakeLists.txt" ] && bench_trees+=("$(basename "$d")"); done
+mapfile -t bench_trees < <(py bench-trees "$kit")                    # the bench row's
+mapfile -t moe_bench_trees < <(py bench-trees "$kit" moe_bench_specs)  # the moe_bench row's
 # GC_KIT_BENCH_SPECS=PATTERN: the bench row runs (and builds) only the specs whose name contains it.
 bench_only=${GC_KIT_BENCH_SPECS:-}
 if wanted bench; then for b in "${bench_trees[@]}"; do [[ $b == *"$bench_only"* ]] && add_need "$b:train"; done; fi
+if wanted moe_bench && [ "$emulate" = 0 ]; then for b in "${moe_bench_trees[@]}"; do add_need "$b:train"; done; fi
 
 build_tree() {  # TREE TARGET DEADLINE -> TREE/TARGET, with nvcc for this GPU (or against the emulator)
   local tree=$trees/$1 target=$2 left=$(($3 - SECONDS)) gen=()
@@ -415,6 +416,29 @@ if wanted moe_experts; then
     if detail=$(py moe-experts "$logs/moe_experts_ours.jsonl" "$logs/moe_experts_torch.jsonl") && [ "$rc" -eq 0 ]; then
       row moe_experts PASS "$detail" "$took"
     else row moe_experts FAIL "$detail ($(why "$rc" "$logs/moe_experts.log"))" "$took"; fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# moe_bench: moe_3b (one micro-batch of 2 × 4096 tokens a step) against its PyTorch peer
+# (bench/torch_moe.py: torch._grouped_mm, torch.compile, SDPA auto), both profiled
+# ---------------------------------------------------------------------------------------------
+if wanted moe_bench; then
+  limit=$(cap 240)
+  mapfile -t moe_specs < <(py bench-specs "$kit" moe_bench_specs)
+  if [ "$emulate" = 1 ]; then row moe_bench SKIP "needs a GPU (moe_3b: 57 GiB of model state)"
+  elif [ ${#moe_specs[@]} -eq 0 ]; then row moe_bench FAIL "the kit has no moe_bench_specs (prepare it again)"
+  elif [ "$limit" -le 0 ]; then row moe_bench SKIP "out of time"
+  else
+    timed "$limit" "$logs/moe_bench.out" env GC_TREE_CUDA_ARCH="$arch" bench/gpu_vs_torch --trees "$trees" --no-build \
+      --results "$logs/moe_bench" --log "$logs/moe_bench.log" --json "$logs/moe_bench.json" --specs "${moe_specs[*]}" \
+      --steps 10 --warmup 3 --sdpa-backends auto --budget-s $((limit - 30 > 30 ? limit - 30 : 30))
+    rc=$?
+    if [ ! -f "$logs/moe_bench/rows.json" ] && [ -f "$logs/moe_bench/order.txt" ]; then
+      bench/gpu_vs_torch --table-from "$logs/moe_bench" >> "$logs/moe_bench.out" 2>&1
+    fi
+    if detail=$(py bench-rows "$logs/moe_bench/rows.json") && [ "$rc" -eq 0 ]; then row moe_bench PASS "$detail" "$took"
+    else row moe_bench FAIL "$detail ($(why "$rc" "$logs/moe_bench.out"))" "$took"; fi
   fi
 fi
 
