@@ -49,6 +49,7 @@ inline AllocationStats& allocation_stats() {
 // GPU is counted on every run, under the emulator too.
 struct TransferStats {
   std::int64_t device_to_host_bytes = 0;
+  std::int64_t device_to_host_copies = 0;  // each one waits for the GPU (train's summary counts them)
 };
 inline TransferStats& transfer_stats() {
   static TransferStats stats;
@@ -59,6 +60,7 @@ inline TransferStats& transfer_stats() {
 inline void copy_to_host(void* host, const void* device, std::size_t bytes) {
   GC_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
   transfer_stats().device_to_host_bytes += std::int64_t(bytes);
+  transfer_stats().device_to_host_copies += 1;
 }
 
 // An owning device allocation of n elements of T (no copy, moves only). The

@@ -340,6 +340,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   std::int64_t device_allocated_peak() const override { return gc::rt::cuda::allocation_stats().peak_bytes; }
   std::int64_t device_allocations() const override { return gc::rt::cuda::allocation_stats().allocations; }
   std::int64_t device_to_host_bytes() const override { return gc::rt::cuda::transfer_stats().device_to_host_bytes; }
+  std::int64_t device_to_host_copies() const override { return gc::rt::cuda::transfer_stats().device_to_host_copies; }
 
  protected:
   CudaModel& model() override { return model_; }

@@ -188,6 +188,8 @@ class EngineTelemetry {
   virtual std::int64_t device_allocations() const { return 0; }
   // Bytes this process has copied from the device to the host so far (0 on the CPU).
   virtual std::int64_t device_to_host_bytes() const { return 0; }
+  // Device → host copies so far (each waits for the GPU); 0 on the CPU.
+  virtual std::int64_t device_to_host_copies() const { return 0; }
   // The step profile (train --profile; profile/step_profile.hpp): a clock where this engine's
   // work runs, and the recorder its model's ops report to (null: not profiling).
   virtual std::unique_ptr<profile::Clock> make_profile_clock() = 0;

@@ -311,9 +311,13 @@ inline int Trainer::run() {
     const double lr = learning_rate(step);
     const bool read = read_due(step);
     const std::int64_t allocations_before = host_allocations();
+    const std::int64_t copies_before = engine_->device_to_host_copies();
     if (profiler_) profiler_->before_step(step);
     const bool finite = train_step(step, read);
-    if (step > start_step_) host_allocations_in_steps_ += host_allocations() - allocations_before;
+    if (step > start_step_) {
+      host_allocations_in_steps_ += host_allocations() - allocations_before;
+      device_to_host_copies_in_steps_ += engine_->device_to_host_copies() - copies_before;
+    }
     if (!finite) {
       // Every rank reads the same verdict (reduced loss and gradient norm) at the same step, so
       // every rank stops here. The engine made no update from the non-finite step on.

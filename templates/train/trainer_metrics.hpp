@@ -192,6 +192,10 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
     // the run's measurements (docs/metrics.md, "On a GPU").
     r["metrics_device_to_host_bytes"] = metrics_device_to_host_bytes_;
+    // Device → host copies made by the steps after the first, each a wait for the GPU: the loss
+    // and verdict reads of the read steps, MoE's routing offsets and counts (issue 39: to become
+    // zero), and the metrics' when due.
+    r["device_to_host_copies_in_steps"] = device_to_host_copies_in_steps_;
     r["measurements"] = measurements_;
   }
   r["metrics_s"] = metrics_seconds_;  // every measurement's time, the last one's included
