@@ -49,6 +49,14 @@ def _routing(records):
             f"MoE layers{worst}, {dropped} dropped")
 
 
+def _copies(summary):
+    """The steps' device → host copies per step (train's summary; issue 39 wants none)."""
+    copies, steps = summary.get("device_to_host_copies_in_steps"), summary.get("steps")
+    if copies is None or not steps or steps < 2:
+        return ""
+    return f"; {copies / (steps - 1):.0f} device->host copies a step"
+
+
 def moe_3b(metrics_jsonl, steps):
     """The moe_3b row: the run reached STEPS with finite losses and wrote its summary; reports the
     speed, MFU on active FLOPs (flops_per_token counts the routed experts a token uses, not all),
@@ -68,7 +76,7 @@ def moe_3b(metrics_jsonl, steps):
     detail = (f"{summary.get('steps')} steps, loss {logs[0]['loss']:.3f} -> {logs[-1]['loss']:.3f}; median step "
               f"{summary['step_ms_median']:.0f} ms, {tps:,.0f} tokens/s, MFU@{PEAK_TFLOPS:.0f} {100 * mfu:.1f}% "
               f"(active {summary.get('flops_per_token', 0):.3g} FLOP/token); device peak {peak / 2**30:.2f} / plan "
-              f"{plan / 2**30:.2f} GiB; {_routing(records)}")
+              f"{plan / 2**30:.2f} GiB; {_routing(records)}{_copies(summary)}")
     if len(logs) < int(steps) and logs[-1]["step"] + 1 < int(steps):
         _fail(f"stopped before step {steps}: " + detail)
     if plan and peak > plan:

@@ -287,6 +287,8 @@ class Moe(unittest.TestCase):
         self.assertIn("MFU@989 41.1%", line)  # 131072 * 3.1e9 / 989e12
         self.assertIn("60.00 / plan 70.00 GiB", line)
         self.assertIn("worst max/mean load 1.70, 3 dropped", line)
+        with_copies = dict(MOE_SUMMARY, device_to_host_copies_in_steps=9 * 72 + 18)
+        self.assertIn("74 device->host copies a step", self.run_moe_3b([12.0] * 10, summary=with_copies)[1])
 
     def test_moe_3b_fails_on_a_nonfinite_loss_a_short_run_or_memory_over_the_plan(self):
         self.assertEqual(self.run_moe_3b([12.0, float("nan")] + [12.0] * 8)[0], 1)
