@@ -16,6 +16,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_kit.d"))
 import kit_data  # noqa: E402  (the store of the trees' shared files)
 import kit_report  # noqa: E402  (the profile row, the bench row's report, the summary's sections)
+from kit_report import read_jsonl  # noqa: E402
 import kit_moe  # noqa: E402  (the moe_3b and moe_experts rows' verdicts)
 
 # The kit's trees: name, spec, what the run does with it (the build targets follow from it), and
@@ -130,22 +131,6 @@ def copy_data(tree):
             fail(f"{tree}: the token file {path} ({key}) does not exist")
         shutil.copyfile(path, os.path.join(tree, "data", name))
     print(" ".join(sorted(os.listdir(os.path.join(tree, "data")))))
-
-
-def read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-    except OSError:
-        pass
-    return out
 
 
 def losses(path):

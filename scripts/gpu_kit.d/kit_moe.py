@@ -8,27 +8,12 @@
 
 Each verdict prints one detail line and exits 0 (PASS) or 1 (FAIL).
 """
-import json
 import math
 import sys
 
+from kit_report import read_jsonl
+
 PEAK_TFLOPS = 989.0  # H100/H200 SXM dense bf16, the MFU convention of docs/performance.md
-
-
-def _read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        pass
-    except OSError:
-        pass
-    return out
 
 
 def _fail(message):
@@ -61,7 +46,7 @@ def moe_3b(metrics_jsonl, steps):
     """The moe_3b row: the run reached STEPS with finite losses and wrote its summary; reports the
     speed, MFU on active FLOPs (flops_per_token counts the routed experts a token uses, not all),
     memory against the plan (fails when allocated exceeds planned) and the routing records."""
-    records = _read_jsonl(metrics_jsonl)
+    records = read_jsonl(metrics_jsonl)
     logs = [r for r in records if "loss" in r and isinstance(r.get("step"), int)]
     summary = next((r for r in reversed(records) if r.get("event") == "summary"), None)
     if not logs or summary is None:
@@ -88,7 +73,7 @@ def moe_experts(ours_jsonl, torch_jsonl):
     """The moe_experts row: each of our implementations' forward and forward + backward times and
     its ratio to torch._grouped_mm (>1: ours faster); fails when a side has no time or the grouped
     kernels and cuBLASLt disagree beyond bf16 rounding (2e-2 relative to the largest value)."""
-    ours, torch_rows = _read_jsonl(ours_jsonl), _read_jsonl(torch_jsonl)
+    ours, torch_rows = read_jsonl(ours_jsonl), read_jsonl(torch_jsonl)
     peer = next((r for r in torch_rows if r.get("fwd_bwd_ms")), None)
     parts = []
     for r in ours:

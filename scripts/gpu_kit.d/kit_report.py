@@ -31,6 +31,23 @@ def _read(path):
         return f.read()
 
 
+def read_jsonl(path):
+    """Every JSON object line of PATH (other lines, an unreadable file: skipped)."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
 def _load(path):
     try:
         with open(path) as f:

@@ -303,6 +303,21 @@ fi
 wanted moe_train && TOL=$TOL_CURVE train_row moe_train moe_tiny moe_tiny moe_tiny "$STEPS_MOE" "$long" curve \
   "$kit/reference/moe_tiny_cpu.json"
 
+# train --profile STEPS on TREE (tokens from DATA_DIR) as row ROW: RUN/profile.json checked
+# (py profile) and kept in the results as runs/ROW.json, the printed table named by LABEL.
+profile_row() {  # ROW TREE DATA_DIR STEPS LABEL LIMIT
+  local name=$1 tree=$2 data=$3 steps=$4 label=$5 limit=$6 rc detail verdict
+  mkdir -p "$logs/runs"
+  timed "$limit" "$logs/$name.log" "$trees/$tree/train" --device cuda --profile "$steps" --no-metrics --no-checkpoint \
+    --out "$work/runs/$name" --train-data "$data/train.bin" --val-data "$data/val.bin"
+  rc=$?
+  detail=$(py profile "$work/runs/$name" "$logs/$name.log" "$logs/runs/$name.json" "$label")
+  verdict=$?
+  if [ "$rc" -ne 0 ]; then row "$name" FAIL "$(why "$rc" "$logs/$name.log")" "$took"
+  elif [ "$verdict" -eq 0 ]; then row "$name" PASS "$detail" "$took"
+  else row "$name" FAIL "$detail" "$took"; fi
+}
+
 # ---------------------------------------------------------------------------------------------
 # profile: train --profile on tiny (fp32): 2 warm-up steps, 3 profiled, the time of a step by
 # category (profile.json, "gcompile-profile-1") and the table train prints
@@ -314,15 +329,7 @@ if wanted profile; then
   elif ! grep -q -- '--profile' <<< "$help"; then row profile SKIP "tiny/train has no --profile (a tree of before it)"
   elif [ "$limit" -le 0 ]; then row profile SKIP "out of time"
   else
-    mkdir -p "$logs/runs"
-    timed "$limit" "$logs/profile.log" "$trees/tiny/train" --device cuda --profile 3 --no-metrics --no-checkpoint \
-      --out "$work/runs/profile" --train-data "$trees/tiny/data/train.bin" --val-data "$trees/tiny/data/val.bin"
-    rc=$?
-    detail=$(py profile "$work/runs/profile" "$logs/profile.log" "$logs/runs/profile.json")  # kept in the results
-    verdict=$?
-    if [ "$rc" -ne 0 ]; then row profile FAIL "$(why "$rc" "$logs/profile.log")" "$took"
-    elif [ "$verdict" -eq 0 ]; then row profile PASS "$detail" "$took"
-    else row profile FAIL "$detail" "$took"; fi
+    profile_row profile tiny "$trees/tiny/data" 3 "tiny fp32" "$limit"
   fi
 fi
 
@@ -384,16 +391,7 @@ if wanted moe_3b_profile; then
   elif ! built moe_3b train; then row moe_3b_profile SKIP "moe_3b/train not built"
   elif [ "$limit" -le 0 ]; then row moe_3b_profile SKIP "out of time"
   else
-    mkdir -p "$logs/runs"
-    data=$trees/${bench_trees[0]:-none}/data
-    timed "$limit" "$logs/moe_3b_profile.log" "$trees/moe_3b/train" --device cuda --profile 2 --no-metrics \
-      --no-checkpoint --out "$work/runs/moe_3b_profile" --train-data "$data/train.bin" --val-data "$data/val.bin"
-    rc=$?
-    detail=$(py profile "$work/runs/moe_3b_profile" "$logs/moe_3b_profile.log" "$logs/runs/moe_3b_profile.json" "moe_3b bf16")
-    verdict=$?
-    if [ "$rc" -ne 0 ]; then row moe_3b_profile FAIL "$(why "$rc" "$logs/moe_3b_profile.log")" "$took"
-    elif [ "$verdict" -eq 0 ]; then row moe_3b_profile PASS "$detail" "$took"
-    else row moe_3b_profile FAIL "$detail" "$took"; fi
+    profile_row moe_3b_profile moe_3b "$trees/${bench_trees[0]:-none}/data" 2 "moe_3b bf16" "$limit"
   fi
 fi
 
