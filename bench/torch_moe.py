@@ -42,6 +42,11 @@ def moe_block(cfg, torch, mlp_class):
         def forward(self, xs, offs):
             if hasattr(torch, "_grouped_mm"):
                 def mm(a, w):
+                    # Autocast does not cover _grouped_mm and its CUDA kernel takes bf16 only: under
+                    # autocast the operands are cast as mixed-precision training code casts them.
+                    if torch.is_autocast_enabled(a.device.type):
+                        low = torch.get_autocast_dtype(a.device.type)
+                        a, w = a.to(low), w.to(low)
                     return torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
             else:  # torch without _grouped_mm (CPU smoke tests only): the same products, per expert
                 def mm(a, w):
@@ -84,7 +89,7 @@ def moe_block(cfg, torch, mlp_class):
             dest = padded_start[sorted_expert] + torch.arange(flat.numel(), device=x.device) - start[sorted_expert]
             rows = flat.numel() + E * (GROUP_ALIGN - 1)  # every padding fits: a static shape
             xs = xf.new_zeros(rows, d).index_copy(0, dest, xf[order // k])
-            ys = self.experts(xs, torch.cumsum(padded, 0).to(torch.int32))[dest]
+            ys = self.experts(xs, torch.cumsum(padded, 0).to(torch.int32))[dest].to(xf.dtype)
             ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
             out = xf.new_zeros(B * T, d).index_add(0, order // k, ys)
             if hasattr(self, "shared_experts"):
