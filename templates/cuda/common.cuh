@@ -50,6 +50,19 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, 
   GC_CUDA_CHECK_LAUNCH();
 }
 
+// launch() with `bytes` of dynamic shared memory: above 48 KiB the kernel's limit is raised the
+// first time (once per kernel: the static belongs to this KERNEL's instantiation, whose size is
+// a constant of it).
+template <auto KERNEL, typename... Args>
+void launch_with_dynamic_shared(dim3 grid, dim3 block, std::size_t bytes, Args&&... args) {
+  static const bool allowed = [&] {
+    GC_CUDA_CHECK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return true;
+  }();
+  (void)allowed;
+  launch(KERNEL, grid, block, bytes, std::forward<Args>(args)...);
+}
+
 inline unsigned blocks_for(std::int64_t n, int threads) {
   const std::int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 1 ? 1 : (b > 65535LL * 16 ? 65535LL * 16 : b));
@@ -112,12 +125,18 @@ __device__ __forceinline__ void store_pack(T* dst, const float (&src)[kVec]) {
   *reinterpret_cast<Pack<kVec, T>*>(dst) = p;
 }
 
+// Whether every pointer may be read in packs of kVec elements of T.
+template <int kVec, typename T, typename... P>
+bool packs_aligned(const P*... pointers) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (kVec * sizeof(T)) == 0; };
+  return (aligned(pointers) && ...);
+}
+
 // Throws unless every pointer may be read in packs of kVec elements of T (a host-side guard of
 // the kernels that use WarpRow or row_pack; every buffer of the model satisfies it).
 template <int kVec, typename T, typename... P>
 void check_pack_aligned(const char* who, const P*... pointers) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % (kVec * sizeof(T)) == 0; };
-  if (!(aligned(pointers) && ...)) {
+  if (!packs_aligned<kVec, T>(pointers...)) {
     throw gc::rt::RuntimeError(std::string(who) + ": a buffer is not aligned to " +
                                std::to_string(kVec * sizeof(T)) + " bytes (its rows are read in packs)");
   }

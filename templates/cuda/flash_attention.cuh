@@ -17,11 +17,13 @@
 // memory through ldmatrix (.trans for V and the other B operands read along columns). Causal
 // block skipping: a block stops at the key tile holding its last query; only the tiles that cross
 // the diagonal are masked.
-// Backward: tiles of kRowsB = 64 rows (32 for head_dim > 64, so that four tiles fit in 48 KiB of
-// static shared memory); the dK/dV kernel holds its keys' K and V, loops over the kv group's
-// query heads and the query tiles at or after its keys (in order); the dQ kernel holds its
-// queries' Q and dO and loops over the key tiles up to the diagonal. Nothing is shared between
-// blocks and every sum runs in a fixed order: no atomics, bit-identical reruns.
+// Backward: a block owns 64 rows and streams the other side's tiles (64 rows, 32 for head_dim >
+// 64) through two stages of dynamic shared memory (55-70 KiB), the next tile's cp.async in
+// flight during this tile's products; the dK/dV kernel holds its keys' K and V, loops over the
+// kv group's query heads and the query tiles at or after its keys (in order); the dQ kernel
+// holds its queries' Q and dO and loops over the key tiles up to the diagonal. A warp skips the
+// tiles its causal mask zeroes entirely. Nothing is shared between blocks and every sum runs in
+// a fixed order: no atomics, bit-identical reruns.
 //
 // Specialized: head_dim, heads, kv heads and the scale are S's compile-time constants, so every
 // k-step and n-tile loop has a constant trip count. head_dim must be a multiple of 16 (at most
@@ -34,6 +36,7 @@
 
 #include "cuda/attention.cuh"
 #include "cuda/common.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/mma.cuh"
 
 namespace gcm::cuda {
@@ -65,8 +68,28 @@ struct FlashConfig {
   // Forward K/V stages: two (the next tile's cp.async overlaps this tile's math) when both fit
   // in 48 KiB of static shared memory (head_dim ≤ 64), else one.
   static constexpr int kStagesF = 2 * 2 * sizeof(mma::SmemTile<kRowsF, kHeadDim>) <= 48 * 1024 ? 2 : 1;
-  static constexpr int kRowsB = kHeadDim <= 64 ? 64 : 32;       // backward tile rows
-  static constexpr int kThreadsB = kRowsB / kWarpRows * kWarp;  // 128 or 64
+  // Backward: a block owns 64 rows (4 warps of 16: keys in dK/dV, queries in dQ) and streams the
+  // other side in tiles of kStreamRowsB rows through two shared-memory stages (the next tile's
+  // cp.async in flight during this tile's products). 32 streamed rows at head_dim 128 keep a
+  // warp's scores and gradients at 16 × 32 (222 registers, no spills on sm_90a).
+  static constexpr int kOwnRowsB = 64;
+  static constexpr int kStreamRowsB = kHeadDim <= 64 ? 64 : 32;
+  static constexpr int kThreadsB = kOwnRowsB / kWarpRows * kWarp;  // 128
+  // The dQ kernel's occupancy hint: 4 blocks an SM at head_dim ≤ 64 (125 registers), else 1,
+  // which leaves ptxas the 160 registers head_dim 128 needs without spilling (sm_90a).
+  static constexpr int kDqMinBlocks = kHeadDim <= 64 ? 4 : 1;
+};
+
+// The backward kernels' dynamic shared memory: the block's own rows (two tiles), two stages of
+// the streamed tiles and, for dK/dV, the streamed queries' lse (log2 units) and D_i.
+template <class S>
+struct BackwardShared {
+  using Cfg = FlashConfig<S>;
+  using Own = mma::SmemTile<Cfg::kOwnRowsB, Cfg::kHeadDim>;
+  using Streamed = mma::SmemTile<Cfg::kStreamRowsB, Cfg::kHeadDim>;
+  Own own[2];           // dK/dV: K, V; dQ: Q, dO
+  Streamed stream[2][2];  // [stage]: dK/dV: Q, dO; dQ: K, V
+  float lse2[2][Cfg::kStreamRowsB], delta[2][Cfg::kStreamRowsB];
 };
 
 // One bf16 pair of a row-major matrix as a register; 0 for rows ≥ rows_end.
@@ -259,8 +282,11 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsF)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, dK and dV. Block (x, g, b): keys k0 .. k0 + kRowsB − 1 of kv head g, k0 = kRowsB·x;
-// warp w owns keys k0 + 16w .. +15 (rows of Sᵀ, dPᵀ, dK, dV), lane 4g + t as in the forward.
+// Backward, dK and dV. Block (x, g, b): keys k0 .. k0 + 63 of kv head g, k0 = 64·x; warp w owns
+// keys k0 + 16w .. +15 (rows of Sᵀ, dPᵀ, dK, dV), lane 4g + t as in the forward. The block
+// streams, for each query head of the kv group in order, the query tiles at or after k0 (queries
+// before k0 see none of these keys), each with its dO, lse and D_i; a warp whose keys all come
+// after a tile's last query skips that tile's products (they would add only zeros).
 template <class S>
 __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
     flash_backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
@@ -268,19 +294,36 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
                                const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                                int seq_len) {
   using Cfg = FlashConfig<S>;
-  constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kQueryTiles = R / 8;
-  __shared__ mma::SmemTile<R, Cfg::kHeadDim> k_s, v_s, q_s, do_s;
-  __shared__ float lse2_s[R], delta_s[R];
+  constexpr int QB = Cfg::kStreamRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kQueryTiles = QB / 8;
+  constexpr int kThreads = Cfg::kThreadsB;
+  auto& sm = *reinterpret_cast<BackwardShared<S>*>(hopper::dynamic_shared());
 
   const int b = blockIdx.z, g_kv = blockIdx.y;
-  const int k0 = int(blockIdx.x) * R;
+  const int k0 = int(blockIdx.x) * Cfg::kOwnRowsB;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
-  const int slab = warp * kWarpRows;                        // the warp's first row in the tiles
+  const int slab = warp * kWarpRows;                        // the warp's first row in the own tiles
   const int keys[2] = {k0 + slab + g, k0 + slab + g + 8};  // this lane's keys
 
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
-  mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
-  mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+  mma::load_tile_async<kThreads, Cfg::kKvStride>(sm.own[0], k + kv_head, k0, seq_len);
+  mma::load_tile_async<kThreads, Cfg::kKvStride>(sm.own[1], v + kv_head, k0, seq_len);
+
+  // Streamed tile i: query head g·G + i / tiles_per_head, queries i0 .. i0 + QB − 1.
+  const int tiles_per_head = (seq_len - k0 + QB - 1) / QB, tiles = Cfg::kGroup * tiles_per_head;
+  const auto head_of = [&](int i) { return g_kv * Cfg::kGroup + i / tiles_per_head; };
+  const auto first_query = [&](int i) { return k0 + (i % tiles_per_head) * QB; };
+  const auto load_stage = [&](int i) {
+    const int stage = i % 2, h = head_of(i), i0 = first_query(i);
+    const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
+    const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
+    mma::load_tile_async<kThreads, Cfg::kQStride>(sm.stream[stage][0], q + q_head, i0, seq_len);
+    mma::load_tile_async<kThreads, Cfg::kQStride>(sm.stream[stage][1], dout + q_head, i0, seq_len);
+    for (int ii = threadIdx.x; ii < QB; ii += kThreads) {
+      const bool valid = i0 + ii < seq_len;
+      sm.lse2[stage][ii] = valid ? lse[lse_head + i0 + ii] * kLog2e : 0.0f;
+      sm.delta[stage][ii] = valid ? delta[lse_head + i0 + ii] : 0.0f;
+    }
+  };
 
   float dk_acc[kDimTiles][4], dv_acc[kDimTiles][4];
 #pragma unroll
@@ -289,28 +332,29 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
     for (int e = 0; e < 4; ++e) dk_acc[d][e] = dv_acc[d][e] = 0.0f;
   }
 
-  for (int h = g_kv * Cfg::kGroup; h < (g_kv + 1) * Cfg::kGroup; ++h) {
-    const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
-    const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-    for (int i0 = k0; i0 < seq_len; i0 += R) {  // queries before k0 see none of these keys
-      __syncthreads();  // the previous tile's readers are done
-      mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, i0, seq_len);
-      mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, i0, seq_len);
-      for (int ii = threadIdx.x; ii < R; ii += Cfg::kThreadsB) {
-        const bool valid = i0 + ii < seq_len;
-        lse2_s[ii] = valid ? lse[lse_head + i0 + ii] * kLog2e : 0.0f;
-        delta_s[ii] = valid ? delta[lse_head + i0 + ii] : 0.0f;
-      }
-      __syncthreads();
-
+  load_stage(0);
+  for (int i = 0; i < tiles; ++i) {
+    // The previous iteration's closing barrier freed the other stage: prefetch into it, then wait
+    // for this tile's two copy groups (and K, V) only.
+    if (i + 1 < tiles) {
+      load_stage(i + 1);
+      mma::cp_async_wait<2>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies (and lse, D_i) of this tile are in
+    const int stage = i % 2, i0 = first_query(i);
+    if (k0 + slab <= i0 + QB - 1) {  // some of the warp's keys are at or before the tile's last query
+      const auto& q_s = sm.stream[stage][0];
+      const auto& do_s = sm.stream[stage][1];
       float p[kQueryTiles][4], ds[kQueryTiles][4];  // Pᵀ and dSᵀ: rows = keys, columns = queries
 #pragma unroll
       for (int nt = 0; nt < kQueryTiles; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
       }
-      mma::product_rows<kQueryTiles, kSteps>(p, k_s, slab, q_s, lane);    // Sᵀ = K·Qᵀ
-      mma::product_rows<kQueryTiles, kSteps>(ds, v_s, slab, do_s, lane);  // dPᵀ = V·dOᵀ
+      mma::product_rows<kQueryTiles, kSteps>(p, sm.own[0], slab, q_s, lane);   // Sᵀ = K·Qᵀ
+      mma::product_rows<kQueryTiles, kSteps>(ds, sm.own[1], slab, do_s, lane);  // dPᵀ = V·dOᵀ
 #pragma unroll
       for (int nt = 0; nt < kQueryTiles; ++nt) {
 #pragma unroll
@@ -319,13 +363,14 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
           // P = 0 where the key is after the query or the query is past the end: chosen, not
           // multiplied, so an overflowing exp2 of a masked entry cannot leak in.
           const bool valid = query < seq_len && keys[e / 2] <= query;
-          p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - lse2_s[col]) : 0.0f;
-          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_s[col]);
+          p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - sm.lse2[stage][col]) : 0.0f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - sm.delta[stage][col]);
         }
       }
       product_cols<kDimTiles, kQueryTiles / 2>(dv_acc, p, do_s, lane);  // dV += Pᵀ·dO
       product_cols<kDimTiles, kQueryTiles / 2>(dk_acc, ds, q_s, lane);  // dK += dSᵀ·Q
     }
+    __syncthreads();  // this stage's readers are done before it is refilled
   }
 
   const float scale[2] = {Cfg::kScale, Cfg::kScale}, one[2] = {1.0f, 1.0f};
@@ -334,19 +379,21 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, dQ. Block (x, h, b): queries q0 .. q0 + kRowsB − 1 of head h, the longest rows first;
-// warp w owns queries q0 + 16w .. +15.
+// Backward, dQ. Block (x, h, b): queries q0 .. q0 + 63 of head h, the longest rows first; warp w
+// owns queries q0 + 16w .. +15. The block streams the key tiles up to its last query, each with
+// its V; a warp whose queries all come before a tile's first key skips that tile's products.
 template <class S>
-__global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
+__global__ void __launch_bounds__(FlashConfig<S>::kThreadsB, FlashConfig<S>::kDqMinBlocks)
     flash_backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                              const float* __restrict__ delta, const bf16* __restrict__ q,
                              const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
   using Cfg = FlashConfig<S>;
-  constexpr int R = Cfg::kRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = R / 8;
-  __shared__ mma::SmemTile<R, Cfg::kHeadDim> q_s, do_s, k_s, v_s;
+  constexpr int KB = Cfg::kStreamRowsB, kSteps = Cfg::kSteps, kDimTiles = Cfg::kDimTiles, kKeyTiles = KB / 8;
+  constexpr int kThreads = Cfg::kThreadsB;
+  auto& sm = *reinterpret_cast<BackwardShared<S>*>(hopper::dynamic_shared());
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * R;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * Cfg::kOwnRowsB;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
   const int slab = warp * kWarpRows;
   const int rows[2] = {q0 + slab + g, q0 + slab + g + 8};
@@ -354,8 +401,8 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
   const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * Cfg::kHeadDim;
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * Cfg::kHeadDim;
   const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-  mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(q_s, q + q_head, q0, seq_len);
-  mma::load_tile<Cfg::kThreadsB, Cfg::kQStride>(do_s, dout + q_head, q0, seq_len);
+  mma::load_tile_async<kThreads, Cfg::kQStride>(sm.own[0], q + q_head, q0, seq_len);
+  mma::load_tile_async<kThreads, Cfg::kQStride>(sm.own[1], dout + q_head, q0, seq_len);
   float lse2[2], delta_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -368,32 +415,46 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
 #pragma unroll
   for (int d = 0; d < kDimTiles; ++d) dq_acc[d][0] = dq_acc[d][1] = dq_acc[d][2] = dq_acc[d][3] = 0.0f;
 
-  const int last_query = min(q0 + R, seq_len) - 1;  // q0 < seq_len by the grid size
-  for (int k0 = 0; k0 <= last_query; k0 += R) {
-    __syncthreads();  // the previous tile's readers are done (and Q, dO are in on the first)
-    mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(k_s, k + kv_head, k0, seq_len);
-    mma::load_tile<Cfg::kThreadsB, Cfg::kKvStride>(v_s, v + kv_head, k0, seq_len);
+  const int last_query = min(q0 + Cfg::kOwnRowsB, seq_len) - 1;  // q0 < seq_len by the grid size
+  const int tiles = last_query / KB + 1;
+  const auto load_stage = [&](int i) {
+    mma::load_tile_async<kThreads, Cfg::kKvStride>(sm.stream[i % 2][0], k + kv_head, i * KB, seq_len);
+    mma::load_tile_async<kThreads, Cfg::kKvStride>(sm.stream[i % 2][1], v + kv_head, i * KB, seq_len);
+  };
+  load_stage(0);
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) {  // as in the dK/dV kernel: prefetch, then wait for this tile only
+      load_stage(i + 1);
+      mma::cp_async_wait<2>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
     __syncthreads();
-
-    float p[kKeyTiles][4], ds[kKeyTiles][4];
+    const int k0 = i * KB;
+    if (k0 <= q0 + slab + kWarpRows - 1) {  // some of the tile's keys are at or before the warp's last query
+      const auto& k_s = sm.stream[i % 2][0];
+      const auto& v_s = sm.stream[i % 2][1];
+      float p[kKeyTiles][4], ds[kKeyTiles][4];
 #pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
-    }
-    mma::product_rows<kKeyTiles, kSteps>(p, q_s, slab, k_s, lane);    // S = Q·Kᵀ
-    mma::product_rows<kKeyTiles, kSteps>(ds, do_s, slab, v_s, lane);  // dP = dO·Vᵀ
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, key = k0 + 8 * nt + 2 * t + (e & 1);
-        const bool valid = rows[r] < seq_len && key <= rows[r];
-        p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - lse2[r]) : 0.0f;
-        ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_row[r]);
+        for (int e = 0; e < 4; ++e) p[nt][e] = ds[nt][e] = 0.0f;
       }
+      mma::product_rows<kKeyTiles, kSteps>(p, sm.own[0], slab, k_s, lane);   // S = Q·Kᵀ
+      mma::product_rows<kKeyTiles, kSteps>(ds, sm.own[1], slab, v_s, lane);  // dP = dO·Vᵀ
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, key = k0 + 8 * nt + 2 * t + (e & 1);
+          const bool valid = rows[r] < seq_len && key <= rows[r];
+          p[nt][e] = valid ? exp2f(p[nt][e] * Cfg::kScaleLog2 - lse2[r]) : 0.0f;
+          ds[nt][e] = p[nt][e] * (ds[nt][e] - delta_row[r]);
+        }
+      }
+      product_cols<kDimTiles, kKeyTiles / 2>(dq_acc, ds, k_s, lane);  // dQ += dS·K
     }
-    product_cols<kDimTiles, kKeyTiles / 2>(dq_acc, ds, k_s, lane);  // dQ += dS·K
+    __syncthreads();  // this stage's readers are done before it is refilled
   }
 
   const float scale[2] = {Cfg::kScale, Cfg::kScale};
@@ -429,12 +490,14 @@ void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, cons
   constexpr int kDeltaThreads = 256;
   launch(detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp),
          kDeltaThreads, 0, scratch, dout, out, seq_len, rows);
-  constexpr int R = FlashConfig<S>::kRowsB;
+  constexpr int R = FlashConfig<S>::kOwnRowsB, kThreads = FlashConfig<S>::kThreadsB;
+  constexpr std::size_t kShared = sizeof(BackwardShared<S>);
   const dim3 kv_grid(row_tiles(seq_len, R), unsigned(S::kKvHeads), unsigned(batch));
-  launch(flash_backward_dkdv_kernel<S>, kv_grid, FlashConfig<S>::kThreadsB, 0, dk, dv, dout, lse, scratch, q, k, v,
-         seq_len);
+  launch_with_dynamic_shared<flash_backward_dkdv_kernel<S>>(kv_grid, kThreads, kShared, dk, dv, dout, lse, scratch, q,
+                                                            k, v, seq_len);
   const dim3 q_grid(row_tiles(seq_len, R), unsigned(S::kHeads), unsigned(batch));
-  launch(flash_backward_dq_kernel<S>, q_grid, FlashConfig<S>::kThreadsB, 0, dq, dout, lse, scratch, q, k, v, seq_len);
+  launch_with_dynamic_shared<flash_backward_dq_kernel<S>>(q_grid, kThreads, kShared, dq, dout, lse, scratch, q, k, v,
+                                                          seq_len);
 }
 
 }  // namespace gcm::cuda

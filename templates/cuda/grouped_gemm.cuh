@@ -161,16 +161,10 @@ using DxRing = StageRing<mma::SmemTile<kTileRows, kStep>, mma::SmemTile<kStep, k
 template <int IN, int OUT>
 using DwRing = StageRing<mma::SmemTile<kStep, kTileCols<OUT>>, mma::SmemTile<kStep, kTileCols<IN>>>;
 
-// Launches KERNEL with `bytes` of dynamic shared memory; above 48 KiB the kernel's limit is raised
-// the first time (once per kernel: the static belongs to this KERNEL's instantiation).
+// Launches KERNEL on kThreads with `bytes` of dynamic shared memory (its stage ring).
 template <auto KERNEL, typename... Args>
 void launch_ring(dim3 grid, std::size_t bytes, Args&&... args) {
-  static const bool allowed = [&] {
-    GC_CUDA_CHECK(cudaFuncSetAttribute(KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    return true;
-  }();
-  (void)allowed;
-  launch(KERNEL, grid, kThreads, bytes, std::forward<Args>(args)...);
+  launch_with_dynamic_shared<KERNEL>(grid, kThreads, bytes, std::forward<Args>(args)...);
 }
 
 // Stores a warp's accumulators at rows row0 + 16·mt (+ g, + 8), columns col0 + 8·nt + 2t (+1) of

@@ -4,9 +4,11 @@
 // has one owner and a fixed order, so results do not depend on scheduling.
 //
 //   route            one thread per token (scores in double, as on the CPU)
-//   dispatch         per expert one block: count its assignments, then place
-//                    them in token order with a block-wide prefix sum
-//   gather/combine   one thread per output element, ranks added in order
+//   dispatch         per expert one block, each thread a contiguous segment of
+//                    the assignments: count them, then place them in
+//                    assignment order after one block-wide prefix sum
+//   gather/combine   one thread per pack of up to 16 bytes of a row (V elements),
+//                    ranks added in order
 //   combine backward one warp per expert row (the dweight dot product)
 //   route backward   one thread per token, E partials in registers (E fixed)
 // The router runs in fp32 (scores, weights and their gradients are float:
@@ -110,15 +112,30 @@ __global__ void moe_capacity_kernel(std::int32_t* kept, std::int32_t* position, 
   dropped[i] = lost;
 }
 
+// Dispatch: block e owns expert e. Thread i of a block owns the i-th of blockDim.x contiguous
+// segments of the A assignments, so a block reads the assignments once per pass with one prefix
+// sum in all (the rows stay in assignment order: a stable counting sort, as on the CPU).
+__device__ __forceinline__ void assignment_segment(std::int64_t A, std::int64_t& begin, std::int64_t& end) {
+  const std::int64_t per = (A + blockDim.x - 1) / blockDim.x;
+  begin = min(A, std::int64_t(threadIdx.x) * per);
+  end = min(A, begin + per);
+}
+
+__device__ __forceinline__ int count_in_segment(const std::int32_t* expert, std::int64_t begin, std::int64_t end,
+                                                int e) {
+  int c = 0;
+  for (std::int64_t a = begin; a < end; ++a) c += expert[a] == e;
+  return c;
+}
+
 // counts[e] = assignments to expert e (block e; a dropped assignment, -1, counts for none).
 template <class M>
 __global__ void moe_count_kernel(std::int64_t* counts, const std::int32_t* expert, std::int64_t A) {
   __shared__ int scratch[kWarp];
-  const int e = blockIdx.x;
-  int c = 0;
-  for (std::int64_t a = threadIdx.x; a < A; a += blockDim.x) c += expert[a] == e;
-  c = block_sum(c, scratch);
-  if (threadIdx.x == 0) counts[e] = c;
+  std::int64_t begin, end;
+  assignment_segment(A, begin, end);
+  const int c = block_sum(count_in_segment(expert, begin, end, int(blockIdx.x)), scratch);
+  if (threadIdx.x == 0) counts[blockIdx.x] = c;
 }
 
 // offsets[0] = 0, offsets[e+1] = offsets[e] + counts[e] (E is small: one thread).
@@ -129,44 +146,43 @@ __global__ void moe_offsets_kernel(std::int64_t* offsets, const std::int64_t* co
   for (int e = 0; e < M::kExperts; ++e) offsets[e + 1] = offsets[e] + counts[e];
 }
 
-// Block e writes expert e's rows: the a-th assignment with expert e (in a's
-// order) goes to row offsets[e] + (how many came before it).
+// Block e writes expert e's rows: the assignments with expert e, in assignment order, go to rows
+// offsets[e], offsets[e] + 1, ...: thread i starts at offsets[e] + (expert e's assignments in
+// the segments before its own), an exclusive prefix sum over the block.
 template <class M>
 __global__ void moe_place_kernel(std::int32_t* order, std::int32_t* position, const std::int64_t* offsets,
                                  const std::int32_t* expert, std::int64_t A) {
-  __shared__ int flags[kMoeThreads];
+  __shared__ int before[kMoeThreads];
   const int e = blockIdx.x;
-  std::int64_t base = offsets[e];
-  for (std::int64_t start = 0; start < A; start += blockDim.x) {
-    const std::int64_t a = start + threadIdx.x;
-    const int mine = a < A && expert[a] == e;
-    flags[threadIdx.x] = mine;
+  std::int64_t begin, end;
+  assignment_segment(A, begin, end);
+  const int mine = count_in_segment(expert, begin, end, e);
+  before[threadIdx.x] = mine;
+  __syncthreads();
+  for (int step = 1; step < int(blockDim.x); step *= 2) {  // inclusive prefix sum (Hillis–Steele)
+    const int add = int(threadIdx.x) >= step ? before[threadIdx.x - step] : 0;
     __syncthreads();
-    // Inclusive prefix sum over the tile (Hillis–Steele).
-    for (int step = 1; step < int(blockDim.x); step *= 2) {
-      const int add = int(threadIdx.x) >= step ? flags[threadIdx.x - step] : 0;
-      __syncthreads();
-      flags[threadIdx.x] += add;
-      __syncthreads();
-    }
-    if (mine) {
-      const std::int64_t p = base + flags[threadIdx.x] - 1;
-      order[p] = std::int32_t(a);
-      position[a] = std::int32_t(p);
-    }
-    const int tile_total = flags[blockDim.x - 1];
+    before[threadIdx.x] += add;
     __syncthreads();
-    base += tile_total;
+  }
+  std::int64_t p = offsets[e] + before[threadIdx.x] - mine;
+  for (std::int64_t a = begin; a < end; ++a) {
+    if (expert[a] != e) continue;
+    order[p] = std::int32_t(a);
+    position[a] = std::int32_t(p);
+    ++p;
   }
 }
 
-template <class M, typename T>
+// Row p of xs is row order[p] / K of x, copied in packs of V elements (V = 1: element by element).
+template <class M, typename T, int V>
 __global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
-  constexpr int D = M::kDim;
-  const std::int64_t n = rows * D, stride = std::int64_t(gridDim.x) * blockDim.x;
+  constexpr int P = M::kDim / V;  // packs per row
+  using Row = Pack<V, T>;
+  const std::int64_t n = rows * P, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t p = i / D;
-    xs[i] = x[std::int64_t(order[p] / M::kTopK) * D + i % D];
+    const std::int64_t p = i / P;
+    reinterpret_cast<Row*>(xs)[i] = reinterpret_cast<const Row*>(x)[std::int64_t(order[p] / M::kTopK) * P + i % P];
   }
 }
 
@@ -179,25 +195,37 @@ __global__ void gather_rows_kernel(T* dst, const T* src, const std::int32_t* row
   }
 }
 
-template <class M, typename T, typename W>
+// out[t] (+)= Σ_j w_tj · ys[position_tj], in packs of V elements, the ranks j added in order.
+template <class M, typename T, typename W, int V>
 __global__ void moe_combine_kernel(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N,
                                    bool accumulate) {
-  constexpr int D = M::kDim, K = M::kTopK;
-  const std::int64_t n = N * D, stride = std::int64_t(gridDim.x) * blockDim.x;
+  constexpr int P = M::kDim / V, K = M::kTopK;
+  const std::int64_t n = N * P, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t t = i / D;
-    float acc = accumulate ? to_float(out[i]) : 0.0f;
+    const std::int64_t t = i / P, c = (i % P) * V;
+    float acc[V];
+    if (accumulate) {
+      load_pack<V>(acc, out + t * M::kDim + c);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = 0.0f;
+    }
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       const std::int32_t p = position[t * K + j];  // -1: dropped (moe.capacity_factor)
-      if (p >= 0) acc += to_float(weight[t * K + j]) * to_float(ys[std::int64_t(p) * D + i % D]);
+      if (p < 0) continue;
+      const float w = to_float(weight[t * K + j]);
+      float y[V];
+      load_pack<V>(y, ys + std::int64_t(p) * M::kDim + c);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] += w * y[v];
     }
-    out[i] = from_float<T>(acc);
+    store_pack<V>(out + t * M::kDim + c, acc);
   }
 }
 
 // One warp per row p: dys[p] = w_a·dout[t], dweight[a] = dout[t]·ys[p].
-template <class M, typename T, typename W>
+template <class M, typename T, typename W, int V>
 __global__ void moe_combine_backward_kernel(T* dys, W* dweight, const T* dout, const T* ys, const W* weight,
                                             const std::int32_t* order, std::int64_t rows) {
   constexpr int D = M::kDim;
@@ -208,28 +236,40 @@ __global__ void moe_combine_backward_kernel(T* dys, W* dweight, const T* dout, c
   const T* g = dout + std::int64_t(a / M::kTopK) * D;
   const float w = to_float(weight[a]);
   float dot = 0.0f;
+  for (int c = lane * V; c < D; c += kWarp * V) {
+    float gv[V], yv[V], dv[V];
+    load_pack<V>(gv, g + c);
+    load_pack<V>(yv, ys + p * D + c);
 #pragma unroll
-  for (int c = lane; c < D; c += kWarp) {
-    dys[p * D + c] = from_float<T>(w * to_float(g[c]));
-    dot += to_float(g[c]) * to_float(ys[p * D + c]);
+    for (int v = 0; v < V; ++v) {
+      dv[v] = w * gv[v];
+      dot += gv[v] * yv[v];
+    }
+    store_pack<V>(dys + p * D + c, dv);
   }
   dot = warp_sum(dot);
   if (lane == 0) dweight[a] = from_float<W>(dot);
 }
 
-template <class M, typename T>
+// dx[t] += Σ_j dxs[position_tj], in packs of V elements, the ranks j added in order.
+template <class M, typename T, int V>
 __global__ void moe_scatter_add_kernel(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N) {
-  constexpr int D = M::kDim, K = M::kTopK;
-  const std::int64_t n = N * D, stride = std::int64_t(gridDim.x) * blockDim.x;
+  constexpr int P = M::kDim / V, K = M::kTopK;
+  const std::int64_t n = N * P, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const std::int64_t t = i / D;
-    float acc = to_float(dx[i]);
+    const std::int64_t t = i / P, c = (i % P) * V;
+    float acc[V];
+    load_pack<V>(acc, dx + t * M::kDim + c);
 #pragma unroll
     for (int j = 0; j < K; ++j) {
       const std::int32_t p = position[t * K + j];  // -1: dropped
-      if (p >= 0) acc += to_float(dxs[std::int64_t(p) * D + i % D]);
+      if (p < 0) continue;
+      float g[V];
+      load_pack<V>(g, dxs + std::int64_t(p) * M::kDim + c);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] += g[v];
     }
-    dx[i] = from_float<T>(acc);
+    store_pack<V>(dx + t * M::kDim + c, acc);
   }
 }
 
@@ -383,7 +423,12 @@ void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* off
 template <class M, typename T>
 void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
   if (rows <= 0) return;
-  launch(moe_gather_kernel<M, T>, blocks_for(rows * M::kDim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
+  constexpr int V = row_pack<T>(M::kDim);
+  if (packs_aligned<V, T>(xs, x)) {
+    launch(moe_gather_kernel<M, T, V>, blocks_for(rows * (M::kDim / V), kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
+  } else {
+    launch(moe_gather_kernel<M, T, 1>, blocks_for(rows * M::kDim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
+  }
 }
 
 // dst [n, dim]: row p is src[rows[p]] (cpu::moe_gather with top_k 1).
@@ -396,8 +441,14 @@ void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n,
 template <class M, typename T, typename W>
 void moe_combine(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N, bool accumulate) {
   if (N <= 0) return;
-  launch(moe_combine_kernel<M, T, W>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, out, ys, weight, position,
-         N, accumulate);
+  constexpr int V = row_pack<T>(M::kDim);
+  if (packs_aligned<V, T>(out, ys)) {
+    launch(moe_combine_kernel<M, T, W, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, out, ys, weight,
+           position, N, accumulate);
+  } else {
+    launch(moe_combine_kernel<M, T, W, 1>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, out, ys, weight,
+           position, N, accumulate);
+  }
 }
 
 // rows: the rows kept; a dropped assignment's dweight is 0 (when rows < assignments).
@@ -406,14 +457,27 @@ void moe_combine_backward(T* dys, W* dweight, const T* dout, const T* ys, const 
                           std::int64_t rows, std::int64_t assignments) {
   if (rows < assignments) GC_CUDA_CHECK(cudaMemsetAsync(dweight, 0, std::size_t(assignments) * sizeof(W), nullptr));
   if (rows <= 0) return;
-  launch(moe_combine_backward_kernel<M, T, W>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys, dweight,
-         dout, ys, weight, order, rows);
+  constexpr int V = row_pack<T>(M::kDim);
+  if (packs_aligned<V, T>(dys, dout, ys)) {
+    launch(moe_combine_backward_kernel<M, T, W, V>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys,
+           dweight, dout, ys, weight, order, rows);
+  } else {
+    launch(moe_combine_backward_kernel<M, T, W, 1>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys,
+           dweight, dout, ys, weight, order, rows);
+  }
 }
 
 template <class M, typename T>
 void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N) {
   if (N <= 0) return;
-  launch(moe_scatter_add_kernel<M, T>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, dx, dxs, position, N);
+  constexpr int V = row_pack<T>(M::kDim);
+  if (packs_aligned<V, T>(dx, dxs)) {
+    launch(moe_scatter_add_kernel<M, T, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, dx, dxs,
+           position, N);
+  } else {
+    launch(moe_scatter_add_kernel<M, T, 1>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, dx, dxs, position,
+           N);
+  }
 }
 
 // mean_prob: (N / group_rows) · E doubles on the device; row_total: N doubles of scratch

@@ -101,6 +101,8 @@ TEST(CudaFlashAttention, OtherHeadDimsMatchTheReferenceKernels) {
   GC_REQUIRE_GPU();
   check_against_reference<Mqa96>(2, 70, 88);
   check_against_reference<Gqa128>(1, 97, 168);
+  // Several streamed tiles of 32 rows per block and kv head, two sequences, a partial last tile.
+  check_against_reference<Gqa128>(2, 161, 170);
 }
 
 TEST(CudaFlashAttention, SingleTokenMatchesTheReferenceKernels) {

@@ -47,9 +47,9 @@ std::vector<float> test_bias() {
 }
 
 // The router runs in fp32 (scores, weights); T only rounds the logits it reads.
+// N tokens: 45 gives each thread of the dispatch at most one assignment, 700 a segment of several.
 template <typename T, class M>
-void check_route_and_dispatch() {
-  const int N = 45;
+void check_route_and_dispatch(int N = 45) {
   constexpr int kE = M::kExperts, kK = M::kTopK;
   const MoeShape m = M::cpu();
   const bool norm = M::kNormTopk;
@@ -105,6 +105,7 @@ TEST(CudaMoe, RouteAndDispatchMatchTheCpu) {
   check_route_and_dispatch<bf16, Layout<24, 7, 3, RouterScoring::sigmoid, true>>();
   check_route_and_dispatch<float, Layout<24, 16, 4, RouterScoring::softmax, true>>();
   check_route_and_dispatch<bf16, Layout<24, 16, 4, RouterScoring::sigmoid, false>>();
+  check_route_and_dispatch<float, Layout<24, 16, 4, RouterScoring::softmax, false>>(700);
 }
 
 // A fixed routing of N tokens (distinct experts per token) and its dispatch; with a capacity
