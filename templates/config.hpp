@@ -70,7 +70,7 @@ inline constexpr int kMoeCapacity = gc::knob<int>("plan.moe_capacity", 0);
 // "nccl" trains on GPUs only (refuses a multi-rank job on the CPU backend).
 inline constexpr bool kDistributedNone = gc::knob<bool>("plan.distributed_none", false);
 inline constexpr bool kDistributedNccl = gc::knob<bool>("plan.distributed_nccl", false);
-// distributed.zero_stage: 1 shards the optimizer state over the ranks (train/zero.hpp).
+// distributed.zero_stage: 1 shards the optimizer state over the ranks (engine/zero.hpp).
 inline constexpr int kZeroStage = gc::knob<int>("distributed.zero_stage", 0);
 // distributed.bucket_mb: on GPUs, gradients are reduced in buckets of at least this many MiB of
 // fp32 while the backward pass goes on (engine/cuda_engine.cu).

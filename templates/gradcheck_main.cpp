@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "config.hpp"
-#include "cpu/philox.hpp"
-#include "model/model.hpp"
+#include "core/philox.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 
 namespace {
@@ -31,7 +31,7 @@ constexpr double kAbsoluteFloor = 1e-9;
 
 // Deterministic pseudo-random integer in [0, n) from the Philox stream.
 std::int64_t pick(std::uint64_t stream, std::uint64_t i, std::int64_t n) {
-  const double u = gcm::philox_uniform(0x6772616463686b, std::uint32_t(stream), i);
+  const double u = gcm::core::philox_uniform(0x6772616463686b, std::uint32_t(stream), i);
   return std::min<std::int64_t>(n - 1, std::int64_t(u * double(n)));
 }
 
@@ -50,7 +50,7 @@ void initialize(gcm::Model<double>& model) {
   for (int i = 0; i < gcm::kNumParams; ++i) {
     if (gcm::kParams[i].init != gcm::InitKind::ones) continue;
     double* g = model.param(i);
-    for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) g[j] += 0.3 * (gcm::philox_uniform(7, i, j) - 0.5);
+    for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) g[j] += 0.3 * (gcm::core::philox_uniform(7, i, j) - 0.5);
   }
 }
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "config.hpp"
-#include "cpu/philox.hpp"
-#include "model/model.hpp"
+#include "core/philox.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 #include "runtime/safetensors.hpp"
 #include "train/load_weights.hpp"
@@ -43,7 +43,7 @@ std::string exact(double x) {
 }
 
 std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
-  const double u = gcm::philox_uniform(kBatchKey, stream, i);
+  const double u = gcm::core::philox_uniform(kBatchKey, stream, i);
   const std::int64_t v = std::int64_t(u * double(gcm::kVocab));
   return std::int32_t(v < gcm::kVocab ? v : gcm::kVocab - 1);
 }
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
           continue;
         }
         for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) {
-          model.param(i)[j] += float(0.3 * (gcm::philox_uniform(kBatchKey, 100 + i, std::uint64_t(j)) - 0.5));
+          model.param(i)[j] += float(0.3 * (gcm::core::philox_uniform(kBatchKey, 100 + i, std::uint64_t(j)) - 0.5));
         }
       }
     }

@@ -236,7 +236,7 @@ std::string explain_world(const Plan& plan, int world_size) {
   o << "  " << micro / world_size << " of the step's " << micro << " micro-batches per rank; the global batch is unchanged\n";
   const auto& m = plan.memory;
   const bool zero1 = plan.spec.distributed.zero_stage == 1 && world_size > 1;
-  // ZeRO-1 cuts the flat array into consecutive shards of ⌈stored / N⌉ elements (train/zero.hpp);
+  // ZeRO-1 cuts the flat array into consecutive shards of ⌈stored / N⌉ elements (engine/zero.hpp);
   // rank 0 holds a full one. On GPUs the fp32 masters are sharded too, and NCCL's equal blocks
   // pad the working weights and gradients to N shards (engine/cuda_engine.cu).
   const std::int64_t stored = plan.counts.stored;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "core/blas.hpp"
 #include "vocabulary.hpp"
 #include "exp.hpp"
 #include "linear.hpp"
@@ -57,7 +58,7 @@ template <typename T>
 void causal_scores(T* s, const T* q, int ldq, const T* k, int ldk, int T_len, int hd, double scale) {
   for (int r0 = 0; r0 < T_len; r0 += kAttentionBlock) {
     const int r1 = std::min(T_len, r0 + kAttentionBlock);
-    blas::gemm_serial(false, true, r1 - r0, r1, hd, T(scale), q + std::int64_t(r0) * ldq, ldq, k, ldk, T(0),
+    core::blas::gemm_serial(false, true, r1 - r0, r1, hd, T(scale), q + std::int64_t(r0) * ldq, ldq, k, ldk, T(0),
                       s + std::int64_t(r0) * T_len, T_len);
   }
 }
@@ -104,7 +105,7 @@ void attention_forward(T* out, T* lse, const T* q, const T* k, const T* v, const
       // out[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
       for (int r0 = 0; r0 < T_len; r0 += detail::kAttentionBlock) {
         const int r1 = std::min(T_len, r0 + detail::kAttentionBlock);
-        blas::gemm_serial(false, false, r1 - r0, hd, r1, T(1), p + std::int64_t(r0) * T_len, T_len,
+        core::blas::gemm_serial(false, false, r1 - r0, hd, r1, T(1), p + std::int64_t(r0) * T_len, T_len,
                           v + d.kv_offset(b, 0, g), ldk, T(0), out + d.q_offset(b, r0, h), ldq);
       }
     }
@@ -137,7 +138,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         // dP = dO · Vᵀ over the causal half, into ds
         for (int r0 = 0; r0 < T_len; r0 += B) {
           const int r1 = std::min(T_len, r0 + B);
-          blas::gemm_serial(false, true, r1 - r0, r1, hd, T(1), doh + std::int64_t(r0) * ldq, ldq, vg, ldk, T(0),
+          core::blas::gemm_serial(false, true, r1 - r0, r1, hd, T(1), doh + std::int64_t(r0) * ldq, ldq, vg, ldk, T(0),
                             ds + std::int64_t(r0) * T_len, T_len);
         }
         for (int i = 0; i < T_len; ++i) {
@@ -151,16 +152,16 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const 
         // dQ[r0:r1] = scale · dS[r0:r1, 0:r1] · K[0:r1]
         for (int r0 = 0; r0 < T_len; r0 += B) {
           const int r1 = std::min(T_len, r0 + B);
-          blas::gemm_serial(false, false, r1 - r0, hd, r1, T(scale), ds + std::int64_t(r0) * T_len, T_len, kg, ldk,
+          core::blas::gemm_serial(false, false, r1 - r0, hd, r1, T(scale), ds + std::int64_t(r0) * T_len, T_len, kg, ldk,
                             T(0), dq + d.q_offset(b, r0, h), ldq);
         }
         // dK[c0:c1] (+)= scale · dS[c0:T, c0:c1]ᵀ · Q[c0:T];  dV[c0:c1] (+)= P[c0:T, c0:c1]ᵀ · dO[c0:T]
         for (int c0 = 0; c0 < T_len; c0 += B) {
           const int c1 = std::min(T_len, c0 + B);
           const std::int64_t tile = std::int64_t(c0) * T_len + c0;
-          blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(scale), ds + tile, T_len,
+          core::blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(scale), ds + tile, T_len,
                             qh + std::int64_t(c0) * ldq, ldq, first, dkg + std::int64_t(c0) * ldk, ldk);
-          blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(1), p + tile, T_len, doh + std::int64_t(c0) * ldq,
+          core::blas::gemm_serial(true, false, c1 - c0, hd, T_len - c0, T(1), p + tile, T_len, doh + std::int64_t(c0) * ldq,
                             ldq, first, dvg + std::int64_t(c0) * ldk, ldk);
         }
       }

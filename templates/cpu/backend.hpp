@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/moments.hpp"
 #include "cpu/attention.hpp"
 #include "cpu/cross_entropy.hpp"
 #include "cpu/embedding.hpp"
@@ -244,7 +245,7 @@ class Backend {
   }
   // acc[0] += Σ α·x, acc[1] += Σ (α·x)² (serial, in double: the same sums for any thread count).
   static void add_moments(double* acc, const T* x, std::int64_t n, double alpha) {
-    cpu::add_scaled_moments(acc, x, n, alpha);
+    core::add_scaled_moments(acc, x, n, alpha);
   }
 
  private:

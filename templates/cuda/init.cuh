@@ -1,6 +1,6 @@
 // Parameter initialization on the GPU with the CPU backend's Philox stream
-// (cpu/philox.hpp): element i of tensor t under seed s evaluates the same
-// GC_HD functions as cpu::fill_normal / fill_truncated_normal / fill_uniform,
+// (core/philox.hpp): element i of tensor t under seed s evaluates the same
+// GC_HD functions as core::fill_normal / fill_truncated_normal / fill_uniform,
 // with the same double arithmetic and the same final rounding to float:
 //
 //   normal         out_i = float(σ · philox_normal(s, t, i))
@@ -23,7 +23,7 @@
 #include <string>
 
 #include "common.cuh"
-#include "cpu/philox.hpp"
+#include "core/philox.hpp"
 #include "plan.hpp"
 #include "runtime/error.hpp"
 
@@ -44,13 +44,13 @@ __global__ void __launch_bounds__(kInitThreads)
     double value = 1.0;
     switch (kind) {
       case InitKind::normal:
-        value = std_dev * philox_normal(seed, tensor_id, index);
+        value = std_dev * core::philox_normal(seed, tensor_id, index);
         break;
       case InitKind::trunc_normal:
-        value = std_dev * philox_truncated_normal(seed, tensor_id, index, cutoff);
+        value = std_dev * core::philox_truncated_normal(seed, tensor_id, index, cutoff);
         break;
       case InitKind::uniform:
-        value = half_width * (2.0 * philox_uniform(seed, tensor_id, index) - 1.0);
+        value = half_width * (2.0 * core::philox_uniform(seed, tensor_id, index) - 1.0);
         break;
       case InitKind::ones:
         value = 1.0;
@@ -77,7 +77,7 @@ void init_tensor(T* out, std::int64_t n, InitKind kind, double std_dev, double c
   if (kind == InitKind::trunc_normal && !(cutoff > 0.0)) {
     throw gc::rt::RuntimeError("init_tensor: truncated normal needs cutoff > 0, got " + std::to_string(cutoff));
   }
-  const double half_width = std::sqrt(3.0) * std_dev;  // the expression of cpu::fill_uniform
+  const double half_width = std::sqrt(3.0) * std_dev;  // the expression of core::fill_uniform
   launch(detail::init_kernel<T>, blocks_for(n, detail::kInitThreads), detail::kInitThreads, 0, out, n, kind, std_dev,
          half_width, cutoff, seed, tensor_id, first);
 }

@@ -1,5 +1,5 @@
 // The activation metrics on the device (metrics/activation_metrics.hpp add_batch drives them;
-// metrics/host_ops.hpp is the CPU reference). Each statistic is a sum over tokens of a per-token
+// cpu/metric_ops.hpp is the CPU reference). Each statistic is a sum over tokens of a per-token
 // value: a first kernel writes one value (or a pair) per row into a scratch array, in double,
 // from the model's bf16 or fp32 buffers; a second, one block, adds the rows in a fixed order
 // (thread t takes rows t, t + blockDim, …, then the block tree of cuda/common.cuh). No atomics:
@@ -200,7 +200,7 @@ __global__ void reduce_heads_kernel(double* __restrict__ out, const double* __re
 }
 
 // One warp per router row of `experts` scores: sums[2r] = −Σ_e p ln p with p = s / Σ s
-// (model/moe_block.hpp router_entropy), sums[2r+1] unused.
+// (metrics/activation_stats.hpp router_entropy), sums[2r+1] unused.
 template <typename = void>
 __global__ void router_entropy_rows_kernel(double* __restrict__ sums, const float* __restrict__ scores,
                                            std::int64_t rows, int experts) {
@@ -228,7 +228,7 @@ inline unsigned row_blocks(std::int64_t rows) { return unsigned((rows + kRowWarp
 }  // namespace detail
 
 // The CUDA backend's side of metrics/activation_metrics.hpp (the same member functions as
-// metrics::HostMetricOps), with its scratch: prepare() sizes it for the model's N tokens before
+// cpu::MetricOps), with its scratch: prepare() sizes it for the model's N tokens before
 // training (so a measurement allocates nothing on the device).
 class MetricOps {
  public:
@@ -295,7 +295,7 @@ class MetricOps {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
     gc::rt::cuda::copy_to_host(out, device, std::size_t(n) * sizeof(double));
   }
-  // model/moe_block.hpp router_entropy of scores[rows, experts] on the device.
+  // metrics/activation_stats.hpp router_entropy of scores[rows, experts] on the device.
   double router_entropy(const float* scores, std::int64_t rows, int experts) {
     if (rows <= 0) return 0.0;
     launch(detail::router_entropy_rows_kernel<>, detail::row_blocks(rows), detail::kRowWarps * kWarp, 0, rows_.data(),

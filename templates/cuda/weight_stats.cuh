@@ -355,7 +355,7 @@ inline metrics::CosineStats DeviceWeightStats::row_cosine(int tensor, int matrix
     const int y1 = std::min(side, y0 + pixel_rows);
     const int r0 = metrics::heatmap_cell_begin(y0, k, side), r1 = metrics::heatmap_cell_begin(y1, k, side);
     const int nb = r1 - r0;
-    // C[r0 … r1) = U[r0 … r1) · Uᵀ (fp32, as cpu::blas::gemm on the host).
+    // C[r0 … r1) = U[r0 … r1) · Uᵀ (fp32, as core::blas::gemm on the host).
     blas_.gemm(false, true, nb, k, cols, 1.0f, unit_.data() + std::int64_t(r0) * cols, cols, unit_.data(), cols, 0.0f,
                block_.data(), k, gc::rt::cuda::BlasLt::Shape::varying_rows);
     launch(detail::cosine_row_stats_kernel<>, detail::blocks_of(std::int64_t(nb) * kWarp, detail::kVectorThreads),

@@ -1,6 +1,6 @@
 // The CPU engine (engine/engine.hpp): the trainer's host model and moments
 // are the state, so the transfers copy nothing; under ZeRO-1 the moments
-// live in the rank's shard (train/zero.hpp) and m and v exist only while a
+// live in the rank's shard (engine/zero.hpp) and m and v exist only while a
 // checkpoint is loaded or saved.
 #pragma once
 
@@ -18,16 +18,16 @@
 #include "cpu/profile_clock.hpp"
 #include "engine/engine.hpp"
 #include "engine/expert_groups.hpp"
-#include "metrics/host_ops.hpp"
-#include "model/model.hpp"
+#include "cpu/metric_ops.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 #include "step_verdict.hpp"
-#include "train/zero.hpp"
+#include "engine/zero.hpp"
 
 namespace gcm {
 
-class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps> {
+class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
  public:
   CpuEngine(Model<float>& model, std::vector<float>& m, std::vector<float>& v) : model_(model), m_(m), v_(v) {
     readout_.squares.resize(std::size_t(kNumParams));
@@ -151,7 +151,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
  protected:
   Model<float>& model() override { return model_; }
   const Model<float>& model() const override { return model_; }
-  metrics::HostMetricOps& metric_ops() override { return ops_; }
+  cpu::MetricOps& metric_ops() override { return ops_; }
   const float* logits_of(std::vector<float>&) override { return model_.logits(); }
 
  private:
@@ -163,7 +163,7 @@ class CpuEngine final : public ModelEngine<Model<float>, metrics::HostMetricOps>
   std::vector<float>& m_;
   std::vector<float>& v_;
   StepReadout readout_;
-  metrics::HostMetricOps ops_;
+  cpu::MetricOps ops_;
   std::map<int, std::vector<float>> snapshot_;  // update ratios: tensors before the step
   double step_loss_ = 0.0;                  // Σ loss_scale · cross-entropy since zero_grads
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)

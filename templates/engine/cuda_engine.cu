@@ -18,7 +18,7 @@
 //                 last layer first; the final norm and LM head before them) on a second stream
 //                 as the backward pass queues them; the embedding follows. The default stream
 //                 waits for the reduction before anything reads a gradient.
-//   zero_stage 1  train/zero.hpp's ZeroShards: a rank holds the moments (and under bf16 the
+//   zero_stage 1  engine/zero.hpp's ZeroShards: a rank holds the moments (and under bf16 the
 //                 masters) of its shard; the same buckets are reduced to their parts' owners (one
 //                 ncclReduce per owner, in a group), AdamW runs on the shard, and the parameters
 //                 are all-gathered (NCCL's equal blocks: the flat arrays get a zero tail).
@@ -54,7 +54,7 @@
 #include "engine/device_choice.cuh"
 #include "engine/engine.hpp"
 #include "engine/layer_stack.hpp"
-#include "train/zero.hpp"
+#include "engine/zero.hpp"
 
 namespace gcm {
 

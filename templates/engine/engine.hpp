@@ -91,7 +91,7 @@ class EngineState {
   virtual void set_moe_biases(const std::vector<std::vector<float>>&) = 0;
 };
 
-// Data parallelism (train/zero.hpp, docs/distributed.md). Every rank calls
+// Data parallelism (engine/zero.hpp, docs/distributed.md). Every rank calls
 // these in the same order. join: once, right after construction (before
 // initialize or upload) when the job has several ranks; zero_stage 1 shards
 // the optimizer state. overlap_next_backward: before a rank's last
@@ -199,7 +199,7 @@ class EngineTelemetry {
 class Engine : public EngineStep, public EngineState, public EngineDistribution, public EngineTelemetry {};
 
 // What both engines do alike on their model M (a BasicModel on the CPU or the CUDA backend).
-// Ops: the backend's statistics for the activation metrics (metrics::HostMetricOps or
+// Ops: the backend's statistics for the activation metrics (cpu::MetricOps or
 // cuda::MetricOps).
 template <typename M, typename Ops>
 class ModelEngine : public Engine {

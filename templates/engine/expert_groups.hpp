@@ -12,7 +12,7 @@
 //               the whole current model (checkpoints, metrics, evaluation and the sample read it)
 //   moments     gathered inside the group only before a checkpoint (assemble_moments)
 // Under ZeRO-1 none of this runs: the world's reduce-scatter already sums each block's owners
-// (the others add zeros) and its all-gather replicates every parameter (train/zero.hpp).
+// (the others add zeros) and its all-gather replicates every parameter (engine/zero.hpp).
 #pragma once
 
 #include <chrono>

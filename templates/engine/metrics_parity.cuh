@@ -1,5 +1,5 @@
 // The metrics' parity (engine/parity.cuh runs it after the models' forward pass): every metric
-// of docs/metrics.md that a measurement computes, by the CPU reference (metrics::HostMetricOps,
+// of docs/metrics.md that a measurement computes, by the CPU reference (cpu::MetricOps,
 // metrics::HostWeightStats) and by the device (cuda::MetricOps, cuda::DeviceWeightStats) on the
 // same weights and the same batch, compared number by number; also the palette levels of one
 // block-averaged cosine heatmap. The error of a number is |cuda − cpu| / max(|cpu|, floor): in
@@ -21,9 +21,9 @@
 #include "cuda/metric_ops.cuh"
 #include "cuda/weight_stats.cuh"
 #include "metrics/activation_metrics.hpp"
-#include "metrics/host_ops.hpp"
+#include "cpu/metric_ops.hpp"
 #include "metrics/weight_stats.hpp"
-#include "model/model.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 
 namespace gcm::cuda {
@@ -92,7 +92,7 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
   const metrics::MetricsDue due = metrics::MetricsDue::all();
   // Activations: every layer's statistics from both backends' buffers.
   metrics::ActivationMetrics on_cpu(due), on_gpu(due);
-  metrics::HostMetricOps host_ops;
+  cpu::MetricOps host_ops;
   MetricOps device_ops;
   device_ops.prepare(gpu.rows(), kHeads);
   on_cpu.add_batch(cpu, host_ops);

@@ -21,7 +21,7 @@
 #include "config.hpp"
 #include "cuda/backend.cuh"
 #include "engine/metrics_parity.cuh"
-#include "model/model.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 #include "runtime/cuda/check.hpp"
 
@@ -109,13 +109,13 @@ ParityReport model_parity(int batch, int seq_len) {
   for (int i = 0; i < kNumParams; ++i) {
     if (kParams[i].rank != 1) continue;
     for (std::int64_t j = 0; j < kParams[i].numel; ++j) {
-      cpu.param(i)[j] += float(0.3 * (philox_uniform(12345, std::uint32_t(100 + i), std::uint64_t(j)) - 0.5));
+      cpu.param(i)[j] += float(0.3 * (core::philox_uniform(12345, std::uint32_t(100 + i), std::uint64_t(j)) - 0.5));
     }
   }
   std::vector<std::int32_t> tokens(std::size_t(batch) * seq_len), targets(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = std::int32_t(philox_uniform(777, 1, i) * kVocab) % kVocab;
-    targets[i] = std::int32_t(philox_uniform(777, 2, i) * kVocab) % kVocab;
+    tokens[i] = std::int32_t(core::philox_uniform(777, 1, i) * kVocab) % kVocab;
+    targets[i] = std::int32_t(core::philox_uniform(777, 2, i) * kVocab) % kVocab;
   }
 
   BasicModel<Backend<T>> gpu(batch, seq_len, kKeepLogits);

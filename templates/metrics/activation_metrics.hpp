@@ -2,7 +2,7 @@
 // activation RMS, effective RMSNorm factor, residual flow and logit std, accumulated over the
 // validation batches as sums (metrics/activation_stats.hpp), so that a mean over several batches
 // weights every token equally. The same code drives both backends: the per-batch statistics
-// come from the backend's metric ops (metrics/host_ops.hpp on the CPU, cuda/metric_ops.cuh on a
+// come from the backend's metric ops (cpu/metric_ops.hpp on the CPU, cuda/metric_ops.cuh on a
 // GPU, where they are reduced on the device and only a few numbers per layer come back).
 #pragma once
 
@@ -54,7 +54,7 @@ class ActivationMetrics {
   // logits: BasicModel::track_logit_moments).
   bool needs_logit_moments() const { return due_.logit_std; }
   // Call after model.forward() on a batch. M is the model on either backend and `ops` that
-  // backend's statistics (HostMetricOps on the CPU, reading host memory; cuda::MetricOps on a GPU,
+  // backend's statistics (cpu::MetricOps on the CPU, reading host memory; cuda::MetricOps on a GPU,
   // reducing on the device): which buffers feed which metric is decided here, once.
   template <typename M, typename Ops>
   void add_batch(const M& model, Ops& ops) {

@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cpu/common.hpp"
+#include "core/moments.hpp"
 
 namespace gcm::metrics {
 
@@ -73,10 +73,28 @@ struct Moments {
 template <typename T>
 void add_moments(Moments& out, const T* x, std::int64_t n, double scale = 1.0) {
   double sums[2] = {0.0, 0.0};  // serial: the same sum whatever the thread count
-  cpu::add_scaled_moments(sums, x, n, scale);
+  core::add_scaled_moments(sums, x, n, scale);
   out.sum += sums[0];
   out.sum_sq += sums[1];
   out.count += n;
+}
+
+// The router entropy of the MoE records: the mean over rows of −Σ_e p ln p with p the scores
+// normalized per row (scores [rows, experts] on the host; cuda/metric_ops.cuh reduces the same
+// on the device).
+inline double router_entropy(const float* scores, std::int64_t rows, int experts) {
+  double total = 0.0;
+  for (std::int64_t t = 0; t < rows; ++t) {
+    const float* s = scores + t * experts;
+    double sum = 0.0, h = 0.0;
+    for (int e = 0; e < experts; ++e) sum += double(s[e]);
+    for (int e = 0; e < experts; ++e) {
+      const double p = double(s[e]) / sum;
+      if (p > 0.0) h -= p * std::log(p);
+    }
+    total += h;
+  }
+  return rows > 0 ? total / double(rows) : 0.0;
 }
 
 }  // namespace gcm::metrics

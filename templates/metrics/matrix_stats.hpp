@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/linear.hpp"
+#include "core/blas.hpp"
 
 namespace gcm::metrics {
 
@@ -267,7 +267,7 @@ CosineStats row_cosine_stats(const T* W, int cols, const std::vector<int>& rows,
   double sum = 0.0, sum_abs = 0.0, max_abs = 0.0;
   for (int r0 = 0; r0 < k; r0 += kBlock) {
     const int nb = std::min(kBlock, k - r0);
-    cpu::blas::gemm(false, true, nb, k, cols, 1.0f, unit.data() + std::size_t(r0) * cols, cols, unit.data(), cols,
+    core::blas::gemm(false, true, nb, k, cols, 1.0f, unit.data() + std::size_t(r0) * cols, cols, unit.data(), cols,
                     0.0f, block.data(), k);
     for (int i = 0; i < nb; ++i) {
       for (int j = 0; j < k; ++j) {

@@ -3,8 +3,7 @@
 // so both backends run the same sequence of operations. Every shape, ε, scale
 // and feature switch comes from config.hpp (knobs) and plan.hpp (the
 // parameter table), so after specialization only the code this experiment
-// runs remains. Model<T> is the CPU model: float for training, double for the
-// finite-difference gradient check.
+// runs remains. Model<T>, the CPU model, is engine/cpu_model.hpp.
 //
 // Layer l (pre-norm; sandwich adds the bracketed norms):
 //   a = RMSNorm(h)                          (seed 000 eq. 2, ε = kNormEps)
@@ -27,9 +26,7 @@
 #include <vector>
 
 #include "config.hpp"
-#include "cpu/attention.hpp"
-#include "cpu/backend.hpp"
-#include "cpu/philox.hpp"
+#include "core/philox.hpp"
 #include "model/moe_block.hpp"
 #include "model/moe_steps.hpp"
 #include "profile/step_profile.hpp"
@@ -67,11 +64,11 @@ void init_parameters(T* params, std::uint64_t seed) {
     const ParamInfo& p = kParams[i];
     T* out = params + kOffsets.at[i];
     switch (p.init) {
-      case InitKind::normal: cpu::fill_normal(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
+      case InitKind::normal: core::fill_normal(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
       case InitKind::trunc_normal:
-        cpu::fill_truncated_normal(out, p.numel, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
+        core::fill_truncated_normal(out, p.numel, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
         break;
-      case InitKind::uniform: cpu::fill_uniform(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
+      case InitKind::uniform: core::fill_uniform(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
       case InitKind::ones:
         for (std::int64_t j = 0; j < p.numel; ++j) out[j] = T(1);
         break;
@@ -262,10 +259,6 @@ class BasicModel {
   // Backward scratch.
   Buffer<Act> dh_, dx_, dd_, dqkv_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_ab_, dff_s_, dlogits_;
 };
-
-// The CPU model (T = float for training, double for the gradient check).
-template <typename T>
-using Model = BasicModel<cpu::Backend<T>>;
 
 }  // namespace gcm
 

@@ -40,23 +40,6 @@ struct MoeLayerStats {
   std::int64_t dropped = 0;        // assignments dropped by moe.capacity_factor
 };
 
-// Mean over rows of −Σ_e p ln p with p the scores normalized per row (scores
-// [rows, E] on the host).
-inline double router_entropy(const float* scores, std::int64_t rows) {
-  double total = 0.0;
-  for (std::int64_t t = 0; t < rows; ++t) {
-    const float* s = scores + t * kExperts;
-    double sum = 0.0, h = 0.0;
-    for (int e = 0; e < kExperts; ++e) sum += double(s[e]);
-    for (int e = 0; e < kExperts; ++e) {
-      const double p = double(s[e]) / sum;
-      if (p > 0.0) h -= p * std::log(p);
-    }
-    total += h;
-  }
-  return rows > 0 ? total / double(rows) : 0.0;
-}
-
 // Zeroes the per-step loads (at the start of a step).
 template <typename Model>
 void begin_moe_step(Model& model) {

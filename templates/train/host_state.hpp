@@ -12,7 +12,7 @@
 
 #include "config.hpp"
 #include "engine/engine.hpp"
-#include "model/model.hpp"
+#include "engine/cpu_model.hpp"
 #include "plan.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "config.hpp"
-#include "model/model.hpp"
+#include "engine/cpu_model.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hf_import.hpp"

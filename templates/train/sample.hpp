@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "config.hpp"
-#include "model/model.hpp"
+#include "engine/cpu_model.hpp"
 #include "train/utf8.hpp"
 
 namespace gcm {

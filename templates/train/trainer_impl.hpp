@@ -191,7 +191,7 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   }
   if (comm_.distributed()) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
-    // mean (under ZeRO-1 each rank keeps its shard of it: train/zero.hpp). The loss is summed by
+    // mean (under ZeRO-1 each rank keeps its shard of it: engine/zero.hpp). The loss is summed by
     // finish_step.
     beat("reduce_grads");
     profile::timed(recorder(), profile::memory(Category::communication, "reduce_grads", Pass::step, 0.0),

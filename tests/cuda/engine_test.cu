@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cpu/adamw.hpp"
-#include "cpu/philox.hpp"
+#include "core/philox.hpp"
 #include "cuda_test_util.hpp"
 #include "engine/cpu_engine.hpp"
 
@@ -70,8 +70,8 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
     const std::vector<float> before = model.params;
     std::vector<std::int32_t> inputs(rows), targets(rows);
     for (std::size_t i = 0; i < rows; ++i) {
-      inputs[i] = std::int32_t(gcm::philox_uniform(99, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
-      targets[i] = std::int32_t(gcm::philox_uniform(99, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
+      inputs[i] = std::int32_t(gcm::core::philox_uniform(99, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
+      targets[i] = std::int32_t(gcm::core::philox_uniform(99, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
     }
     cpu.zero_grads();
     gpu->zero_grads();
@@ -137,8 +137,8 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
 // Random tokens for step `step` of a test.
 void random_batch(int step, std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = std::int32_t(gcm::philox_uniform(7, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
-    targets[i] = std::int32_t(gcm::philox_uniform(7, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
+    inputs[i] = std::int32_t(gcm::core::philox_uniform(7, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
+    targets[i] = std::int32_t(gcm::core::philox_uniform(7, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
   }
 }
 

@@ -1,5 +1,5 @@
 // CUDA AdamW, sums of squares, master → working cast and Philox initialization
-// against the CPU backend (cpu/adamw.hpp, cpu/philox.hpp).
+// against the CPU backend (cpu/adamw.hpp, core/philox.hpp).
 #include "cuda/adamw.cuh"
 #include "cuda/init.cuh"
 
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cpu/adamw.hpp"
-#include "cpu/philox.hpp"
+#include "core/philox.hpp"
 #include "cuda_test_util.hpp"
 
 namespace {
@@ -304,13 +304,13 @@ void check_init(gcm::InitKind kind, double std_dev, double cutoff, std::uint64_t
   std::vector<float> ref(std::size_t(n), 1.0f);
   switch (kind) {
     case gcm::InitKind::normal:
-      gcm::cpu::fill_normal(ref.data(), n, std_dev, seed, tensor_id);
+      gcm::core::fill_normal(ref.data(), n, std_dev, seed, tensor_id);
       break;
     case gcm::InitKind::trunc_normal:
-      gcm::cpu::fill_truncated_normal(ref.data(), n, std_dev, cutoff, seed, tensor_id);
+      gcm::core::fill_truncated_normal(ref.data(), n, std_dev, cutoff, seed, tensor_id);
       break;
     case gcm::InitKind::uniform:
-      gcm::cpu::fill_uniform(ref.data(), n, std_dev, seed, tensor_id);
+      gcm::core::fill_uniform(ref.data(), n, std_dev, seed, tensor_id);
       break;
     case gcm::InitKind::ones:
       break;

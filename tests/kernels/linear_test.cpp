@@ -104,8 +104,8 @@ TEST(KernelLinear, PortableGemmMatchesCblasForEveryTransposeAndBeta) {
       const auto C0 = kt::random_vector(std::size_t(M) * ldc, 13);
       for (double beta : {0.0, 0.5}) {
         std::vector<double> want = C0, got = C0;
-        gcm::cpu::blas::gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-        gcm::cpu::blas::portable_gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+        gcm::core::blas::gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        gcm::core::blas::portable_gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
         EXPECT_LT(kt::rel_error(got, want), 1e-13) << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
       }
     }

@@ -1,6 +1,7 @@
 // Counter-based random numbers for parameter initialization: Philox-4x32-10 (Salmon, Moraes,
 // Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011; Random123's philox4x32_R
-// with R = 10), Box-Muller normals, and tensor fills.
+// with R = 10), Box-Muller normals, and tensor fills: the one random stream both backends draw
+// (cuda/init.cuh evaluates the same GC_HD functions per element), in the neutral core/.
 //
 // Element i of tensor t under experiment seed s draws from
 //   counter = (lo32(i), hi32(i), t, draw),   key = (lo32(s), hi32(s))
@@ -32,7 +33,7 @@
 #endif
 #endif
 
-namespace gcm {
+namespace gcm::core {
 
 struct PhiloxCounter {
   uint32_t x[4];
@@ -136,7 +137,6 @@ inline double truncated_normal_std_factor(double cutoff) {
   return std::sqrt(1.0 - 2.0 * cutoff * pdf / mass);
 }
 
-namespace cpu {
 
 template <typename T>
 void fill_normal(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id) {
@@ -166,5 +166,4 @@ void fill_uniform(T* out, std::int64_t n, double std_dev, std::uint64_t seed, st
   }
 }
 
-}  // namespace cpu
-}  // namespace gcm
+}  // namespace gcm::core

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The include rules of templates/ (docs/architecture.md, "Layers"), checked on every file.
+
+The two backends are peers over a neutral core: what both share lives in core/, which includes
+only core/; model/, metrics/, train/, analysis/, profile/, cuda/ and the top-level headers include
+nothing from cpu/ (the CPU model alias and the CPU metric ops live with the engine and the CPU
+backend; the programs, *_main.cpp and parity_main.cu, compose everything); cpu/ and cuda/ hold kernels and their backend, and include nothing from model/,
+engine/ or train/. engine/ is where a model meets its backend and may include both.
+
+Exit 0 when every rule holds; otherwise each violation is printed as FILE:LINE: the include and
+the rule it breaks. `--self-test` first checks that violating files are caught; `--root DIR`
+checks another copy of templates/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+# (folders the rule applies to, the include prefixes they may not use, why)
+RULES = [
+    (("model/", "metrics/", "train/", "analysis/", "profile/", "cuda/", ""),
+     ("cpu/",), "only engine/ (and cpu/ itself) include the CPU backend: the backends are peers"),
+    (("cpu/", "cuda/"), ("model/", "engine/", "train/"),
+     "a backend holds kernels and their backend only, below the model"),
+]
+
+
+def folder_of(path: str) -> str:
+    """'cpu/moe.hpp' -> 'cpu/', 'config.hpp' -> '' (a top-level header), 'train_main.cpp' ->
+    'program' (the programs at the top compose everything)."""
+    if "/" in path:
+        return path.split("/", 1)[0] + "/"
+    return "" if path.endswith(".hpp") else "program"
+
+
+def violations(files: dict[str, str]) -> list[str]:
+    out = []
+    for path, text in sorted(files.items()):
+        folder = folder_of(path)
+        for match in INCLUDE.finditer(text):
+            target = match.group(1)
+            line = text.count("\n", 0, match.start()) + 1
+            if folder == "core/" and not target.startswith("core/"):
+                out.append(f"{path}:{line}: includes \"{target}\": core/ is the neutral ground floor and includes "
+                           "only core/")
+                continue
+            for sources, banned, why in RULES:
+                if folder in sources and target.startswith(banned):
+                    out.append(f"{path}:{line}: includes \"{target}\": {why}")
+    return out
+
+
+def template_files(root: str) -> dict[str, str]:
+    files = {}
+    for base, _, names in os.walk(root):
+        for name in names:
+            if name.endswith((".hpp", ".cpp", ".cu", ".cuh")):
+                full = os.path.join(base, name)
+                with open(full, encoding="utf-8") as f:
+                    files[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
+    return files
+
+
+def self_test() -> None:
+    caught = violations({
+        "model/x.hpp": '#include "config.hpp"\n#include "cpu/backend.hpp"\n',
+        "cuda/y.cuh": '#include "engine/engine.hpp"\n',
+        "core/z.hpp": '#include <cmath>\n#include "vocabulary.hpp"\n',
+        "engine/ok.hpp": '#include "cpu/backend.hpp"\n#include "model/model.hpp"\n',
+        "cpu/ok.hpp": '#include "core/blas.hpp"\n#include "metrics/activation_stats.hpp"\n',
+        "ok_main.cpp": '#include "cpu/metric_ops.hpp"\n',
+        "shared.hpp": '#include "cpu/common.hpp"\n',
+    })
+    want = ["core/z.hpp:2:", "cuda/y.cuh:1:", "model/x.hpp:2:", "shared.hpp:1:"]
+    got = [v.split(" ", 1)[0] for v in caught]
+    if got != want:
+        sys.exit(f"include_rules self-test: expected violations at {want}, got {caught}")
+
+
+def main() -> int:
+    if "--self-test" in sys.argv:
+        self_test()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "templates")
+    if "--root" in sys.argv:  # another copy of templates/ (an older commit's, say)
+        root = sys.argv[sys.argv.index("--root") + 1]
+    found = violations(template_files(root))
+    for v in found:
+        print(f"templates/{v}")
+    if found:
+        print(f"include_rules: {len(found)} include(s) break the layering (docs/architecture.md, \"Layers\")")
+        return 1
+    print("include_rules: every include of templates/ follows the layering")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
