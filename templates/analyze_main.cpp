@@ -24,7 +24,7 @@
 #include "config.hpp"
 #include "metrics/collector.hpp"
 #include "cpu/metric_ops.hpp"
-#include "engine/cpu_engine.hpp"
+#include "engine/make_engine.hpp"
 #include "engine/cpu_model.hpp"
 #include "plan.hpp"
 #include "runtime/atomic_file.hpp"
@@ -176,36 +176,23 @@ struct Measurer {
   std::int64_t step = 0;
 };
 
-bool use_gpu(const std::string& device) {
-#ifdef GC_HAVE_CUDA
-  return device == "cuda" || (device == "auto" && gcm::cuda_available());
-#else
-  if (device == "cuda") {
-    throw RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc when it was configured)");
-  }
-  return false;
-#endif
-}
-
 Measurer open_measurer(const Args& a) {
   Measurer out;
-#ifdef GC_HAVE_CUDA
-  if (use_gpu(a.device)) {
+  const bool on_gpu = gcm::runs_on_gpu(a.device);
+  if (on_gpu) {  // the weights go to the device: a host copy of the parameters, no host model
     out.params.assign(std::size_t(gcm::kOffsets.at[gcm::kNumParams]), 0.0f);
     std::vector<std::vector<float>> biases;
     out.step = gcm::load_weights(a.inputs[0], out.params.data(), biases);
-    out.engine = gcm::make_cuda_engine(gcm::kMicroBatch, gcm::kSeqLen);
+    out.engine = gcm::make_engine(true, {});
     out.m.assign(out.params.size(), 0.0f);
     out.engine->upload(out.params.data(), out.m.data(), out.m.data());
     if (!biases.empty()) out.engine->set_moe_biases(biases);
     out.engine->prepare_metrics(/*every_metric=*/true);
     return out;
   }
-#endif
-  use_gpu(a.device);  // --device cuda without the CUDA backend: the error
   out.host = std::make_unique<gcm::Model<float>>(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
   out.step = load_weights(a.inputs[0], *out.host);
-  out.engine = std::make_unique<gcm::CpuEngine>(*out.host, out.m, out.v);
+  out.engine = gcm::make_engine(false, [&] { return gcm::HostEngineState{out.host.get(), &out.m, &out.v}; });
   return out;
 }
 

@@ -23,7 +23,7 @@
 
 #include "analysis/anchor_eval.hpp"
 #include "config.hpp"
-#include "engine/cpu_engine.hpp"
+#include "engine/make_engine.hpp"
 #include "train/host_allocations.hpp"
 #include "train/host_state.hpp"
 #include "train/metrics_schedule.hpp"

@@ -129,21 +129,12 @@ inline void check_host_memory() {
 
 
 inline void Trainer::choose_engine() {
-#ifdef GC_HAVE_CUDA
-  if (opt_.device == "cuda" || (opt_.device == "auto" && cuda_available())) {
-    engine_ = make_cuda_engine(kMicroBatch, kSeqLen);
-    host_.use_device();
-    return;
-  }
-#else
-  if (opt_.device == "cuda") {
-    throw gc::rt::RuntimeError("--device cuda: this tree was built without the CUDA backend (no nvcc was found "
-                               "when it was configured); use --device cpu or rebuild with the CUDA toolkit");
-  }
-#endif
-  check_host_memory();
-  Model<float>& model = host_.host_model();
-  engine_ = std::make_unique<CpuEngine>(model, host_.m(), host_.v());
+  const bool on_gpu = runs_on_gpu(opt_.device);
+  engine_ = make_engine(on_gpu, [&] {
+    check_host_memory();
+    return HostEngineState{&host_.host_model(), &host_.m(), &host_.v()};
+  });
+  if (on_gpu) host_.use_device();
 }
 
 
