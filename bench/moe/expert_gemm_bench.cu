@@ -7,6 +7,9 @@
 //   gcompile_grouped   cuda/grouped_gemm.cuh: one launch per projection and direction (9 in all)
 //   cublaslt_per_expert  the backend's fallback and its path before the grouped kernels: one
 //                      cuBLASLt GEMM per expert, projection and direction (145 × 9 launches)
+//   gcompile_grouped_sm90  the forward and dX on warpgroup MMAs (cuda/grouped_gemm_sm90.cuh, not yet
+//                      in the trees), dW the grouped kernels'; its outputs are compared with
+//                      gcompile_grouped's (max_rel_diff_vs_grouped)
 //
 // bench/moe/grouped_mm_bench.py times torch._grouped_mm on the same rows per expert
 // (expert_rows below, repeated there). Before timing, the two ways' outputs are compared on these
@@ -28,6 +31,7 @@
 
 #include "bench/cuda_timing.hpp"
 #include "cuda/grouped_gemm.cuh"
+#include "cuda/grouped_gemm_sm90.cuh"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
 
@@ -95,6 +99,14 @@ struct Grouped {
   static void backward(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
     gcm::cuda::grouped::backward<IN, OUT>(p.dx.data(), p.dw.data(), p.dy.data(), p.x.data(), p.w.data(), offsets,
                                           kExperts, tiles, false);
+  }
+  static void forward_sm90(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
+    gcm::cuda::grouped::sm90::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+  }
+  static void backward_sm90(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
+    gcm::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts, tiles,
+                                                   false);
+    gcm::cuda::grouped::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
   }
 };
 
@@ -195,6 +207,16 @@ int main(int argc, char** argv) {
     Up::backward(gate, off, tiles);
     Up::backward(up, off, tiles);
   };
+  auto sm90_fwd = [&] {
+    Up::forward_sm90(gate, off, tiles);
+    Up::forward_sm90(up, off, tiles);
+    Down::forward_sm90(down, off, tiles);
+  };
+  auto sm90_bwd = [&] {
+    Down::backward_sm90(down, off, tiles);
+    Up::backward_sm90(gate, off, tiles);
+    Up::backward_sm90(up, off, tiles);
+  };
   auto blas_fwd = [&] {
     for (Projection* p : {&gate, &up, &down}) per_expert_forward(blas, *p, offsets);
   };
@@ -222,20 +244,29 @@ int main(int argc, char** argv) {
     worst = std::max(worst, max_rel_diff(ours[k++], download(p->dx)));
     worst = std::max(worst, max_rel_diff(ours[k++], download(p->dw)));
   }
+  double sm90_worst = 0.0;  // the warpgroup-MMA kernels against the grouped kernels' outputs (ours)
+  for (Projection* p : {&gate, &up, &down}) p->zero_grads();
+  sm90_fwd();
+  sm90_bwd();
+  k = 0;
+  for (Projection* p : {&gate, &up, &down}) {
+    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->y)));
+    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->dx)));
+    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->dw)));
+  }
   GC_CUDA_CHECK(cudaDeviceSynchronize());
 
   // 3 projections, 2·R·in·out FLOP each forward; backward twice that (dX and dW).
   const double fwd_flop = 3.0 * 2.0 * double(kRows) * kDModel * kExpertDff;
-  auto report = [&](const char* impl, double fwd_ms, double fwd_bwd_ms) {
+  auto report = [&](const char* impl, double fwd_ms, double fwd_bwd_ms, const char* diff_name, double diff) {
     std::printf(
         "{\"impl\": \"%s\", \"shape\": \"moe_3b\", \"experts\": %d, \"top_k\": %d, \"tokens\": %d, \"rows\": %lld, "
         "\"d_model\": %d, \"expert_d_ff\": %d, \"max_rows\": %lld, \"min_rows\": %lld, \"fwd_ms\": %.4f, "
-        "\"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f, \"max_rel_diff_grouped_vs_cublaslt\": "
-        "%.3g}\n",
+        "\"fwd_bwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"fwd_bwd_tflops\": %.1f, \"%s\": %.3g}\n",
         impl, kExperts, kTopK, kTokens, static_cast<long long>(kRows), kDModel, kExpertDff,
         static_cast<long long>(*std::max_element(rows.begin(), rows.end())),
         static_cast<long long>(*std::min_element(rows.begin(), rows.end())), fwd_ms, fwd_bwd_ms,
-        fwd_flop / fwd_ms * 1e-9, 3.0 * fwd_flop / fwd_bwd_ms * 1e-9, worst);
+        fwd_flop / fwd_ms * 1e-9, 3.0 * fwd_flop / fwd_bwd_ms * 1e-9, diff_name, diff);
     std::fflush(stdout);
   };
   const double g_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, grouped_fwd);
@@ -243,12 +274,18 @@ int main(int argc, char** argv) {
     grouped_fwd();
     grouped_bwd();
   });
-  report("gcompile_grouped", g_fwd, g_all);
+  report("gcompile_grouped", g_fwd, g_all, "max_rel_diff_grouped_vs_cublaslt", worst);
   const double b_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, blas_fwd);
   const double b_all = gcm::bench::median_ms(opt.iters, opt.warmup, [&] {
     blas_fwd();
     blas_bwd();
   });
-  report("cublaslt_per_expert", b_fwd, b_all);
+  report("cublaslt_per_expert", b_fwd, b_all, "max_rel_diff_grouped_vs_cublaslt", worst);
+  const double h_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, sm90_fwd);
+  const double h_all = gcm::bench::median_ms(opt.iters, opt.warmup, [&] {
+    sm90_fwd();
+    sm90_bwd();
+  });
+  report("gcompile_grouped_sm90", h_fwd, h_all, "max_rel_diff_vs_grouped", sm90_worst);
   return 0;
 }

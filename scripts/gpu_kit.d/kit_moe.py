@@ -72,7 +72,8 @@ def moe_3b(metrics_jsonl, steps):
 def moe_experts(ours_jsonl, torch_jsonl):
     """The moe_experts row: each of our implementations' forward and forward + backward times and
     its ratio to torch._grouped_mm (>1: ours faster); fails when a side has no time or the grouped
-    kernels and cuBLASLt disagree beyond bf16 rounding (2e-2 relative to the largest value)."""
+    kernels and cuBLASLt (or the sm90 kernels and the grouped kernels) disagree beyond bf16 rounding
+    (2e-2 relative to the largest value)."""
     ours, torch_rows = read_jsonl(ours_jsonl), read_jsonl(torch_jsonl)
     peer = next((r for r in torch_rows if r.get("fwd_bwd_ms")), None)
     parts = []
@@ -90,6 +91,11 @@ def moe_experts(ours_jsonl, torch_jsonl):
     diff = max((r.get("max_rel_diff_grouped_vs_cublaslt", 0.0) for r in ours), default=float("nan"))
     rows = {(r.get("rows"), r.get("max_rows"), r.get("min_rows")) for r in ours + torch_rows if r.get("rows")}
     parts.append(f"grouped vs cuBLASLt max rel diff {diff:.2g}")
+    # The warpgroup-MMA kernels (cuda/grouped_gemm_sm90.cuh), where the bench ran them, against the
+    # grouped kernels' outputs.
+    sm90 = [r["max_rel_diff_vs_grouped"] for r in ours if "max_rel_diff_vs_grouped" in r]
+    if sm90:
+        parts.append(f"sm90 kernels vs grouped max rel diff {max(sm90):.2g}")
     detail = "; ".join(parts)
     if len(rows) > 1:
         _fail("the two benches routed different rows per expert: " + detail)
@@ -97,6 +103,8 @@ def moe_experts(ours_jsonl, torch_jsonl):
         _fail(detail or "no results")
     if not diff <= 2e-2:
         _fail("grouped kernels disagree with cuBLASLt: " + detail)
+    if sm90 and not max(sm90) <= 2e-2:
+        _fail("the sm90 kernels disagree with the grouped kernels: " + detail)
     print(detail)
 
 

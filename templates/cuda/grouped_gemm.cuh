@@ -289,6 +289,14 @@ void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets,
                                        offsets, experts);
 }
 
+// dW alone (backward's second half; cuda/grouped_gemm_sm90.cuh's dX pairs with it).
+template <int IN, int OUT>
+void backward_dw(float* dw, const bf16* dy, const bf16* x, const std::int64_t* offsets, int experts) {
+  static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");
+  launch_ring<backward_dw_kernel<IN, OUT>>(dim3(IN / kTileCols<IN>, OUT / kTileCols<OUT>, unsigned(experts)),
+                                           DwRing<IN, OUT>::kBytes, dw, dy, x, offsets);
+}
+
 template <int IN, int OUT>
 void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w, const std::int64_t* offsets,
               int experts, std::int64_t tiles, bool accumulate_dx) {
@@ -301,8 +309,7 @@ void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w,
       launch_ring<backward_dx_kernel<IN, OUT, false>>(grid, DxRing<IN>::kBytes, dx, dy, w, offsets, experts);
     }
   }
-  launch_ring<backward_dw_kernel<IN, OUT>>(dim3(IN / kTileCols<IN>, OUT / kTileCols<OUT>, unsigned(experts)),
-                                           DwRing<IN, OUT>::kBytes, dw, dy, x, offsets);
+  backward_dw<IN, OUT>(dw, dy, x, offsets, experts);
 }
 
 }  // namespace gcm::cuda::grouped

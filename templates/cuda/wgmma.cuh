@@ -75,43 +75,46 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
-// wgmma.mma_async.m64nNk16.f32.bf16.bf16, both operands K-major from shared memory:
-// D = A·Bᵀ + (accumulate ? D : 0), A the 64×16 tile of desc_a, B the N×16 tile of desc_b.
-template <int N>
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16, both operands from shared memory:
+// D = A·Bᵀ + (accumulate ? D : 0), A the 64×16 tile of desc_a, B the N×16 tile of desc_b, each
+// K-major, or MN-major when TRANS_A / TRANS_B (the transpose bits: A[m][k] with m contiguous, B[n][k]
+// with n contiguous; core matrices of 8 k-rows × 8 contiguous m or n, as the V tile of
+// cuda/attention_sm90.cuh).
+template <int N, bool TRANS_A = false, bool TRANS_B = false>
 __device__ __forceinline__ void mma_bf16(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128 (add the others when needed)");
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_bf16(d, N, desc_a, nullptr, desc_b, accumulate, 1, 1, false, false);
+  gc_emu::wgmma_bf16(d, N, desc_a, nullptr, desc_b, accumulate, 1, 1, TRANS_A, TRANS_B);
 #else
   if constexpr (N == 16) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %10, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8,"
-        " %9, p, 1, 1, 0, 0;\n}\n"
+        " %9, p, 1, 1, %11, %12;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TRANS_A)), "n"(int(TRANS_B)));
   }
   if constexpr (N == 32) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-        "%9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        "%9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TRANS_A)), "n"(int(TRANS_B)));
   }
   if constexpr (N == 64) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
         "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %"
-        "27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
           "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
           "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
           "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TRANS_A)), "n"(int(TRANS_B)));
   }
   if constexpr (N == 128) {
     asm volatile(
@@ -120,7 +123,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[N / 2], std::uint64_t desc_a
         " %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
         "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
         "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
-        "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "%63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
           "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
@@ -130,7 +133,7 @@ __device__ __forceinline__ void mma_bf16(float (&d)[N / 2], std::uint64_t desc_a
           "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
           "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TRANS_A)), "n"(int(TRANS_B)));
   }
 #endif
 }

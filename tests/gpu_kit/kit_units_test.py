@@ -329,6 +329,21 @@ class Moe(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("different rows per expert", line)
 
+    def test_moe_experts_reports_and_checks_the_sm90_forward(self):
+        peer = [dict(self.SHAPE, impl="torch_grouped_mm", fwd_ms=0.5, fwd_bwd_ms=1.5, fwd_bwd_tflops=348)]
+
+        def sm90(diff):
+            return dict(self.SHAPE, impl="gcompile_grouped_sm90", fwd_ms=0.5, fwd_bwd_ms=2.5, fwd_tflops=348,
+                        fwd_bwd_tflops=209, max_rel_diff_vs_grouped=diff)
+
+        code, line = self.run_experts(self.ours() + [sm90(4e-3)], peer)
+        self.assertEqual(code, 0, line)
+        self.assertIn("gcompile_grouped_sm90: fwd 0.500 ms (348 TFLOP/s)", line)
+        self.assertIn("sm90 kernels vs grouped max rel diff 0.004", line)
+        code, line = self.run_experts(self.ours() + [sm90(0.3)], peer)
+        self.assertEqual(code, 1)
+        self.assertIn("the sm90 kernels disagree", line)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -1,6 +1,8 @@
 // The sm_90a kernels whose machine code tests/cuda/sm90_sass/sass_test checks (HGMMA present, no
-// spills): the Hopper attention forward at head_dim 64 and 128, as the bench shapes use them.
+// spills): the Hopper attention forward at head_dim 64 and 128, as the bench shapes use them, and
+// the experts' forward and dX GEMMs at moe_3b's two projection shapes (768 -> 512, 512 -> 768).
 #include "cuda/attention_sm90.cuh"
+#include "cuda/grouped_gemm_sm90.cuh"
 
 namespace {
 struct Shape64 {
@@ -17,3 +19,14 @@ template __global__ void gcm::cuda::sm90::forward_kernel<Shape64>(gcm::cuda::bf1
                                                                   const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
 template __global__ void gcm::cuda::sm90::forward_kernel<Shape128>(gcm::cuda::bf16*, float*, const gcm::cuda::bf16*,
                                                                    const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
+
+template __global__ void gcm::cuda::grouped::sm90::forward_kernel<768, 512>(gcm::cuda::bf16*, const gcm::cuda::bf16*,
+                                                                           const gcm::cuda::bf16*, const std::int64_t*,
+                                                                           int);
+template __global__ void gcm::cuda::grouped::sm90::forward_kernel<512, 768>(gcm::cuda::bf16*, const gcm::cuda::bf16*,
+                                                                           const gcm::cuda::bf16*, const std::int64_t*,
+                                                                           int);
+template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<768, 512, false>(
+    gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);
+template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<512, 768, true>(
+    gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);

@@ -1,0 +1,221 @@
+// The experts' forward and dX GEMMs on Hopper's warpgroup MMA (sm_90a), issue 39's wgmma step:
+// Y[r] = X[r]·W_eᵀ and dX[r] (+)= dY[r]·W_e for every expert's rows in one launch each, with the
+// semantics of grouped::forward and the dX half of grouped::backward
+// (cuda/grouped_gemm.cuh: the same row tiles of 128 rows found from the offsets on the device,
+// fp32 accumulation in a fixed order, no atomics, rows past an expert's end neither read nor
+// written). Each block computes one 128 × 128 output tile with two warpgroups, each issuing
+// wgmma.mma_async m64n128k16 for its 64 rows (cuda/wgmma.cuh: both operands K-major in shared
+// memory, D = A·Bᵀ with A = the rows of X and B = the rows of W_e).
+//
+// Shared memory (dynamic, 96 KiB): a ring of kStages stages, each holding the tile's 128 rows of X
+// (dY) and 128 × kStep of W_e for kStep = 64 values of K. A K-major tile (the rows; W_e's rows in
+// the forward) has no swizzle: core matrix (row/8, k/8) (8 rows × 16 bytes) at 1024·(row/8) +
+// 128·(k/8), so LBO = 128 (the next core matrix along K) and SBO = 1024 (the next 8 rows); a
+// k-step of 16 advances the descriptor by 256 bytes. In dX, B[n = i][k = o] = W_e[o][i] is stored
+// n-contiguous (MN-major, the transpose bit): core matrix (n/8, k/8) (8 k-rows × 8 n) at
+// 128·(n/8) + 2048·(k/8), SBO = 128, LBO = 2048; a k-step advances it by 4096 bytes. cp.async
+// fills stage k + kStages − 1 while stage k is multiplied; rows past the expert's end load as
+// zeros. The copies are generic-proxy writes that wgmma reads through the async proxy:
+// fence.proxy.async, then the block barrier, before each stage's MMAs.
+//
+// Not in the trees yet: bench/moe/expert_gemm_bench.cu (the kit's moe_experts row) times them
+// against the mma.sync kernels and torch._grouped_mm first; dW stays grouped::backward's. Built for sm_90a only (wgmma): elsewhere
+// the kernel body traps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/grouped_gemm.cuh"
+#include "cuda/hopper.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace gcm::cuda::grouped::sm90 {
+
+inline constexpr int kThreads = 256;                    // two warpgroups, 64 rows each
+inline constexpr int kTileCols = 128;                   // the wgmma's N
+inline constexpr int kStep = 64;                        // K per stage
+inline constexpr int kStages = 3;                       // two loading while one is multiplied
+inline constexpr unsigned kCore = 128;                  // bytes of one core matrix
+inline constexpr unsigned kRowGroup = (kStep / 8) * kCore;                 // 8 rows × kStep: 1024
+inline constexpr unsigned kTileBytes = unsigned(kTileRows / 8) * kRowGroup;  // 128 rows × kStep
+inline constexpr std::size_t kSmemBytes = std::size_t(kStages) * 2 * kTileBytes;
+
+// Whether the projection IN -> OUT runs here (whole stages of K, whole 128-column tiles).
+template <int IN, int OUT>
+inline constexpr bool kSupported = IN % kStep == 0 && OUT % kTileCols == 0;
+
+// Rows 0 .. 127 × kStep values of a row-major matrix (row stride STRIDE) into a K-major tile;
+// rows ≥ rows are zeros. Called by all threads; the caller commits the cp.async group.
+template <std::int64_t STRIDE>
+__device__ __forceinline__ void load_k_major(unsigned char* tile, const bf16* __restrict__ src, int rows) {
+  constexpr int kChunks = kStep / 8;  // 16-byte chunks of a row
+  for (int idx = int(threadIdx.x); idx < kTileRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    unsigned char* dst = tile + kRowGroup * unsigned(r / 8) + kCore * unsigned(c) + 16u * unsigned(r % 8);
+    if (r < rows) {
+      mma::cp_async_16(dst, src + std::int64_t(r) * STRIDE + 8 * c);
+    } else {
+      *reinterpret_cast<mma::Words4*>(dst) = mma::Words4{{0u, 0u, 0u, 0u}};
+    }
+  }
+}
+
+// Rows k0 .. k0 + kStep − 1 of W_e (row stride STRIDE = IN), kTileCols values from column col0
+// each, into the MN-major B tile of dX. Called by all threads; the caller commits the group.
+template <std::int64_t STRIDE>
+__device__ __forceinline__ void load_mn_major(unsigned char* tile, const bf16* __restrict__ src) {
+  constexpr int kChunks = kTileCols / 8;  // 16-byte chunks of a row: 8 values of n each
+  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // 8 k-rows × kTileCols: 2048
+  for (int idx = int(threadIdx.x); idx < kStep * kChunks; idx += kThreads) {
+    const int k = idx / kChunks, c = idx % kChunks;
+    mma::cp_async_16(tile + kCore * unsigned(c) + kKGroup * unsigned(k / 8) + 16u * unsigned(k % 8),
+                     src + std::int64_t(k) * STRIDE + 8 * c);
+  }
+}
+
+// The warpgroup's 64 × kTileCols accumulators d into rows row0 + 64·group .. of out [.][COLS],
+// from column col0 (out += d when ACCUMULATE), rows < end.
+template <int COLS, bool ACCUMULATE>
+__device__ __forceinline__ void store_warpgroup(bf16* __restrict__ out, const float (&d)[kTileCols / 2],
+                                                std::int64_t row0, std::int64_t end, int col0) {
+  // d[i]: row 16·warp + g + 8·((i/2) % 2) of the warpgroup's 64, column 8·(i/4) + 2q + i % 2.
+  const int group = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32, warp = (int(threadIdx.x) % 128) / 32;
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kTileCols / 2; i += 2) {
+    const std::int64_t row = row0 + 64 * group + 16 * warp + g + 8 * ((i / 2) % 2);
+    if (row >= end) continue;
+    bf16* o = out + row * COLS + col0 + 8 * (i / 4) + 2 * q;
+    o[0] = from_float<bf16>(d[i] + (ACCUMULATE ? to_float(o[0]) : 0.0f));
+    o[1] = from_float<bf16>(d[i + 1] + (ACCUMULATE ? to_float(o[1]) : 0.0f));
+  }
+}
+
+// The K loop of both kernels: STAGES_K stages through the ring, load(k, buffer) issuing stage k's
+// copies (one group, committed here); multiply(buffer) its MMAs into d (wgmma fence, commit and
+// wait included).
+template <int STAGES_K, class Load, class Multiply>
+__device__ __forceinline__ void wgmma_k_loop(Load&& load, Multiply&& multiply) {
+  const auto load_or_nothing = [&](int k) {  // an empty group past the last stage keeps the count
+    if (k < STAGES_K) load(k, k % kStages);
+    mma::cp_async_commit();
+  };
+  for (int k = 0; k < kStages - 1; ++k) load_or_nothing(k);
+  for (int k = 0; k < STAGES_K; ++k) {
+    mma::cp_async_wait<kStages - 2>();  // stage k has landed (this thread's copies)
+    hopper::fence_proxy_async();        // ... and is visible to the async proxy
+    __syncthreads();                    // everyone's copies; everyone's MMAs of stage k − 1 are done
+    load_or_nothing(k + kStages - 1);   // into stage k − 1's buffer
+    multiply(k % kStages);
+  }
+}
+
+template <int IN, int OUT>
+__global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y, const bf16* __restrict__ x,
+                                                           const bf16* __restrict__ w,
+                                                           const std::int64_t* __restrict__ offsets, int experts) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  const RowTile tile = block_row_tile(offsets, experts);
+  if (tile.expert < 0) return;
+  unsigned char* smem = hopper::dynamic_shared();
+  const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
+  const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + std::int64_t(col0) * IN;
+  const bf16* x_t = x + tile.row0 * IN;
+  const int group = int(threadIdx.x) / 128;  // this warpgroup's rows: 64·group .. +63 of the tile
+  float d[kTileCols / 2];
+#pragma unroll
+  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
+  wgmma_k_loop<IN / kStep>(
+      [&](int k, int buf) {
+        load_k_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes, x_t + k * kStep, rows);
+        load_k_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes, w_e + k * kStep, kTileCols);
+      },
+      [&](int buf) {
+        const unsigned char* a = smem + std::size_t(buf) * 2 * kTileBytes + unsigned(group) * (64 / 8) * kRowGroup;
+        const unsigned char* b = smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes;
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kStep / 16; ++ks) {
+          wgmma::mma_bf16<kTileCols>(d, wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
+                                     wgmma::descriptor(b + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
+                                     true);
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+      });
+  store_warpgroup<OUT, false>(y, d, tile.row0, tile.end, col0);
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+// dX (+)= dY·W_e per expert: A = the tile's 128 rows of dY (K = OUT, K-major), B the MN-major
+// W_e tile (header). IN must be a multiple of 128, OUT of 64 (kSupported<OUT, IN>).
+template <int IN, int OUT, bool ACCUMULATE>
+__global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict__ dx, const bf16* __restrict__ dy,
+                                                               const bf16* __restrict__ w,
+                                                               const std::int64_t* __restrict__ offsets, int experts) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // the B tile's 8 k-rows
+  const RowTile tile = block_row_tile(offsets, experts);
+  if (tile.expert < 0) return;
+  unsigned char* smem = hopper::dynamic_shared();
+  const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
+  const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + col0;
+  const bf16* dy_t = dy + tile.row0 * OUT;
+  const int group = int(threadIdx.x) / 128;
+  float d[kTileCols / 2];
+#pragma unroll
+  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
+  wgmma_k_loop<OUT / kStep>(
+      [&](int k, int buf) {
+        load_k_major<OUT>(smem + std::size_t(buf) * 2 * kTileBytes, dy_t + k * kStep, rows);
+        load_mn_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes, w_e + std::int64_t(k) * kStep * IN);
+      },
+      [&](int buf) {
+        const unsigned char* a = smem + std::size_t(buf) * 2 * kTileBytes + unsigned(group) * (64 / 8) * kRowGroup;
+        const unsigned char* b = smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes;
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kStep / 16; ++ks) {
+          wgmma::mma_bf16<kTileCols, false, true>(
+              d, wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
+              wgmma::descriptor(b + 2 * kKGroup * ks, wgmma::Swizzle::none, kKGroup, kCore), true);
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+      });
+  store_warpgroup<IN, ACCUMULATE>(dx, d, tile.row0, tile.end, col0);
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+// The launches (offsets: the device's copy; tiles: row_tiles of the host's, as grouped::forward).
+template <int IN, int OUT>
+void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets, int experts, std::int64_t tiles) {
+  static_assert(kSupported<IN, OUT>, "sm90 grouped GEMM: IN must be a multiple of 64 and OUT of 128");
+  if (tiles == 0) return;
+  launch_with_dynamic_shared<forward_kernel<IN, OUT>>(dim3(unsigned(tiles), OUT / kTileCols), kThreads, kSmemBytes,
+                                                      y, x, w, offsets, experts);
+}
+
+template <int IN, int OUT>
+void backward_dx(bf16* dx, const bf16* dy, const bf16* w, const std::int64_t* offsets, int experts,
+                 std::int64_t tiles, bool accumulate_dx) {
+  static_assert(kSupported<OUT, IN>, "sm90 grouped dX: OUT must be a multiple of 64 and IN of 128");
+  if (tiles == 0) return;
+  const dim3 grid(unsigned(tiles), IN / kTileCols);
+  if (accumulate_dx) {
+    launch_with_dynamic_shared<backward_dx_kernel<IN, OUT, true>>(grid, kThreads, kSmemBytes, dx, dy, w, offsets,
+                                                                  experts);
+  } else {
+    launch_with_dynamic_shared<backward_dx_kernel<IN, OUT, false>>(grid, kThreads, kSmemBytes, dx, dy, w, offsets,
+                                                                   experts);
+  }
+}
+
+}  // namespace gcm::cuda::grouped::sm90
