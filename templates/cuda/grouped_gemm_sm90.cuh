@@ -113,6 +113,34 @@ __device__ __forceinline__ void wgmma_k_loop(Load&& load, Multiply&& multiply) {
   }
 }
 
+// Stage `buf` of the ring: its A tile (the rows), then its B tile (W_e's part).
+__device__ __forceinline__ unsigned char* stage_a(unsigned char* smem, int buf) {
+  return smem + std::size_t(buf) * 2 * kTileBytes;
+}
+__device__ __forceinline__ unsigned char* stage_b(unsigned char* smem, int buf) {
+  return stage_a(smem, buf) + kTileBytes;
+}
+
+// This warpgroup's MMAs of one stage: d += A·Bᵀ over kStep values of K, A the warpgroup's 64 rows
+// of the stage's A tile, B the stage's B tile, K-major, or MN-major when TRANS_B (header).
+template <bool TRANS_B>
+__device__ __forceinline__ void multiply_stage(float (&d)[kTileCols / 2], const unsigned char* a_tile,
+                                               const unsigned char* b) {
+  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // 8 k-rows of an MN-major B tile
+  const unsigned char* a = a_tile + unsigned(threadIdx.x / 128) * (64 / 8) * kRowGroup;
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < kStep / 16; ++ks) {
+    const std::uint64_t desc_a = wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup);
+    const std::uint64_t desc_b =
+        TRANS_B ? wgmma::descriptor(b + 2 * kKGroup * ks, wgmma::Swizzle::none, kKGroup, kCore)
+                : wgmma::descriptor(b + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup);
+    wgmma::mma_bf16<kTileCols, false, TRANS_B>(d, desc_a, desc_b, true);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();  // the stage's buffers are free once the next barrier is passed
+}
+
 template <int IN, int OUT>
 __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y, const bf16* __restrict__ x,
                                                            const bf16* __restrict__ w,
@@ -124,28 +152,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
   const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
   const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + std::int64_t(col0) * IN;
   const bf16* x_t = x + tile.row0 * IN;
-  const int group = int(threadIdx.x) / 128;  // this warpgroup's rows: 64·group .. +63 of the tile
   float d[kTileCols / 2];
 #pragma unroll
   for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
   wgmma_k_loop<IN / kStep>(
       [&](int k, int buf) {
-        load_k_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes, x_t + k * kStep, rows);
-        load_k_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes, w_e + k * kStep, kTileCols);
+        load_k_major<IN>(stage_a(smem, buf), x_t + k * kStep, rows);
+        load_k_major<IN>(stage_b(smem, buf), w_e + k * kStep, kTileCols);
       },
-      [&](int buf) {
-        const unsigned char* a = smem + std::size_t(buf) * 2 * kTileBytes + unsigned(group) * (64 / 8) * kRowGroup;
-        const unsigned char* b = smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes;
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kStep / 16; ++ks) {
-          wgmma::mma_bf16<kTileCols>(d, wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
-                                     wgmma::descriptor(b + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
-                                     true);
-        }
-        wgmma::commit();
-        wgmma::wait<0>();
-      });
+      [&](int buf) { multiply_stage<false>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<OUT, false>(y, d, tile.row0, tile.end, col0);
 #else
   __trap();  // built for an architecture without wgmma
@@ -159,35 +174,21 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
                                                                const bf16* __restrict__ w,
                                                                const std::int64_t* __restrict__ offsets, int experts) {
 #if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
-  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // the B tile's 8 k-rows
   const RowTile tile = block_row_tile(offsets, experts);
   if (tile.expert < 0) return;
   unsigned char* smem = hopper::dynamic_shared();
   const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
   const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + col0;
   const bf16* dy_t = dy + tile.row0 * OUT;
-  const int group = int(threadIdx.x) / 128;
   float d[kTileCols / 2];
 #pragma unroll
   for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
   wgmma_k_loop<OUT / kStep>(
       [&](int k, int buf) {
-        load_k_major<OUT>(smem + std::size_t(buf) * 2 * kTileBytes, dy_t + k * kStep, rows);
-        load_mn_major<IN>(smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes, w_e + std::int64_t(k) * kStep * IN);
+        load_k_major<OUT>(stage_a(smem, buf), dy_t + k * kStep, rows);
+        load_mn_major<IN>(stage_b(smem, buf), w_e + std::int64_t(k) * kStep * IN);
       },
-      [&](int buf) {
-        const unsigned char* a = smem + std::size_t(buf) * 2 * kTileBytes + unsigned(group) * (64 / 8) * kRowGroup;
-        const unsigned char* b = smem + std::size_t(buf) * 2 * kTileBytes + kTileBytes;
-        wgmma::fence();
-#pragma unroll
-        for (int ks = 0; ks < kStep / 16; ++ks) {
-          wgmma::mma_bf16<kTileCols, false, true>(
-              d, wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup),
-              wgmma::descriptor(b + 2 * kKGroup * ks, wgmma::Swizzle::none, kKGroup, kCore), true);
-        }
-        wgmma::commit();
-        wgmma::wait<0>();
-      });
+      [&](int buf) { multiply_stage<true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<IN, ACCUMULATE>(dx, d, tile.row0, tile.end, col0);
 #else
   __trap();  // built for an architecture without wgmma
