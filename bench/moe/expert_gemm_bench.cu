@@ -7,9 +7,9 @@
 //   gcompile_grouped   cuda/grouped_gemm.cuh: one launch per projection and direction (9 in all)
 //   cublaslt_per_expert  the backend's fallback and its path before the grouped kernels: one
 //                      cuBLASLt GEMM per expert, projection and direction (145 × 9 launches)
-//   gcompile_grouped_sm90  the forward and dX on warpgroup MMAs (cuda/grouped_gemm_sm90.cuh, not yet
-//                      in the trees), dW the grouped kernels'; its outputs are compared with
-//                      gcompile_grouped's (max_rel_diff_vs_grouped)
+//   gcompile_grouped_sm90  the same three GEMMs on warpgroup MMAs (cuda/grouped_gemm_sm90.cuh, not
+//                      yet in the trees); its outputs are compared with gcompile_grouped's
+//                      (max_rel_diff_vs_grouped)
 //
 // bench/moe/grouped_mm_bench.py times torch._grouped_mm on the same rows per expert
 // (expert_rows below, repeated there). Before timing, the two ways' outputs are compared on these
@@ -106,7 +106,7 @@ struct Grouped {
   static void backward_sm90(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
     gcm::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts, tiles,
                                                    false);
-    gcm::cuda::grouped::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
+    gcm::cuda::grouped::sm90::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
   }
 };
 

@@ -1,25 +1,26 @@
-// The experts' forward and dX GEMMs on Hopper's warpgroup MMA (sm_90a), issue 39's wgmma step:
-// Y[r] = X[r]·W_eᵀ and dX[r] (+)= dY[r]·W_e for every expert's rows in one launch each, with the
-// semantics of grouped::forward and the dX half of grouped::backward
+// The experts' GEMMs on Hopper's warpgroup MMA (sm_90a), issue 39's wgmma step:
+// Y[r] = X[r]·W_eᵀ, dX[r] (+)= dY[r]·W_e and dW_e += Σ_r dY[r]ᵀ·X[r] for every expert in one
+// launch each, with the semantics of grouped::forward and grouped::backward
 // (cuda/grouped_gemm.cuh: the same row tiles of 128 rows found from the offsets on the device,
 // fp32 accumulation in a fixed order, no atomics, rows past an expert's end neither read nor
 // written). Each block computes one 128 × 128 output tile with two warpgroups, each issuing
-// wgmma.mma_async m64n128k16 for its 64 rows (cuda/wgmma.cuh: both operands K-major in shared
-// memory, D = A·Bᵀ with A = the rows of X and B = the rows of W_e).
+// wgmma.mma_async m64n128k16 for its 64 rows of the tile (cuda/wgmma.cuh: both operands in shared
+// memory, D = A·Bᵀ; in the forward A = the rows of X and B = the rows of W_e).
 //
-// Shared memory (dynamic, 96 KiB): a ring of kStages stages, each holding the tile's 128 rows of X
-// (dY) and 128 × kStep of W_e for kStep = 64 values of K. A K-major tile (the rows; W_e's rows in
+// Shared memory (dynamic, 96 KiB): a ring of kStages stages, each holding an A and a B tile of 128
+// × kStep values for kStep = 64 values of K. A K-major tile (the rows; W_e's rows in
 // the forward) has no swizzle: core matrix (row/8, k/8) (8 rows × 16 bytes) at 1024·(row/8) +
 // 128·(k/8), so LBO = 128 (the next core matrix along K) and SBO = 1024 (the next 8 rows); a
 // k-step of 16 advances the descriptor by 256 bytes. In dX, B[n = i][k = o] = W_e[o][i] is stored
 // n-contiguous (MN-major, the transpose bit): core matrix (n/8, k/8) (8 k-rows × 8 n) at
-// 128·(n/8) + 2048·(k/8), SBO = 128, LBO = 2048; a k-step advances it by 4096 bytes. cp.async
+// 128·(n/8) + 2048·(k/8), SBO = 128, LBO = 2048; a k-step advances it by 4096 bytes. dW's A and B
+// (dY and X, K = the expert's rows) are both MN-major the same way. cp.async
 // fills stage k + kStages − 1 while stage k is multiplied; rows past the expert's end load as
 // zeros. The copies are generic-proxy writes that wgmma reads through the async proxy:
 // fence.proxy.async, then the block barrier, before each stage's MMAs.
 //
 // Not in the trees yet: bench/moe/expert_gemm_bench.cu (the kit's moe_experts row) times them
-// against the mma.sync kernels and torch._grouped_mm first; dW stays grouped::backward's. Built for sm_90a only (wgmma): elsewhere
+// against the mma.sync kernels and torch._grouped_mm first. Built for sm_90a only (wgmma): elsewhere
 // the kernel body traps.
 #pragma once
 
@@ -63,16 +64,21 @@ __device__ __forceinline__ void load_k_major(unsigned char* tile, const bf16* __
   }
 }
 
-// Rows k0 .. k0 + kStep − 1 of W_e (row stride STRIDE = IN), kTileCols values from column col0
-// each, into the MN-major B tile of dX. Called by all threads; the caller commits the group.
+// kStep rows of a row-major matrix (row stride STRIDE), kTileCols values each from src on, as an
+// MN-major tile (k = the row, m or n = the column: dX's W_e, dW's dY and X); rows ≥ rows are
+// zeros. Called by all threads; the caller commits the group.
 template <std::int64_t STRIDE>
-__device__ __forceinline__ void load_mn_major(unsigned char* tile, const bf16* __restrict__ src) {
-  constexpr int kChunks = kTileCols / 8;  // 16-byte chunks of a row: 8 values of n each
+__device__ __forceinline__ void load_mn_major(unsigned char* tile, const bf16* __restrict__ src, int rows = kStep) {
+  constexpr int kChunks = kTileCols / 8;  // 16-byte chunks of a row: 8 values of m or n each
   constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // 8 k-rows × kTileCols: 2048
   for (int idx = int(threadIdx.x); idx < kStep * kChunks; idx += kThreads) {
     const int k = idx / kChunks, c = idx % kChunks;
-    mma::cp_async_16(tile + kCore * unsigned(c) + kKGroup * unsigned(k / 8) + 16u * unsigned(k % 8),
-                     src + std::int64_t(k) * STRIDE + 8 * c);
+    unsigned char* dst = tile + kCore * unsigned(c) + kKGroup * unsigned(k / 8) + 16u * unsigned(k % 8);
+    if (k < rows) {
+      mma::cp_async_16(dst, src + std::int64_t(k) * STRIDE + 8 * c);
+    } else {
+      *reinterpret_cast<mma::Words4*>(dst) = mma::Words4{{0u, 0u, 0u, 0u}};
+    }
   }
 }
 
@@ -94,17 +100,17 @@ __device__ __forceinline__ void store_warpgroup(bf16* __restrict__ out, const fl
   }
 }
 
-// The K loop of both kernels: STAGES_K stages through the ring, load(k, buffer) issuing stage k's
+// The K loop of the kernels: stages_k stages through the ring, load(k, buffer) issuing stage k's
 // copies (one group, committed here); multiply(buffer) its MMAs into d (wgmma fence, commit and
 // wait included).
-template <int STAGES_K, class Load, class Multiply>
-__device__ __forceinline__ void wgmma_k_loop(Load&& load, Multiply&& multiply) {
+template <class Load, class Multiply>
+__device__ __forceinline__ void wgmma_k_loop(int stages_k, Load&& load, Multiply&& multiply) {
   const auto load_or_nothing = [&](int k) {  // an empty group past the last stage keeps the count
-    if (k < STAGES_K) load(k, k % kStages);
+    if (k < stages_k) load(k, k % kStages);
     mma::cp_async_commit();
   };
   for (int k = 0; k < kStages - 1; ++k) load_or_nothing(k);
-  for (int k = 0; k < STAGES_K; ++k) {
+  for (int k = 0; k < stages_k; ++k) {
     mma::cp_async_wait<kStages - 2>();  // stage k has landed (this thread's copies)
     hopper::fence_proxy_async();        // ... and is visible to the async proxy
     __syncthreads();                    // everyone's copies; everyone's MMAs of stage k − 1 are done
@@ -121,21 +127,28 @@ __device__ __forceinline__ unsigned char* stage_b(unsigned char* smem, int buf) 
   return stage_a(smem, buf) + kTileBytes;
 }
 
+// The descriptor of k-step ks of a stage tile: K-major (core matrices 128 bytes apart along K, 8-row
+// groups kRowGroup apart) or MN-major (8-k-row groups kKGroup apart, 8-column groups 128 apart).
+template <bool MN_MAJOR>
+__device__ __forceinline__ std::uint64_t stage_descriptor(const unsigned char* tile, int ks) {
+  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // 8 k-rows of an MN-major tile
+  return MN_MAJOR ? wgmma::descriptor(tile + 2 * kKGroup * ks, wgmma::Swizzle::none, kKGroup, kCore)
+                  : wgmma::descriptor(tile + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup);
+}
+
 // This warpgroup's MMAs of one stage: d += A·Bᵀ over kStep values of K, A the warpgroup's 64 rows
-// of the stage's A tile, B the stage's B tile, K-major, or MN-major when TRANS_B (header).
-template <bool TRANS_B>
+// (m) of the stage's A tile, B the stage's B tile; each K-major, or MN-major when TRANS_A /
+// TRANS_B (header).
+template <bool TRANS_A, bool TRANS_B>
 __device__ __forceinline__ void multiply_stage(float (&d)[kTileCols / 2], const unsigned char* a_tile,
                                                const unsigned char* b) {
-  constexpr unsigned kKGroup = unsigned(kTileCols / 8) * kCore;  // 8 k-rows of an MN-major B tile
-  const unsigned char* a = a_tile + unsigned(threadIdx.x / 128) * (64 / 8) * kRowGroup;
+  // The warpgroup's 64 m: 8 groups of 8 rows (K-major) or of 8 columns (MN-major) in.
+  const unsigned char* a = a_tile + unsigned(threadIdx.x / 128) * (64 / 8) * (TRANS_A ? kCore : kRowGroup);
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < kStep / 16; ++ks) {
-    const std::uint64_t desc_a = wgmma::descriptor(a + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup);
-    const std::uint64_t desc_b =
-        TRANS_B ? wgmma::descriptor(b + 2 * kKGroup * ks, wgmma::Swizzle::none, kKGroup, kCore)
-                : wgmma::descriptor(b + 2 * kCore * ks, wgmma::Swizzle::none, kCore, kRowGroup);
-    wgmma::mma_bf16<kTileCols, false, TRANS_B>(d, desc_a, desc_b, true);
+    wgmma::mma_bf16<kTileCols, TRANS_A, TRANS_B>(d, stage_descriptor<TRANS_A>(a, ks), stage_descriptor<TRANS_B>(b, ks),
+                                                 true);
   }
   wgmma::commit();
   wgmma::wait<0>();  // the stage's buffers are free once the next barrier is passed
@@ -155,12 +168,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
   float d[kTileCols / 2];
 #pragma unroll
   for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
-  wgmma_k_loop<IN / kStep>(
+  wgmma_k_loop(
+      IN / kStep,
       [&](int k, int buf) {
         load_k_major<IN>(stage_a(smem, buf), x_t + k * kStep, rows);
         load_k_major<IN>(stage_b(smem, buf), w_e + k * kStep, kTileCols);
       },
-      [&](int buf) { multiply_stage<false>(d, stage_a(smem, buf), stage_b(smem, buf)); });
+      [&](int buf) { multiply_stage<false, false>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<OUT, false>(y, d, tile.row0, tile.end, col0);
 #else
   __trap();  // built for an architecture without wgmma
@@ -183,13 +197,58 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
   float d[kTileCols / 2];
 #pragma unroll
   for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
-  wgmma_k_loop<OUT / kStep>(
+  wgmma_k_loop(
+      OUT / kStep,
       [&](int k, int buf) {
         load_k_major<OUT>(stage_a(smem, buf), dy_t + k * kStep, rows);
         load_mn_major<IN>(stage_b(smem, buf), w_e + std::int64_t(k) * kStep * IN);
       },
-      [&](int buf) { multiply_stage<true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
+      [&](int buf) { multiply_stage<false, true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<IN, ACCUMULATE>(dx, d, tile.row0, tile.end, col0);
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+// dW_e += Σ_{r of e} dY[r]ᵀ·X[r] (fp32 [OUT][IN]): block (x, y, e) owns the 128 × 128 tile of
+// rows (o) 128·y.. and columns (i) 128·x.. of W_e; A[m = o][k = r] = dY[r][o] and B[n = i][k = r]
+// = X[r][i] are both stored m- or n-contiguous (MN-major, both transpose bits), K the expert's
+// rows in stages of kStep in increasing order (rows past its end load as zeros). The block adds
+// its sum to dW once: one owner per element, repeats bit for bit. An expert without rows returns
+// at once (its dW untouched). IN and OUT must be multiples of 128.
+template <int IN, int OUT>
+__global__ void __launch_bounds__(kThreads) backward_dw_kernel(float* __restrict__ dw, const bf16* __restrict__ dy,
+                                                               const bf16* __restrict__ x,
+                                                               const std::int64_t* __restrict__ offsets) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  const int e = int(blockIdx.z);
+  const std::int64_t begin = offsets[e], end = offsets[e + 1];
+  if (begin == end) return;
+  unsigned char* smem = hopper::dynamic_shared();
+  const int i0 = int(blockIdx.x) * kTileCols, o0 = int(blockIdx.y) * kTileCols;
+  float d[kTileCols / 2];
+#pragma unroll
+  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
+  wgmma_k_loop(
+      int((end - begin + kStep - 1) / kStep),
+      [&](int k, int buf) {
+        const std::int64_t r0 = begin + std::int64_t(k) * kStep;
+        const int rows = int(end - r0 < kStep ? end - r0 : kStep);
+        load_mn_major<OUT>(stage_a(smem, buf), dy + r0 * OUT + o0, rows);
+        load_mn_major<IN>(stage_b(smem, buf), x + r0 * IN + i0, rows);
+      },
+      [&](int buf) { multiply_stage<true, true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
+  // d[i]: row (o) 16·warp + g + 8·((i/2) % 2) of the warpgroup's 64, column 8·(i/4) + 2q + i % 2.
+  const int group = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32, warp = (int(threadIdx.x) % 128) / 32;
+  const int g = lane / 4, q = lane % 4;
+  float* dw_e = dw + std::int64_t(e) * OUT * IN;
+#pragma unroll
+  for (int i = 0; i < kTileCols / 2; i += 2) {
+    const int o = o0 + 64 * group + 16 * warp + g + 8 * ((i / 2) % 2);
+    float* out = dw_e + std::int64_t(o) * IN + i0 + 8 * (i / 4) + 2 * q;
+    out[0] += d[i];
+    out[1] += d[i + 1];
+  }
 #else
   __trap();  // built for an architecture without wgmma
 #endif
@@ -217,6 +276,13 @@ void backward_dx(bf16* dx, const bf16* dy, const bf16* w, const std::int64_t* of
     launch_with_dynamic_shared<backward_dx_kernel<IN, OUT, false>>(grid, kThreads, kSmemBytes, dx, dy, w, offsets,
                                                                    experts);
   }
+}
+
+template <int IN, int OUT>
+void backward_dw(float* dw, const bf16* dy, const bf16* x, const std::int64_t* offsets, int experts) {
+  static_assert(IN % kTileCols == 0 && OUT % kTileCols == 0, "sm90 grouped dW: IN and OUT must be multiples of 128");
+  launch_with_dynamic_shared<backward_dw_kernel<IN, OUT>>(dim3(IN / kTileCols, OUT / kTileCols, unsigned(experts)),
+                                                          kThreads, kSmemBytes, dw, dy, x, offsets);
 }
 
 }  // namespace gcm::cuda::grouped::sm90

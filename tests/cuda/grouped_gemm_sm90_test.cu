@@ -1,5 +1,6 @@
-// The experts' forward and dX GEMMs on warpgroup MMAs (cuda/grouped_gemm_sm90.cuh) against
-// products in double of the same bf16 inputs (dX written and accumulated), for experts of uneven sizes (one empty, one spanning two row
+// The experts' forward, dX and dW GEMMs on warpgroup MMAs (cuda/grouped_gemm_sm90.cuh) against
+// products in double of the same bf16 inputs (dX written and accumulated, dW accumulated onto what
+// is there; the empty expert's dW stays exactly as it was), for experts of uneven sizes (one empty, one spanning two row
 // tiles with a partial last), and against the mma.sync kernel it is to replace; a rerun gives the
 // same bits. Under the emulator this checks our reading of wgmma's layouts; on an H100 or H200 (the
 // GPU kit's kernels row) the real instruction.
@@ -89,6 +90,29 @@ void check_forward() {
   ct::expect_close(ct::to_double(ct::download(dx_acc_d)), ct::rounded<bf16>(dx_acc), 1e-2,
                    "sm90 grouped dx += " + shape);
 
+  // dW_e += Σ_r dY[r]ᵀ·X[r] onto dW0 (fp32).
+  const auto dw0 = ct::convert<float>(kt::random_normal(std::size_t(kExperts) * OUT * IN, 25));
+  std::vector<double> dw(dw0.begin(), dw0.end());
+  for (int e = 0; e < kExperts; ++e) {
+    for (std::int64_t r = kOffsets[e]; r < kOffsets[e + 1]; ++r) {
+      for (int o = 0; o < OUT; ++o) {
+        for (int i = 0; i < IN; ++i) {
+          dw[(std::size_t(e) * OUT + o) * IN + i] += dyd[std::size_t(r) * OUT + o] * xd[std::size_t(r) * IN + i];
+        }
+      }
+    }
+  }
+  auto dw_d = ct::upload(dw0);
+  grouped::sm90::backward_dw<IN, OUT>(dw_d.data(), dy_d.data(), x_d.data(), offsets_d.data(), kExperts);
+  const auto dw_got = ct::download(dw_d);
+  ct::expect_close(std::vector<double>(dw_got.begin(), dw_got.end()), dw, 1e-5, "sm90 grouped dW " + shape);
+  for (std::size_t i = std::size_t(1) * OUT * IN; i < std::size_t(2) * OUT * IN; ++i) {
+    ASSERT_EQ(dw_got[i], dw0[i]) << "the empty expert's dW changed at " << i << ", " << shape;
+  }
+  auto dw_again = ct::upload(dw0);
+  grouped::sm90::backward_dw<IN, OUT>(dw_again.data(), dy_d.data(), x_d.data(), offsets_d.data(), kExperts);
+  EXPECT_TRUE(ct::bitwise_equal(ct::download(dw_again), dw_got)) << "dW repeats bit for bit, " << shape;
+
   auto again_d = ct::upload(sentinel);
   grouped::sm90::forward<IN, OUT>(again_d.data(), x_d.data(), w_d.data(), offsets_d.data(), kExperts, tiles);
   auto again = ct::download(again_d);
@@ -96,7 +120,7 @@ void check_forward() {
   EXPECT_TRUE(ct::bitwise_equal(again, got)) << "a rerun repeats bit for bit, " << shape;
 }
 
-TEST(CudaGroupedGemmSm90, ForwardAndDxMatchDoubleAndTheMmaSyncKernel) {
+TEST(CudaGroupedGemmSm90, ForwardDxAndDwMatchDoubleAndTheMmaSyncKernel) {
   GC_REQUIRE_GPU();
   check_forward<256, 128>();  // forward: four stages of K (one past the ring), one column tile; dX: two, two
   check_forward<128, 256>();  // forward: two stages, two column tiles; dX: four stages, one column tile

@@ -1,6 +1,6 @@
 // The sm_90a kernels whose machine code tests/cuda/sm90_sass/sass_test checks (HGMMA present, no
 // spills): the Hopper attention forward at head_dim 64 and 128, as the bench shapes use them, and
-// the experts' forward and dX GEMMs at moe_3b's two projection shapes (768 -> 512, 512 -> 768).
+// the experts' forward, dX and dW GEMMs at moe_3b's two projection shapes (768 -> 512, 512 -> 768).
 #include "cuda/attention_sm90.cuh"
 #include "cuda/grouped_gemm_sm90.cuh"
 
@@ -30,3 +30,9 @@ template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<768, 512, 
     gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);
 template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<512, 768, true>(
     gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);
+template __global__ void gcm::cuda::grouped::sm90::backward_dw_kernel<768, 512>(float*, const gcm::cuda::bf16*,
+                                                                                 const gcm::cuda::bf16*,
+                                                                                 const std::int64_t*);
+template __global__ void gcm::cuda::grouped::sm90::backward_dw_kernel<512, 768>(float*, const gcm::cuda::bf16*,
+                                                                                 const gcm::cuda::bf16*,
+                                                                                 const std::int64_t*);
