@@ -12,9 +12,10 @@
 // Each k-step of 16 advances a descriptor's start by two core matrices along k.
 // P stays in registers: the S accumulator (thread t: rows 16w + g and + 8, columns 8j + 2q, + 1)
 // packed in bf16 pairs is the register-A operand of the next product (mma_bf16_rs).
-// Tiles are loaded by the threads (16-byte vectors; rows past seq_len are zeros), then
-// fence.proxy.async and a barrier: no bulk copies and no overlap of loads with math yet (the
-// next steps: TMA or cp.async.bulk into a ring of stages, producer/consumer warpgroups).
+// Q is loaded by the threads (16-byte vectors; rows past seq_len are zeros); K and V go through
+// two stages with cp.async, the next tile's copies in flight during this tile's MMAs, then
+// fence.proxy.async and a barrier before they are read (the next steps: TMA or cp.async.bulk,
+// producer/consumer warpgroups).
 //
 // Built for sm_90a only (wgmma): elsewhere the kernel body traps; attention_sm90_supported says
 // which shapes it takes (head_dim 64 or 128, bf16).
@@ -47,7 +48,7 @@ struct Config {
   static constexpr unsigned kCore = 128;                       // bytes of one core matrix
   static constexpr unsigned kRowGroup = unsigned(kD / 8) * kCore;  // one 8-row group of a [64][D] tile
   static constexpr unsigned kTileBytes = 8 * kRowGroup;       // [64][D] bf16
-  static constexpr std::size_t kSmemBytes = 3 * std::size_t(kTileBytes);  // Q, K, V
+  static constexpr std::size_t kSmemBytes = 5 * std::size_t(kTileBytes);  // Q, then K and V of two stages
   static constexpr int kGroup = S::kHeads / S::kKvHeads;
   static constexpr std::int64_t kQStride = std::int64_t(S::kHeads) * kD;
   static constexpr std::int64_t kKvStride = std::int64_t(S::kKvHeads) * kD;
@@ -69,6 +70,24 @@ __device__ __forceinline__ void load_tile(unsigned char* tile, const bf16* __res
   }
 }
 
+// load_tile with cp.async: rows < seq_len copied without a wait (this thread's copies join the
+// open cp.async group; the caller commits it), rows past it stored as zeros.
+template <class Cfg, std::int64_t STRIDE, bool K_MAJOR>
+__device__ __forceinline__ void load_tile_async(unsigned char* tile, const bf16* __restrict__ head, int row0,
+                                                int seq_len) {
+  constexpr int kChunks = Cfg::kD / 8;
+  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
+    const unsigned at = K_MAJOR ? Cfg::kRowGroup * unsigned(r / 8) + Cfg::kCore * unsigned(c) + 16u * unsigned(r % 8)
+                                : Cfg::kCore * unsigned(c) + Cfg::kRowGroup * unsigned(r / 8) + 16u * unsigned(r % 8);
+    if (row < seq_len) {
+      mma::cp_async_16(tile + at, head + std::int64_t(row) * STRIDE + 8 * c);
+    } else {
+      *reinterpret_cast<mma::Words4*>(tile + at) = mma::Words4{{0u, 0u, 0u, 0u}};
+    }
+  }
+}
+
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
@@ -77,7 +96,9 @@ __global__ void __launch_bounds__(kThreads)
   using Cfg = Config<S>;
   constexpr int D = Cfg::kD;
   unsigned char* smem = hopper::dynamic_shared();
-  unsigned char *q_s = smem, *k_s = smem + Cfg::kTileBytes, *v_s = smem + 2 * Cfg::kTileBytes;
+  unsigned char* q_s = smem;
+  const auto k_stage = [&](int tile) { return smem + (1 + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
+  const auto v_stage = [&](int tile) { return smem + (2 + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
@@ -96,12 +117,26 @@ __global__ void __launch_bounds__(kThreads)
 
   const int last_query = min(q0 + kRows, seq_len) - 1;
   const int key_tiles = last_query / kRows + 1;
+  const auto load_kv = [&](int tile) {  // one cp.async group per tile (K and V)
+    load_tile_async<Cfg, Cfg::kKvStride, true>(k_stage(tile), k + kv_off, tile * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, false>(v_stage(tile), v + kv_off, tile * kRows, seq_len);
+    mma::cp_async_commit();
+  };
+  load_kv(0);
   for (int tile = 0; tile < key_tiles; ++tile) {
     const int k0 = tile * kRows;
-    load_tile<Cfg, Cfg::kKvStride, true>(k_s, k + kv_off, k0, seq_len);
-    load_tile<Cfg, Cfg::kKvStride, false>(v_s, v + kv_off, k0, seq_len);
-    hopper::fence_proxy_async();
+    // The previous iteration's closing barrier freed the other stage: prefetch into it, then wait
+    // for this tile's group only.
+    if (tile + 1 < key_tiles) {
+      load_kv(tile + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    hopper::fence_proxy_async();  // the copies (and zeros) are visible to wgmma's async proxy
     __syncthreads();
+    const unsigned char* k_s = k_stage(tile);
+    const unsigned char* v_s = v_stage(tile);
 
     // S = Q·Kᵀ: D/16 k-steps of m64n64k16.
     float s[kRows / 2];
@@ -162,7 +197,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     wgmma::commit();
     wgmma::wait<0>();
-    __syncthreads();  // every thread's products are done before the tiles are refilled
+    __syncthreads();  // every thread's products are done before this stage is refilled
   }
 
   // o[i]: row rows[(i/2)%2], dim 8·(i/4) + 2·qd + i%2.
