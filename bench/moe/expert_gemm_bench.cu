@@ -27,6 +27,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/cuda_timing.hpp"
@@ -90,23 +91,26 @@ struct Projection {
   }
 };
 
-// The grouped kernels: IN and OUT as compile-time constants, as the generated tree has them.
-template <int IN, int OUT>
+// The grouped kernels: IN and OUT as compile-time constants, as the generated tree has them; SM90:
+// the warpgroup-MMA kernels of cuda/grouped_gemm_sm90.cuh instead of the mma.sync ones.
+template <int IN, int OUT, bool SM90>
 struct Grouped {
   static void forward(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
-    gcm::cuda::grouped::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+    if constexpr (SM90) {
+      gcm::cuda::grouped::sm90::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+    } else {
+      gcm::cuda::grouped::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+    }
   }
   static void backward(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
-    gcm::cuda::grouped::backward<IN, OUT>(p.dx.data(), p.dw.data(), p.dy.data(), p.x.data(), p.w.data(), offsets,
-                                          kExperts, tiles, false);
-  }
-  static void forward_sm90(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
-    gcm::cuda::grouped::sm90::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
-  }
-  static void backward_sm90(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
-    gcm::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts, tiles,
-                                                   false);
-    gcm::cuda::grouped::sm90::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
+    if constexpr (SM90) {
+      gcm::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts, tiles,
+                                                     false);
+      gcm::cuda::grouped::sm90::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
+    } else {
+      gcm::cuda::grouped::backward<IN, OUT>(p.dx.data(), p.dw.data(), p.dy.data(), p.x.data(), p.w.data(), offsets,
+                                            kExperts, tiles, false);
+    }
   }
 };
 
@@ -194,29 +198,26 @@ int main(int argc, char** argv) {
   Projection gate(kDModel, kExpertDff, x, gen), up(kDModel, kExpertDff, x, gen), down(kExpertDff, kDModel, h, gen);
   BlasLt blas;
 
-  using Up = Grouped<kDModel, kExpertDff>;
-  using Down = Grouped<kExpertDff, kDModel>;
   const std::int64_t* off = device_offsets.data();
-  auto grouped_fwd = [&] {
+  // The expert MLP's three projections through Grouped<..., SM90> (sm90: std::bool_constant).
+  auto mlp_forward = [&](auto sm90) {
+    using Up = Grouped<kDModel, kExpertDff, decltype(sm90)::value>;
+    using Down = Grouped<kExpertDff, kDModel, decltype(sm90)::value>;
     Up::forward(gate, off, tiles);
     Up::forward(up, off, tiles);
     Down::forward(down, off, tiles);
   };
-  auto grouped_bwd = [&] {
+  auto mlp_backward = [&](auto sm90) {
+    using Up = Grouped<kDModel, kExpertDff, decltype(sm90)::value>;
+    using Down = Grouped<kExpertDff, kDModel, decltype(sm90)::value>;
     Down::backward(down, off, tiles);
     Up::backward(gate, off, tiles);
     Up::backward(up, off, tiles);
   };
-  auto sm90_fwd = [&] {
-    Up::forward_sm90(gate, off, tiles);
-    Up::forward_sm90(up, off, tiles);
-    Down::forward_sm90(down, off, tiles);
-  };
-  auto sm90_bwd = [&] {
-    Down::backward_sm90(down, off, tiles);
-    Up::backward_sm90(gate, off, tiles);
-    Up::backward_sm90(up, off, tiles);
-  };
+  auto grouped_fwd = [&] { mlp_forward(std::false_type{}); };
+  auto grouped_bwd = [&] { mlp_backward(std::false_type{}); };
+  auto sm90_fwd = [&] { mlp_forward(std::true_type{}); };
+  auto sm90_bwd = [&] { mlp_backward(std::true_type{}); };
   auto blas_fwd = [&] {
     for (Projection* p : {&gate, &up, &down}) per_expert_forward(blas, *p, offsets);
   };
@@ -224,36 +225,28 @@ int main(int argc, char** argv) {
     for (Projection* p : {&down, &gate, &up}) per_expert_backward(blas, *p, offsets);
   };
 
-  // The two ways agree on these inputs (one forward + backward from zeroed gradients each).
-  double worst = 0.0;
-  for (Projection* p : {&gate, &up, &down}) p->zero_grads();
-  grouped_fwd();
-  grouped_bwd();
-  std::vector<std::vector<float>> ours;
-  for (Projection* p : {&gate, &up, &down}) {
-    ours.push_back(download(p->y));
-    ours.push_back(download(p->dx));
-    ours.push_back(download(p->dw));
-    p->zero_grads();
-  }
-  blas_fwd();
-  blas_bwd();
-  std::size_t k = 0;
-  for (Projection* p : {&gate, &up, &down}) {
-    worst = std::max(worst, max_rel_diff(ours[k++], download(p->y)));
-    worst = std::max(worst, max_rel_diff(ours[k++], download(p->dx)));
-    worst = std::max(worst, max_rel_diff(ours[k++], download(p->dw)));
-  }
-  double sm90_worst = 0.0;  // the warpgroup-MMA kernels against the grouped kernels' outputs (ours)
-  for (Projection* p : {&gate, &up, &down}) p->zero_grads();
-  sm90_fwd();
-  sm90_bwd();
-  k = 0;
-  for (Projection* p : {&gate, &up, &down}) {
-    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->y)));
-    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->dx)));
-    sm90_worst = std::max(sm90_worst, max_rel_diff(ours[k++], download(p->dw)));
-  }
+  // The ways agree on these inputs: each one's y, dX and dW of every projection after one forward
+  // + backward from zeroed gradients, against the grouped kernels'.
+  auto outputs_of = [&](auto&& fwd, auto&& bwd) {
+    for (Projection* p : {&gate, &up, &down}) p->zero_grads();
+    fwd();
+    bwd();
+    std::vector<std::vector<float>> out;
+    for (Projection* p : {&gate, &up, &down}) {
+      out.push_back(download(p->y));
+      out.push_back(download(p->dx));
+      out.push_back(download(p->dw));
+    }
+    return out;
+  };
+  const std::vector<std::vector<float>> ours = outputs_of(grouped_fwd, grouped_bwd);
+  auto worst_against_ours = [&](const std::vector<std::vector<float>>& theirs) {
+    double worst = 0.0;
+    for (std::size_t i = 0; i < ours.size(); ++i) worst = std::max(worst, max_rel_diff(ours[i], theirs[i]));
+    return worst;
+  };
+  const double worst = worst_against_ours(outputs_of(blas_fwd, blas_bwd));
+  const double sm90_worst = worst_against_ours(outputs_of(sm90_fwd, sm90_bwd));
   GC_CUDA_CHECK(cudaDeviceSynchronize());
 
   // 3 projections, 2·R·in·out FLOP each forward; backward twice that (dX and dW).

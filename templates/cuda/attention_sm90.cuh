@@ -127,12 +127,7 @@ __global__ void __launch_bounds__(kThreads)
     const int k0 = tile * kRows;
     // The previous iteration's closing barrier freed the other stage: prefetch into it, then wait
     // for this tile's group only.
-    if (tile + 1 < key_tiles) {
-      load_kv(tile + 1);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
+    mma::prefetch_next_then_wait<1>(tile, key_tiles, load_kv);
     hopper::fence_proxy_async();  // the copies (and zeros) are visible to wgmma's async proxy
     __syncthreads();
     const unsigned char* k_s = k_stage(tile);

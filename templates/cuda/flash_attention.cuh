@@ -71,7 +71,7 @@ struct FlashConfig {
   // Backward: a block owns 64 rows (4 warps of 16: keys in dK/dV, queries in dQ) and streams the
   // other side in tiles of kStreamRowsB rows through two shared-memory stages (the next tile's
   // cp.async in flight during this tile's products). 32 streamed rows at head_dim 128 keep a
-  // warp's scores and gradients at 16 × 32 (222 registers, no spills on sm_90a).
+  // warp's scores and gradients at 16 × 32 (218 registers, no spills on sm_90a).
   static constexpr int kOwnRowsB = 64;
   static constexpr int kStreamRowsB = kHeadDim <= 64 ? 64 : 32;
   static constexpr int kThreadsB = kOwnRowsB / kWarpRows * kWarp;  // 128
@@ -198,12 +198,7 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsF)
     if (kStages == 2) {
       // The previous iteration's closing barrier freed the other stage: prefetch into it, then
       // wait for this tile's two groups only.
-      if (tile + 1 < key_tiles) {
-        load_kv(tile + 1);
-        mma::cp_async_wait<2>();
-      } else {
-        mma::cp_async_wait<0>();
-      }
+      mma::prefetch_next_then_wait<2>(tile, key_tiles, load_kv);
     } else {
       load_kv(tile);
       mma::cp_async_wait<0>();
@@ -336,12 +331,7 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB)
   for (int i = 0; i < tiles; ++i) {
     // The previous iteration's closing barrier freed the other stage: prefetch into it, then wait
     // for this tile's two copy groups (and K, V) only.
-    if (i + 1 < tiles) {
-      load_stage(i + 1);
-      mma::cp_async_wait<2>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
+    mma::prefetch_next_then_wait<2>(i, tiles, load_stage);
     __syncthreads();  // every thread's copies (and lse, D_i) of this tile are in
     const int stage = i % 2, i0 = first_query(i);
     if (k0 + slab <= i0 + QB - 1) {  // some of the warp's keys are at or before the tile's last query
@@ -423,12 +413,7 @@ __global__ void __launch_bounds__(FlashConfig<S>::kThreadsB, FlashConfig<S>::kDq
   };
   load_stage(0);
   for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) {  // as in the dK/dV kernel: prefetch, then wait for this tile only
-      load_stage(i + 1);
-      mma::cp_async_wait<2>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
+    mma::prefetch_next_then_wait<2>(i, tiles, load_stage);  // as in the dK/dV kernel
     __syncthreads();
     const int k0 = i * KB;
     if (k0 <= q0 + slab + kWarpRows - 1) {  // some of the tile's keys are at or before the warp's last query

@@ -116,26 +116,29 @@ __device__ __forceinline__ void multiply_stage(Acc<MT, NT>& acc, const TileA& a_
   }
 }
 
-// The K loop of a block over `stages` stages of kStep in a ring of kStages buffers: load(stage,
+// The K loop of a block over `stages` stages of K in a ring of STAGES buffers: load(stage,
 // buffer) issues the cp.async copies of a stage (GROUPS committed groups of this thread); while
-// stage k is multiplied, stages k + 1 .. k + kStages − 1 are in flight. A stage past the last
-// commits empty groups, so that the count cp_async_wait waits for stays the same.
-template <int GROUPS, class Load, class Multiply>
+// stage k is multiplied, stages k + 1 .. k + STAGES − 1 are in flight. A stage past the last
+// commits empty groups, so that the count cp_async_wait waits for stays the same. ASYNC_PROXY
+// (the wgmma kernels of cuda/grouped_gemm_sm90.cuh, which read shared memory through the async
+// proxy): fence.proxy.async after the copies land, before the barrier.
+template <int GROUPS, int STAGES = kStages, bool ASYNC_PROXY = false, class Load, class Multiply>
 __device__ __forceinline__ void pipelined_k_loop(int stages, Load&& load, Multiply&& multiply) {
   const auto load_or_nothing = [&](int stage) {
     if (stage < stages) {
-      load(stage, stage % kStages);
+      load(stage, stage % STAGES);
     } else {
 #pragma unroll
       for (int g = 0; g < GROUPS; ++g) mma::cp_async_commit();
     }
   };
-  for (int stage = 0; stage < kStages - 1; ++stage) load_or_nothing(stage);
+  for (int stage = 0; stage < STAGES - 1; ++stage) load_or_nothing(stage);
   for (int k = 0; k < stages; ++k) {
-    mma::cp_async_wait<(kStages - 2) * GROUPS>();  // stage k has landed (this thread's copies)
+    mma::cp_async_wait<(STAGES - 2) * GROUPS>();  // stage k has landed (this thread's copies)
+    if constexpr (ASYNC_PROXY) hopper::fence_proxy_async();
     __syncthreads();  // everyone's copies of stage k; everyone done multiplying stage k − 1
-    load_or_nothing(k + kStages - 1);  // into stage k − 1's buffer
-    multiply(k % kStages);
+    load_or_nothing(k + STAGES - 1);  // into stage k − 1's buffer
+    multiply(k % STAGES);
   }
 }
 

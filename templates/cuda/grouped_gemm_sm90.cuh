@@ -49,7 +49,8 @@ template <int IN, int OUT>
 inline constexpr bool kSupported = IN % kStep == 0 && OUT % kTileCols == 0;
 
 // Rows 0 .. 127 × kStep values of a row-major matrix (row stride STRIDE) into a K-major tile;
-// rows ≥ rows are zeros. Called by all threads; the caller commits the cp.async group.
+// rows ≥ rows are zeros. Called by all threads; the caller commits the cp.async group (the
+// stages go through grouped::pipelined_k_loop, one group a stage).
 template <std::int64_t STRIDE>
 __device__ __forceinline__ void load_k_major(unsigned char* tile, const bf16* __restrict__ src, int rows) {
   constexpr int kChunks = kStep / 8;  // 16-byte chunks of a row
@@ -82,10 +83,10 @@ __device__ __forceinline__ void load_mn_major(unsigned char* tile, const bf16* _
   }
 }
 
-// The warpgroup's 64 × kTileCols accumulators d into rows row0 + 64·group .. of out [.][COLS],
-// from column col0 (out += d when ACCUMULATE), rows < end.
-template <int COLS, bool ACCUMULATE>
-__device__ __forceinline__ void store_warpgroup(bf16* __restrict__ out, const float (&d)[kTileCols / 2],
+// The warpgroup's 64 × kTileCols accumulators d into rows row0 + 64·group .. of out [.][COLS]
+// (bf16 activations or fp32 gradients), from column col0 (out += d when ACCUMULATE), rows < end.
+template <int COLS, bool ACCUMULATE, typename Out>
+__device__ __forceinline__ void store_warpgroup(Out* __restrict__ out, const float (&d)[kTileCols / 2],
                                                 std::int64_t row0, std::int64_t end, int col0) {
   // d[i]: row 16·warp + g + 8·((i/2) % 2) of the warpgroup's 64, column 8·(i/4) + 2q + i % 2.
   const int group = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32, warp = (int(threadIdx.x) % 128) / 32;
@@ -94,28 +95,9 @@ __device__ __forceinline__ void store_warpgroup(bf16* __restrict__ out, const fl
   for (int i = 0; i < kTileCols / 2; i += 2) {
     const std::int64_t row = row0 + 64 * group + 16 * warp + g + 8 * ((i / 2) % 2);
     if (row >= end) continue;
-    bf16* o = out + row * COLS + col0 + 8 * (i / 4) + 2 * q;
-    o[0] = from_float<bf16>(d[i] + (ACCUMULATE ? to_float(o[0]) : 0.0f));
-    o[1] = from_float<bf16>(d[i + 1] + (ACCUMULATE ? to_float(o[1]) : 0.0f));
-  }
-}
-
-// The K loop of the kernels: stages_k stages through the ring, load(k, buffer) issuing stage k's
-// copies (one group, committed here); multiply(buffer) its MMAs into d (wgmma fence, commit and
-// wait included).
-template <class Load, class Multiply>
-__device__ __forceinline__ void wgmma_k_loop(int stages_k, Load&& load, Multiply&& multiply) {
-  const auto load_or_nothing = [&](int k) {  // an empty group past the last stage keeps the count
-    if (k < stages_k) load(k, k % kStages);
-    mma::cp_async_commit();
-  };
-  for (int k = 0; k < kStages - 1; ++k) load_or_nothing(k);
-  for (int k = 0; k < stages_k; ++k) {
-    mma::cp_async_wait<kStages - 2>();  // stage k has landed (this thread's copies)
-    hopper::fence_proxy_async();        // ... and is visible to the async proxy
-    __syncthreads();                    // everyone's copies; everyone's MMAs of stage k − 1 are done
-    load_or_nothing(k + kStages - 1);   // into stage k − 1's buffer
-    multiply(k % kStages);
+    Out* o = out + row * COLS + col0 + 8 * (i / 4) + 2 * q;
+    o[0] = from_float<Out>(d[i] + (ACCUMULATE ? to_float(o[0]) : 0.0f));
+    o[1] = from_float<Out>(d[i + 1] + (ACCUMULATE ? to_float(o[1]) : 0.0f));
   }
 }
 
@@ -165,14 +147,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16* __restrict__ y,
   const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
   const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + std::int64_t(col0) * IN;
   const bf16* x_t = x + tile.row0 * IN;
-  float d[kTileCols / 2];
-#pragma unroll
-  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
-  wgmma_k_loop(
+  float d[kTileCols / 2] = {};  // the warpgroup's accumulators (store_warpgroup's layout)
+  pipelined_k_loop<1, kStages, true>(
       IN / kStep,
       [&](int k, int buf) {
         load_k_major<IN>(stage_a(smem, buf), x_t + k * kStep, rows);
         load_k_major<IN>(stage_b(smem, buf), w_e + k * kStep, kTileCols);
+        mma::cp_async_commit();
       },
       [&](int buf) { multiply_stage<false, false>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<OUT, false>(y, d, tile.row0, tile.end, col0);
@@ -194,14 +175,13 @@ __global__ void __launch_bounds__(kThreads) backward_dx_kernel(bf16* __restrict_
   const int col0 = int(blockIdx.y) * kTileCols, rows = int(tile.end - tile.row0);
   const bf16* w_e = w + std::int64_t(tile.expert) * OUT * IN + col0;
   const bf16* dy_t = dy + tile.row0 * OUT;
-  float d[kTileCols / 2];
-#pragma unroll
-  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
-  wgmma_k_loop(
+  float d[kTileCols / 2] = {};  // the warpgroup's accumulators (store_warpgroup's layout)
+  pipelined_k_loop<1, kStages, true>(
       OUT / kStep,
       [&](int k, int buf) {
         load_k_major<OUT>(stage_a(smem, buf), dy_t + k * kStep, rows);
         load_mn_major<IN>(stage_b(smem, buf), w_e + std::int64_t(k) * kStep * IN);
+        mma::cp_async_commit();
       },
       [&](int buf) { multiply_stage<false, true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
   store_warpgroup<IN, ACCUMULATE>(dx, d, tile.row0, tile.end, col0);
@@ -226,29 +206,18 @@ __global__ void __launch_bounds__(kThreads) backward_dw_kernel(float* __restrict
   if (begin == end) return;
   unsigned char* smem = hopper::dynamic_shared();
   const int i0 = int(blockIdx.x) * kTileCols, o0 = int(blockIdx.y) * kTileCols;
-  float d[kTileCols / 2];
-#pragma unroll
-  for (int i = 0; i < kTileCols / 2; ++i) d[i] = 0.0f;
-  wgmma_k_loop(
+  float d[kTileCols / 2] = {};  // the warpgroup's accumulators (store_warpgroup's layout)
+  pipelined_k_loop<1, kStages, true>(
       int((end - begin + kStep - 1) / kStep),
       [&](int k, int buf) {
         const std::int64_t r0 = begin + std::int64_t(k) * kStep;
         const int rows = int(end - r0 < kStep ? end - r0 : kStep);
         load_mn_major<OUT>(stage_a(smem, buf), dy + r0 * OUT + o0, rows);
         load_mn_major<IN>(stage_b(smem, buf), x + r0 * IN + i0, rows);
+        mma::cp_async_commit();
       },
       [&](int buf) { multiply_stage<true, true>(d, stage_a(smem, buf), stage_b(smem, buf)); });
-  // d[i]: row (o) 16·warp + g + 8·((i/2) % 2) of the warpgroup's 64, column 8·(i/4) + 2q + i % 2.
-  const int group = int(threadIdx.x) / 128, lane = int(threadIdx.x) % 32, warp = (int(threadIdx.x) % 128) / 32;
-  const int g = lane / 4, q = lane % 4;
-  float* dw_e = dw + std::int64_t(e) * OUT * IN;
-#pragma unroll
-  for (int i = 0; i < kTileCols / 2; i += 2) {
-    const int o = o0 + 64 * group + 16 * warp + g + 8 * ((i / 2) % 2);
-    float* out = dw_e + std::int64_t(o) * IN + i0 + 8 * (i / 4) + 2 * q;
-    out[0] += d[i];
-    out[1] += d[i + 1];
-  }
+  store_warpgroup<IN, true>(dw + std::int64_t(e) * OUT * IN, d, o0, OUT, i0);  // rows (o) of W_e
 #else
   __trap();  // built for an architecture without wgmma
 #endif

@@ -113,6 +113,20 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// Two stages of streamed tiles: before tile i is used, tile i + 1's copies are issued into the
+// other stage (load(i + 1): GROUPS committed groups of this thread) and only tile i's are waited
+// for; the last tile waits for everything. The caller's barrier follows (and, for wgmma readers,
+// fence.proxy.async before it), and a barrier after tile i's readers frees its stage.
+template <int GROUPS, class Load>
+__device__ __forceinline__ void prefetch_next_then_wait(int i, int tiles, Load&& load) {
+  if (i + 1 < tiles) {
+    load(i + 1);
+    cp_async_wait<GROUPS>();
+  } else {
+    cp_async_wait<0>();
+  }
+}
+
 // Shared-memory tiles of bf16 rows stored as 32-bit words (two bf16 each): ROWS rows of DIM bf16,
 // padded by 8 bf16 (4 words, 16 bytes) per row, so that the eight 16-byte rows an ldmatrix phase
 // reads fall in distinct banks (the row stride is DIM/2 + 4 ≡ 4, 8, 12 or 20 words mod 32 for the

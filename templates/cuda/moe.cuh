@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common.cuh"
 #include "gc/knob.hpp"
@@ -419,16 +420,29 @@ void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* off
   launch(moe_place_kernel<M>, unsigned(M::kExperts), kMoeThreads, 0, order, position, offsets, expert, A);
 }
 
+// Calls run(V) with V a compile-time constant: row_pack<T>(M::kDim) when every pointer may be read
+// in packs of V elements, else 1 (element by element): the row-moving kernels below take V.
+template <class M, typename T, typename Run, typename... P>
+void with_row_pack(Run&& run, const P*... pointers) {
+  constexpr int V = row_pack<T>(M::kDim);
+  if (packs_aligned<V, T>(pointers...)) {
+    run(std::integral_constant<int, V>{});
+  } else {
+    run(std::integral_constant<int, 1>{});
+  }
+}
+
 // xs [rows, D]: row p is x[order[p] / K] (rows = N·K).
 template <class M, typename T>
 void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
   if (rows <= 0) return;
-  constexpr int V = row_pack<T>(M::kDim);
-  if (packs_aligned<V, T>(xs, x)) {
-    launch(moe_gather_kernel<M, T, V>, blocks_for(rows * (M::kDim / V), kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
-  } else {
-    launch(moe_gather_kernel<M, T, 1>, blocks_for(rows * M::kDim, kMoeThreads), kMoeThreads, 0, xs, x, order, rows);
-  }
+  with_row_pack<M, T>(
+      [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        launch(moe_gather_kernel<M, T, V>, blocks_for(rows * (M::kDim / V), kMoeThreads), kMoeThreads, 0, xs, x, order,
+               rows);
+      },
+      xs, x);
 }
 
 // dst [n, dim]: row p is src[rows[p]] (cpu::moe_gather with top_k 1).
@@ -441,14 +455,13 @@ void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n,
 template <class M, typename T, typename W>
 void moe_combine(T* out, const T* ys, const W* weight, const std::int32_t* position, std::int64_t N, bool accumulate) {
   if (N <= 0) return;
-  constexpr int V = row_pack<T>(M::kDim);
-  if (packs_aligned<V, T>(out, ys)) {
-    launch(moe_combine_kernel<M, T, W, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, out, ys, weight,
-           position, N, accumulate);
-  } else {
-    launch(moe_combine_kernel<M, T, W, 1>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, out, ys, weight,
-           position, N, accumulate);
-  }
+  with_row_pack<M, T>(
+      [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        launch(moe_combine_kernel<M, T, W, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, out, ys,
+               weight, position, N, accumulate);
+      },
+      out, ys);
 }
 
 // rows: the rows kept; a dropped assignment's dweight is 0 (when rows < assignments).
@@ -457,27 +470,24 @@ void moe_combine_backward(T* dys, W* dweight, const T* dout, const T* ys, const 
                           std::int64_t rows, std::int64_t assignments) {
   if (rows < assignments) GC_CUDA_CHECK(cudaMemsetAsync(dweight, 0, std::size_t(assignments) * sizeof(W), nullptr));
   if (rows <= 0) return;
-  constexpr int V = row_pack<T>(M::kDim);
-  if (packs_aligned<V, T>(dys, dout, ys)) {
-    launch(moe_combine_backward_kernel<M, T, W, V>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys,
-           dweight, dout, ys, weight, order, rows);
-  } else {
-    launch(moe_combine_backward_kernel<M, T, W, 1>, blocks_for(rows * kWarp, kMoeThreads), kMoeThreads, 0, dys,
-           dweight, dout, ys, weight, order, rows);
-  }
+  with_row_pack<M, T>(
+      [&](auto v) {
+        launch(moe_combine_backward_kernel<M, T, W, decltype(v)::value>, blocks_for(rows * kWarp, kMoeThreads),
+               kMoeThreads, 0, dys, dweight, dout, ys, weight, order, rows);
+      },
+      dys, dout, ys);
 }
 
 template <class M, typename T>
 void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, std::int64_t N) {
   if (N <= 0) return;
-  constexpr int V = row_pack<T>(M::kDim);
-  if (packs_aligned<V, T>(dx, dxs)) {
-    launch(moe_scatter_add_kernel<M, T, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, dx, dxs,
-           position, N);
-  } else {
-    launch(moe_scatter_add_kernel<M, T, 1>, blocks_for(N * M::kDim, kMoeThreads), kMoeThreads, 0, dx, dxs, position,
-           N);
-  }
+  with_row_pack<M, T>(
+      [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        launch(moe_scatter_add_kernel<M, T, V>, blocks_for(N * (M::kDim / V), kMoeThreads), kMoeThreads, 0, dx, dxs,
+               position, N);
+      },
+      dx, dxs);
 }
 
 // mean_prob: (N / group_rows) · E doubles on the device; row_total: N doubles of scratch

@@ -15,15 +15,15 @@
 
 #include "config.hpp"
 #include "cpu/adamw.hpp"
+#include "cpu/metric_ops.hpp"
 #include "cpu/profile_clock.hpp"
+#include "engine/cpu_model.hpp"
 #include "engine/engine.hpp"
 #include "engine/expert_groups.hpp"
-#include "cpu/metric_ops.hpp"
-#include "engine/cpu_model.hpp"
+#include "engine/zero.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 #include "step_verdict.hpp"
-#include "engine/zero.hpp"
 
 namespace gcm {
 

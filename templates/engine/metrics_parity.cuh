@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "config.hpp"
+#include "cpu/metric_ops.hpp"
 #include "cuda/metric_ops.cuh"
 #include "cuda/weight_stats.cuh"
-#include "metrics/activation_metrics.hpp"
-#include "cpu/metric_ops.hpp"
-#include "metrics/weight_stats.hpp"
 #include "engine/cpu_model.hpp"
+#include "metrics/activation_metrics.hpp"
+#include "metrics/weight_stats.hpp"
 #include "plan.hpp"
 
 namespace gcm::cuda {
