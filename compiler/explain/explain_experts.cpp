@@ -41,7 +41,8 @@ double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_
     C = std::max(A, std::min(C, double(G) * sequences * double(capacity) * local));
   }
   const double F = double(s.moe.expert_d_ff);
-  const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0;
+  // + the two permutations (int32) and the owned experts' offsets (int64, E + 1).
+  const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0 + double(s.moe.n_experts + 1) * 8.0;
   const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0;
   return double(moe_layers) * per_layer + scratch;
 }

@@ -293,7 +293,20 @@ double estimate_model_buffer_bytes(const Spec& spec) {
   stats += moe_stats;
   // The head's logits and their gradient: a chunk of rows each; the logit moments (2 doubles).
   const double head = 2.0 * double(head_chunk_rows(spec)) * V * act + 2 * 8.0;
-  return N * (elems * act + stats * f32 + moe_ints * 4.0) + head;
+  // Each MoE layer's routing state (allocate_moe_layer in templates/model/moe_block.hpp):
+  // offsets, selected, the step's and the window's tallies, P (8 bytes each, E or E+1 entries),
+  // per sequence counts and P (seq_aux_loss), dL/dp (per sequence or once), the dropped per
+  // sequence (capacity), the bias (4 bytes); and one balancing-loss double per layer.
+  double routing = 0.0;
+  if (moe_layers > 0) {
+    const double Gs = double(spec.train.micro_batch);
+    double eights = (E + 1) + E + 2 * (E + 1) + E;
+    if (e.seq_aux_loss > 0.0) eights += 2 * Gs * E;
+    eights += (e.seq_aux_loss > 0.0 ? Gs : 1.0) * E;
+    if (moe_capacity(spec) > 0) eights += Gs * E;
+    routing = double(moe_layers) * (8 * eights + 4 * E) + 8.0 * double(m.n_layers);
+  }
+  return N * (elems * act + stats * f32 + moe_ints * 4.0) + head + routing;
 }
 
 // The CUDA backend's own scratch next to the model's buffers.
@@ -313,19 +326,18 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
   bytes += double(32 << 20);                                        // cuBLASLt workspace
   bytes += 2 * 256 * 8.0;  // the logit moments' per-slice partials (cuda/cross_entropy.cuh kMomentBlocks)
   if (m.arch == Arch::moe) {
-    // MoE: bias (f32), balancing-loss gradient and mean probabilities per sequence (f64),
-    // counts per sequence and offsets (i64), the grouped GEMMs' copy of the offsets (i64),
-    // per-row Σ scores or lse² (f64), Σ lse² (f64); bf16: the router's logit gradient as a GEMM
-    // operand.
-    const double E = double(spec.moe.n_experts), B = double(spec.train.micro_batch);
-    bytes += E * 4.0 + 2 * B * E * 8.0 + (B * E + 2 * (E + 1)) * 8.0 + N * 8.0 + 8.0;
+    // MoE (the routing state is the model's): the dispatch's rows per expert (i64), per-row
+    // Σ scores or lse² (f64); bf16: the router's logit gradient as a GEMM operand.
+    const double E = double(spec.moe.n_experts);
+    bytes += E * 8.0 + N * 8.0;
     if (spec.train.precision == Precision::bf16) bytes += N * E * 2.0;
   }
   return bytes;
 }
 
 // The CUDA engine's small device tables (AdamW's per-tensor table of 24 bytes a row, per-tensor
-// Σ g² and its chunk partials in double, the step's loss accumulators, the step verdict of
+// Σ g² and its chunk partials in double, the loss accumulators (the evaluation's sum, the step's
+// cross-entropy and balancing loss: 3 doubles), the step verdict of
 // step_verdict.hpp: 48 bytes) and the largest scratch
 // buffer runtime/cuda/blaslt.hpp allocates while it times algorithms for an accumulating GEMM
 // (β = 1: a copy of the output, if at most 64 MiB). Accumulating outputs: the fp32 weight
@@ -334,7 +346,7 @@ double estimate_backend_scratch_bytes(const Spec& spec) {
 double estimate_engine_scratch_bytes(const Spec& spec, const std::vector<ParamEntry>& params,
                                      const ParamCounts& counts) {
   const double tensors = double(params.size());
-  double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 16.0 + 48.0;
+  double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 24.0 + 48.0;
   constexpr double kTuneScratchLimit = double(std::int64_t(64) << 20);
   const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
   double tune = 0.0;

@@ -2,7 +2,7 @@
 
 - moe_3b: the committed specs/moe_3b.toml trained for a few steps (tests/cuda/specs/moe_3b_kit.toml:
   4 micro-batches a step): tokens/s, MFU on active FLOPs, device peak against the plan, the losses,
-  the routing records;
+  the routing records, the device → host copies (fails when a step that reads nothing made one);
 - moe_experts: the expert projections at moe_3b's shapes, ours (bench/moe/expert_gemm_bench.cu:
   grouped, and per-expert cuBLASLt) against torch._grouped_mm (bench/moe/grouped_mm_bench.py).
 
@@ -35,11 +35,16 @@ def _routing(records):
 
 
 def _copies(summary):
-    """The steps' device → host copies per step (train's summary; issue 39 wants none)."""
+    """The steps' device → host copies per step (train's summary), and those of the steps that read
+    nothing back (issue 39: none)."""
     copies, steps = summary.get("device_to_host_copies_in_steps"), summary.get("steps")
     if copies is None or not steps or steps < 2:
         return ""
-    return f"; {copies / (steps - 1):.0f} device->host copies a step"
+    text = f"; {copies / (steps - 1):.0f} device->host copies a step"
+    unread = summary.get("unread_steps")
+    if unread:
+        text += f" ({summary.get('device_to_host_copies_in_unread_steps')} in the {unread} steps that read nothing)"
+    return text
 
 
 def moe_3b(metrics_jsonl, steps):
@@ -66,6 +71,8 @@ def moe_3b(metrics_jsonl, steps):
         _fail(f"stopped before step {steps}: " + detail)
     if plan and peak > plan:
         _fail("allocated more than planned: " + detail)
+    if summary.get("device_to_host_copies_in_unread_steps"):
+        _fail("a step that reads nothing copied from the device: " + detail)
     print(detail)
 
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/moe_balance.hpp"
 #include "core/moments.hpp"
 #include "cpu/attention.hpp"
 #include "cpu/cross_entropy.hpp"
@@ -47,6 +48,15 @@ class Backend {
   template <typename U>
   static void zero(Buffer<U>& buf) {
     std::fill(buf.begin(), buf.end(), U(0));
+  }
+  // The host is where this backend's memory lies: plain copies.
+  template <typename U>
+  static void to_host(U* host, const U* src, std::int64_t n) {
+    std::copy(src, src + n, host);
+  }
+  template <typename U>
+  static void from_host(U* dst, const U* host, std::int64_t n) {
+    std::copy(host, host + n, dst);
   }
   static void copy(T* dst, const T* src, std::int64_t n) { std::copy(src, src + n, dst); }
   static void add(T* out, const T* a, const T* b, std::int64_t n) {
@@ -132,7 +142,8 @@ class Backend {
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
     cpu::gate_backward<kMode>(dattn, dz, dout, attn, z, N, kHeads, kHeadDim);
   }
-  // --- mixture of experts (cpu/moe.hpp). offsets: E+1 host entries.
+  // --- mixture of experts (cpu/moe.hpp; the routing bookkeeping core/moe_balance.hpp). The
+  // rows the experts compute are offsets[E], read here directly (the model passes N·k bounds).
   static constexpr MoeShape kMoeShape{kExperts, kTopK, kRouterScoring == RouterScoring::sigmoid, kNormTopkProb};
   void router_forward(T* logits, const T* b, const T* W, int N) { linear_forward(logits, b, W, N, kDModel, kExperts); }
   void router_backward(T* db, T* dW, const T* dlogits, const T* b, const T* W, int N) {
@@ -141,8 +152,8 @@ class Backend {
   void moe_route_forward(T* scores, std::int32_t* expert, T* weight, const T* logits, const float* bias, int N) {
     cpu::moe_route_forward(scores, expert, weight, logits, bias, N, kMoeShape);
   }
-  // moe.capacity_factor: kept (expert or -1) and the dropped count per sequence and expert to the
-  // host. The dropped assignments' position -1 is moe_dispatch's, which runs on `kept` next.
+  // moe.capacity_factor: kept (expert or -1) and the dropped count per sequence and expert. The
+  // dropped assignments' position -1 is moe_dispatch's, which runs on `kept` next.
   void moe_apply_capacity(std::int32_t* kept, std::int32_t* /*position*/, std::int64_t* dropped,
                           const std::int32_t* expert, int N, int seq_len) {
     cpu::moe_apply_capacity(kept, dropped, expert, N, seq_len, kExperts, kTopK, kMoeCapacity);
@@ -152,22 +163,28 @@ class Backend {
     cpu::moe_dispatch(order, position, offsets, expert, N, kExperts, kTopK);
   }
   // xs [rows, dim]: the rows each expert computes (N·k, fewer when assignments are dropped).
-  void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim) {
-    cpu::moe_gather(xs, x, order, rows, dim, kTopK);
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, const std::int64_t* offsets, std::int64_t /*bound*/,
+                  int dim) {
+    cpu::moe_gather(xs, x, order, offsets[kExperts], dim, kTopK);
   }
   // dst[p] = src[rows[p]] for p < n (expert parallelism: received rows to expert-major and back).
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cpu::moe_gather(dst, src, rows, n, dim, 1);
   }
-  // n row indices from the host to where this backend's rows lie (here: the host).
-  void copy_indices(std::int32_t* dst, const std::int32_t* host, std::int64_t n) { std::copy(host, host + n, dst); }
+  // n row indices or offsets from the host to where this backend's rows lie (here: the host).
+  template <typename I>
+  void copy_indices(I* dst, const I* host, std::int64_t n) {
+    std::copy(host, host + n, dst);
+  }
   void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
     cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);
   }
   void moe_combine_backward(T* dys, T* dweight, const T* dout, const T* ys, const T* weight,
-                            const std::int32_t* order, int N, std::int64_t rows, int dim) {
-    cpu::moe_combine_backward(dys, dweight, dout, ys, weight, order, rows, std::int64_t(N) * kTopK, dim, kTopK);
+                            const std::int32_t* order, const std::int64_t* offsets, int N, std::int64_t /*bound*/,
+                            int dim) {
+    cpu::moe_combine_backward(dys, dweight, dout, ys, weight, order, offsets[kExperts], std::int64_t(N) * kTopK, dim,
+                              kTopK);
   }
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
     cpu::moe_scatter_add(dx, dxs, position, N, dim, kTopK);
@@ -178,7 +195,22 @@ class Backend {
   void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, int N, int group_rows) {
     cpu::moe_group_counts(counts, expert, N, group_rows, kExperts, kTopK);
   }
-  double moe_router_lse(T* lse, const T* logits, int N) { return cpu::moe_router_lse(lse, logits, N, kExperts); }
+  void moe_router_lse(T* lse, const T* logits, int N, double* aux, double coef) {
+    *aux += coef * cpu::moe_router_lse(lse, logits, N, kExperts) / double(N);
+  }
+  void moe_record_routing(const core::MoeBalance& b, const std::int64_t* offsets, const std::int64_t* dropped,
+                          double* selected, double* step_tally, const double* mean_prob, const std::int64_t* seq_counts,
+                          const double* seq_mean_prob, double* aux) {
+    core::count_selected(b, offsets, dropped, selected, step_tally);
+    core::add_balance_loss(b, selected, mean_prob, seq_counts, seq_mean_prob, aux);
+  }
+  void moe_balance_gradient(const core::MoeBalance& b, const double* selected, const std::int64_t* seq_counts,
+                            double loss_scale, double* aux_grad) {
+    core::balance_gradient(b, selected, seq_counts, loss_scale, aux_grad);
+  }
+  void moe_close_step(double* step_tally, double* window_tally, float* bias, double rate) {
+    core::close_step(kExperts, step_tally, window_tally, bias, rate);
+  }
   void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std::int32_t* expert, const T* weight,
                           const double* aux_grad, int aux_group_rows, const T* lse, double z_scale, int N) {
     cpu::moe_route_backward(dlogits, dweight, scores, expert, weight, aux_grad, aux_group_rows, lse, z_scale, N,
@@ -186,7 +218,8 @@ class Backend {
   }
   // Expert e: y[rows of e] = x[rows of e] · W_eᵀ, W stacked [E, out, in]. One
   // expert per OpenMP thread (each GEMM single-threaded inside: no nesting).
-  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t /*bound*/, int in,
+                              int out) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int e = 0; e < kExperts; ++e) {
       const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
@@ -195,8 +228,8 @@ class Backend {
     }
   }
   // dx = dy·W_e per expert's rows (or +=); dW_e += dyᵀ·x.
-  void grouped_linear_backward(T* dx, T* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets, int in,
-                               int out, bool accumulate_dx = false) {
+  void grouped_linear_backward(T* dx, T* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
+                               std::int64_t /*bound*/, int in, int out, bool accumulate_dx = false) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int e = 0; e < kExperts; ++e) {
       const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
@@ -233,7 +266,12 @@ class Backend {
     lse_of_ = {logits, targets, rows, alpha};
   }
   // The staged batch's mean loss: Σ losses (serial, in double) over its scored rows.
-  double mean_loss(const T* losses, std::int64_t N) const { return cpu::mean_scored_loss(losses, N, scored_); }
+  // The mean cross-entropy plus the n balancing losses at aux (summed in layer order).
+  double mean_loss(const T* losses, std::int64_t N, const double* aux, int n) const {
+    double balancing = 0.0;
+    for (int i = 0; i < n; ++i) balancing += aux[i];
+    return cpu::mean_scored_loss(losses, N, scored_) + balancing;
+  }
   // dlogits of `rows` rows of the staged batch (divided by its scored rows, not the chunk's).
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t rows, int V,
                               double alpha, double loss_scale) {

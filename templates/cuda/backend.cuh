@@ -26,6 +26,7 @@
 #include "cuda/gate.cuh"
 #include "cuda/expert_linear.cuh"
 #include "cuda/moe.cuh"
+#include "cuda/moe_stats.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/swiglu.cuh"
@@ -106,6 +107,16 @@ class Backend {
   static void zero(Buffer<U>& buf) {
     buf.zero();
   }
+  // n values from the device to the host (waits for the GPU; counted: gc::rt::cuda::transfer_stats)
+  // and back (queued after the work before it).
+  template <typename U>
+  static void to_host(U* host, const U* device, std::int64_t n) {
+    if (n > 0) gc::rt::cuda::copy_to_host(host, device, std::size_t(n) * sizeof(U));
+  }
+  template <typename U>
+  static void from_host(U* device, const U* host, std::int64_t n) {
+    if (n > 0) GC_CUDA_CHECK(cudaMemcpy(device, host, std::size_t(n) * sizeof(U), cudaMemcpyHostToDevice));
+  }
   static void copy(T* dst, const T* src, std::int64_t n) {
     GC_CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(T), cudaMemcpyDeviceToDevice));
   }
@@ -136,22 +147,15 @@ class Backend {
     attention_scratch_.resize(std::max<std::size_t>(attention_backward_scratch_floats<AttentionShape>(batch, seq_len), 1));
     loss_sum_.resize(1);
     moment_partials_.resize(2 * std::size_t(kMomentBlocks));
-    step_loss_.resize(1);
+    step_loss_.resize(2);
     step_loss_.zero();
     linear_.reserve(kAlignScratchActElems, kAlignScratchGradElems);  // planned: compiler/plan, align_scratch
     if constexpr (kMoe) {
-      // Per-sequence balancing (moe.seq_aux_loss): P, counts and dL/dp for each of the batch's
-      // sequences; the z-loss's Σ lse² reduces N squares.
-      const std::size_t groups = std::size_t(std::max(batch, 1));
-      moe_groups_ = int(groups);
-      moe_bias_.resize(kExperts);
-      moe_aux_.resize(groups * kExperts);
-      moe_mean_.resize(groups * kExperts);
-      moe_counts_.resize(groups * kExperts);
-      moe_offsets_.resize(std::size_t(kExperts) + 1);
-      experts_.reserve();
+      // The routing state is the model's (model/moe_block.hpp); here the dispatch's counts per
+      // expert, and N doubles for the sigmoid scores' row sums or the z-loss's lse².
+      moe_groups_ = std::max(batch, 1);
+      moe_counts_.resize(std::size_t(kExperts));
       moe_row_total_.resize(std::size_t(N));
-      moe_lse_total_.resize(1);
       if constexpr (!std::is_same_v<T, float>) {
         moe_router_grad_.resize(std::size_t(N) * kExperts);
       }
@@ -281,10 +285,9 @@ class Backend {
   void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, std::int64_t N) {
     cuda::gate_backward<kMode, GateShape>(dattn, dz, dout, attn, z, N);
   }
-  // --- mixture of experts (cuda/moe.cuh). As on the CPU, the bias, the
-  // balancing loss's gradient, the mean probabilities and the expert offsets
-  // are host arrays (E or E+1 entries): small copies, and the grouped GEMM
-  // needs each expert's row count on the host anyway.
+  // --- mixture of experts (cuda/moe.cuh; the routing bookkeeping cuda/moe_stats.cuh). Every
+  // array is device memory, the routing state included, so nothing here waits for the GPU; the
+  // rows kept under moe.capacity_factor are offsets[E], which the kernels read on the device.
   // Router logits in fp32 from bf16/fp32 operands; backward through a T copy of the fp32 gradient.
   void router_forward(float* logits, const T* b, const T* W, int N) {
     blas_.gemm(false, true, N, kExperts, kDModel, 1.0f, b, kDModel, W, kDModel, 0.0f, logits, kExperts);
@@ -299,37 +302,33 @@ class Backend {
     }
     linear_backward(db, dW, grad, b, W, N, kDModel, kExperts);
   }
-  void moe_route_forward(float* scores, std::int32_t* expert, float* weight, const float* logits,
-                         const float* bias_host, int N) {
-    const float* bias = nullptr;
-    if (bias_host != nullptr) {
-      moe_bias_.upload(bias_host, std::size_t(kExperts));
-      bias = moe_bias_.data();
-    }
+  void moe_route_forward(float* scores, std::int32_t* expert, float* weight, const float* logits, const float* bias,
+                         int N) {
     cuda::moe_route_forward<MoeLayout>(scores, expert, weight, logits, bias, N);
   }
-  void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets_host, const std::int32_t* expert,
+  void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, const std::int32_t* expert,
                     int N) {
-    cuda::moe_dispatch<MoeLayout>(order, position, moe_offsets_.data(), moe_counts_.data(), expert, N);
-    moe_offsets_.download(offsets_host, std::size_t(kExperts) + 1);  // synchronizes
+    cuda::moe_dispatch<MoeLayout>(order, position, offsets, moe_counts_.data(), expert, N);
   }
-  void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped_host,
-                          const std::int32_t* expert, int N, int seq_len) {
+  void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t* dropped, const std::int32_t* expert,
+                          int N, int seq_len) {
     check_moe_groups(N, seq_len);
-    cuda::moe_apply_capacity<MoeLayout>(kept, position, moe_counts_.data(), expert, N, seq_len, kMoeCapacity);
-    moe_counts_.download(dropped_host, std::size_t(N / seq_len) * kExperts);
+    cuda::moe_apply_capacity<MoeLayout>(kept, position, dropped, expert, N, seq_len, kMoeCapacity);
   }
-  void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows, int dim) {
+  // rows: N·k, a bound; the rows are offsets[E].
+  void moe_gather(T* xs, const T* x, const std::int32_t* order, const std::int64_t* offsets, std::int64_t rows,
+                  int dim) {
     check_moe_dim(dim);
-    cuda::moe_gather<MoeLayout>(xs, x, order, rows);
+    cuda::moe_gather<MoeLayout>(xs, x, order, rows, offsets + kExperts);
   }
   // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]], and the row
   // indices the host planned, copied to the device.
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cuda::gather_rows(dst, src, rows, n, dim);
   }
-  void copy_indices(std::int32_t* dst, const std::int32_t* host, std::int64_t n) {
-    if (n > 0) GC_CUDA_CHECK(cudaMemcpy(dst, host, std::size_t(n) * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+  template <typename I>
+  void copy_indices(I* dst, const I* host, std::int64_t n) {
+    from_host(dst, host, n);
   }
   void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
@@ -337,51 +336,57 @@ class Backend {
     cuda::moe_combine<MoeLayout>(out, ys, weight, position, N, accumulate);
   }
   void moe_combine_backward(T* dys, float* dweight, const T* dout, const T* ys, const float* weight,
-                            const std::int32_t* order, int N, std::int64_t rows, int dim) {
+                            const std::int32_t* order, const std::int64_t* offsets, int N, std::int64_t rows, int dim) {
     check_moe_dim(dim);
-    cuda::moe_combine_backward<MoeLayout>(dys, dweight, dout, ys, weight, order, rows, std::int64_t(N) * kTopK);
+    const std::int64_t* live_rows = kMoeCapacity > 0 ? offsets + kExperts : nullptr;  // dropless: rows = N·k
+    cuda::moe_combine_backward<MoeLayout>(dys, dweight, dout, ys, weight, order, rows, std::int64_t(N) * kTopK,
+                                          live_rows);
   }
   void moe_scatter_add(T* dx, const T* dxs, const std::int32_t* position, int N, int dim) {
     check_moe_dim(dim);
     cuda::moe_scatter_add<MoeLayout>(dx, dxs, position, N);
   }
-  void moe_mean_probs(double* mean_host, const float* scores, int N, int group_rows) {
+  void moe_mean_probs(double* mean_prob, const float* scores, int N, int group_rows) {
     check_moe_groups(N, group_rows);
-    cuda::moe_mean_probs<MoeLayout>(moe_mean_.data(), moe_row_total_.data(), scores, N, group_rows);
-    moe_mean_.download(mean_host, std::size_t(N / group_rows) * kExperts);
+    cuda::moe_mean_probs<MoeLayout>(mean_prob, moe_row_total_.data(), scores, N, group_rows);
   }
-  void moe_group_counts(std::int64_t* counts_host, const std::int32_t* expert, int N, int group_rows) {
+  void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, int N, int group_rows) {
     check_moe_groups(N, group_rows);
-    cuda::moe_group_counts<MoeLayout>(moe_counts_.data(), expert, N, group_rows);
-    moe_counts_.download(counts_host, std::size_t(N / group_rows) * kExperts);
+    cuda::moe_group_counts<MoeLayout>(counts, expert, N, group_rows);
   }
-  // The z-loss's lse per row; Σ lse² comes back to the host (N doubles of scratch: row_total's,
-  // unused by softmax routers, the only ones the z-loss allows).
-  double moe_router_lse(float* lse, const float* logits, int N) {
+  // The z-loss's lse per row, and *aux += coef · Σ lse² / N (the N squares in row_total's
+  // scratch, unused by softmax routers, the only ones the z-loss allows).
+  void moe_router_lse(float* lse, const float* logits, int N, double* aux, double coef) {
     static_assert(kRouterScoring == RouterScoring::softmax || kMoeZLoss == 0.0, "the z-loss needs a softmax router");
-    double total = 0.0;
-    cuda::moe_router_lse<MoeLayout>(lse, moe_row_total_.data(), moe_lse_total_.data(), logits, N);
-    moe_lse_total_.download(&total, 1);
-    return total;
+    cuda::moe_router_lse<MoeLayout>(lse, moe_row_total_.data(), aux, coef, logits, N);
+  }
+  void moe_record_routing(const core::MoeBalance& b, const std::int64_t* offsets, const std::int64_t* dropped,
+                          double* selected, double* step_tally, const double* mean_prob, const std::int64_t* seq_counts,
+                          const double* seq_mean_prob, double* aux) {
+    cuda::moe_record_routing(b, offsets, dropped, selected, step_tally, mean_prob, seq_counts, seq_mean_prob, aux);
+  }
+  void moe_balance_gradient(const core::MoeBalance& b, const double* selected, const std::int64_t* seq_counts,
+                            double loss_scale, double* aux_grad) {
+    cuda::moe_balance_gradient(b, selected, seq_counts, loss_scale, aux_grad);
+  }
+  void moe_close_step(double* step_tally, double* window_tally, float* bias, double rate) {
+    cuda::moe_close_step(kExperts, step_tally, window_tally, bias, rate);
   }
   void moe_route_backward(float* dlogits, const float* dweight, const float* scores, const std::int32_t* expert,
-                          const float* weight, const double* aux_host, int aux_group_rows, const float* lse,
+                          const float* weight, const double* aux, int aux_group_rows, const float* lse,
                           double z_scale, int N) {
-    const double* aux = nullptr;
-    if (aux_host != nullptr) {
-      check_moe_groups(N, aux_group_rows);
-      moe_aux_.upload(aux_host, std::size_t(N / aux_group_rows) * kExperts);
-      aux = moe_aux_.data();
-    }
+    if (aux != nullptr) check_moe_groups(N, aux_group_rows);
     cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, aux_group_rows, lse, z_scale, N);
   }
   // The experts' projections (W stacked [E, out, in]; cuda/expert_linear.cuh).
-  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int in, int out) {
-    experts_.forward(blas_, y, x, W, offsets, in, out);
+  // offsets on the device; rows: a bound on offsets[E] (the launch's size).
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t rows, int in,
+                              int out) {
+    cuda::expert_linear_forward(y, x, W, offsets, rows, in, out);
   }
   void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
-                               int in, int out, bool accumulate_dx = false) {
-    experts_.backward(blas_, dx, dW, dy, x, W, offsets, in, out, accumulate_dx);
+                               std::int64_t rows, int in, int out, bool accumulate_dx = false) {
+    cuda::expert_linear_backward(dx, dW, dy, x, W, offsets, rows, in, out, accumulate_dx);
   }
 
   // n values are rows of one of the spec's MLP widths (SwigluShape); any width that divides n
@@ -431,22 +436,31 @@ class Backend {
   // The staged batch's mean loss over its scored rows, read on the host (waits for the GPU).
   // After defer_loss(w) it waits for nothing: w · mean is added to the step accumulator on the
   // device (read by take_deferred_loss) and 0 is returned.
-  double mean_loss(const float* losses, std::int64_t N) {
+  double mean_loss(const float* losses, std::int64_t N, const double* aux, int n) {
     const double per_row = scored_ > 0 ? 1.0 / double(scored_) : 0.0;
     if (deferred_weight_ >= 0.0) {
       accumulate_losses(step_loss_.data(), losses, N, deferred_weight_ * per_row);
+      if (n > 0) add_weighted_sum(step_loss_.data() + 1, aux, n, deferred_weight_);
       deferred_weight_ = -1.0;
       return 0.0;
     }
     sum_losses(loss_sum_.data(), losses, N);
     double sum = 0.0;
     loss_sum_.download(&sum, 1);
-    return sum * per_row;
+    double balancing = 0.0;
+    if (n > 0) {
+      aux_host_.resize(std::size_t(n));
+      to_host(aux_host_.data(), aux, n);
+      for (double a : aux_host_) balancing += a;
+    }
+    return sum * per_row + balancing;
   }
-  // The next mean_loss adds weight · (the mean loss) to the step accumulator.
+  // The next mean_loss adds weight · (the mean loss) to the step accumulator, and weight · (the
+  // balancing losses) to its second entry.
   void defer_loss(double weight) { deferred_weight_ = weight; }
-  // The step accumulator: Σ weight · mean loss since clear_deferred_loss (device memory, read
-  // on the device by the engine's step verdict), and its restart at 0 (queued, no wait).
+  // The step accumulator: [Σ weight · mean loss, Σ weight · balancing loss] since
+  // clear_deferred_loss (device memory, read on the device by the engine's step verdict), and
+  // its restart at 0 (queued, no wait).
   double* deferred_loss() { return step_loss_.data(); }
   void clear_deferred_loss() { step_loss_.zero(); }
   void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, int V,
@@ -575,13 +589,11 @@ class Backend {
   DeviceBuffer<double> moment_partials_;  // accumulate_moments' per-slice sums (logit_std)
   DeviceBuffer<double> step_loss_;  // Σ weight · mean loss of the deferred forwards
   double deferred_weight_ = -1.0;   // ≥ 0: the next mean_loss is deferred with it
-  DeviceBuffer<float> moe_bias_;                            // MoE: the aux_free bias
-  DeviceBuffer<double> moe_aux_, moe_mean_, moe_row_total_;  // dL/dp, P per group, Σ_e s (sigmoid) or lse²
-  DeviceBuffer<double> moe_lse_total_;                      // the z-loss's Σ lse²
-  int moe_groups_ = 1;                                      // sequences of the prepared batch
-  DeviceBuffer<std::int64_t> moe_counts_, moe_offsets_;
+  std::vector<double> aux_host_;                // mean_loss's read of the balancing losses (evaluation)
+  DeviceBuffer<double> moe_row_total_;          // MoE: Σ_e s per row (sigmoid) or lse² (z-loss)
+  int moe_groups_ = 1;                          // sequences of the prepared batch
+  DeviceBuffer<std::int64_t> moe_counts_;       // the dispatch's rows per expert
   AlignedLinear<T> linear_;  // the dense projections, padded to widths of 8 where needed
-  ExpertLinear<T> experts_;  // the experts' projections and their device copy of the offsets
   DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };
 

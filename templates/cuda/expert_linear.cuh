@@ -1,110 +1,159 @@
 // The experts' projections on the CUDA backend (backend.cuh's grouped_linear_forward/backward):
-// W stacked [E, out, in], expert e's rows offsets[e] .. offsets[e+1] of the row-major activations
-// (the host's copy of the offsets, as the model keeps them). In bf16, when the shapes allow, one
-// grouped launch per projection and direction (cuda/grouped_gemm.cuh), reading a device copy of
-// the offsets that is uploaded without a wait, and only when they changed (a layer's three
-// projections share one upload); otherwise, and in fp32 (the parity path), one cuBLASLt GEMM per
-// expert with rows. An expert's row count changes every step, so those GEMMs are not timed
-// (runtime/cuda/blaslt.hpp).
+// W stacked [E, out, in], expert e's rows offsets[e] .. offsets[e+1] of the row-major
+// activations, the offsets on the device (written there by the dispatch: nothing is copied to the
+// host, issue 39), `rows` a bound on offsets[E] that sizes the launch. In bf16, when the shapes
+// allow, one grouped launch per projection and direction (cuda/grouped_gemm.cuh); otherwise, and
+// in fp32 (the parity path), the plain kernels below, which read the offsets on the device too:
+//
+//   forward  y[r][o]    = Σ_i x[r][i] · W_e[o][i]          one thread per (r, o), e the row's expert
+//   dx       dx[r][i] (+)= Σ_o dy[r][o] · W_e[o][i]        one thread per (r, i)
+//   dW       dW_e[o][i] += Σ_{r of e} dy[r][o] · x[r][i]   one thread per (e, o, i), rows ascending
+//
+// fp32 accumulation in a fixed order (deterministic, no atomics); an expert without rows leaves
+// its dW untouched. They are the reference-speed path: the shapes of the specs that train at
+// scale take the grouped kernels.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include "config.hpp"
 #include "cuda/common.cuh"
 #include "cuda/grouped_gemm.cuh"
-#include "runtime/cuda/blaslt.hpp"
-#include "runtime/cuda/check.hpp"
-#include "runtime/cuda/pinned_upload.hpp"
 
 namespace gcm::cuda {
 
+// The expert that owns row r: the e with offsets[e] <= r < offsets[e+1] (binary search over E+1
+// ascending offsets; r < offsets[E]).
+__device__ __forceinline__ int expert_of_row(const std::int64_t* offsets, int experts, std::int64_t r) {
+  int lo = 0, hi = experts;  // offsets[lo] <= r < offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (offsets[mid] <= r) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 template <typename T>
-class ExpertLinear {
- public:
-  // The device copy of the offsets and its staging (prepare(), with the other MoE buffers).
-  void reserve() {
-    device_offsets_.resize(std::size_t(kExperts) + 1);
-    staging_.reserve(std::size_t(kExperts) + 1);
+__global__ void expert_rows_forward_kernel(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts,
+                                           std::int64_t rows, int in, int out) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x, live = offsets[experts];
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * out; i += stride) {
+    const std::int64_t r = i / out;
+    if (r >= live) return;  // i only grows
+    const int o = int(i % out);
+    const T* w = W + (std::int64_t(expert_of_row(offsets, experts, r)) * out + o) * in;
+    const T* xr = x + r * in;
+    float acc = 0.0f;
+    for (int k = 0; k < in; ++k) acc += to_float(xr[k]) * to_float(w[k]);
+    y[i] = from_float<T>(acc);
   }
+}
 
-  void forward(gc::rt::cuda::BlasLt& blas, T* y, const T* x, const T* W, const std::int64_t* offsets, int in,
-               int out) {
-    if (with_grouped_shape(in, out, [&](auto in_c, auto out_c) {
-          grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(
-              y, x, W, device_offsets(offsets), kExperts, grouped::row_tiles(offsets, kExperts));
-        })) {
-      return;
+template <typename T>
+__global__ void expert_rows_dx_kernel(T* dx, const T* dy, const T* W, const std::int64_t* offsets, int experts,
+                                      std::int64_t rows, int in, int out, bool accumulate) {
+  const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x, live = offsets[experts];
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * in; i += stride) {
+    const std::int64_t r = i / in;
+    if (r >= live) return;
+    const int c = int(i % in);
+    const T* w = W + std::int64_t(expert_of_row(offsets, experts, r)) * out * in + c;
+    const T* g = dy + r * out;
+    float acc = accumulate ? to_float(dx[i]) : 0.0f;
+    for (int o = 0; o < out; ++o) acc += to_float(g[o]) * to_float(w[std::int64_t(o) * in]);
+    dx[i] = from_float<T>(acc);
+  }
+}
+
+template <typename T>
+__global__ void expert_rows_dw_kernel(float* dW, const T* dy, const T* x, const std::int64_t* offsets, int experts,
+                                      int in, int out) {
+  const std::int64_t n = std::int64_t(experts) * out * in, stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int e = int(i / (std::int64_t(out) * in));
+    const int o = int(i / in % out), c = int(i % in);
+    const std::int64_t begin = offsets[e], end = offsets[e + 1];
+    if (begin == end) continue;
+    float acc = 0.0f;
+    for (std::int64_t r = begin; r < end; ++r) acc += to_float(dy[r * out + o]) * to_float(x[r * in + c]);
+    dW[i] += acc;
+  }
+}
+
+namespace detail {
+
+// Calls f(IN, OUT) as compile-time constants when (in, out) is an expert projection the grouped
+// kernels take (bf16, whole 64-column tiles); false otherwise.
+template <typename T, typename F>
+bool with_grouped_shape(int in, int out, F&& f) {
+  if constexpr (std::is_same_v<T, bf16> && kMoe && grouped::kSupported<kDModel, kExpertDff>) {
+    if (in == kDModel && out == kExpertDff) {
+      f(std::integral_constant<int, kDModel>{}, std::integral_constant<int, kExpertDff>{});
+      return true;
     }
-    for (int e = 0; e < kExperts; ++e) {
-      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-      if (rows == 0) continue;
-      blas.gemm(false, true, int(rows), out, in, 1.0f, x + begin * in, in, W + std::int64_t(e) * out * in, in, 0.0f,
-                y + begin * out, out, kVaryingRows);
+    if (in == kExpertDff && out == kDModel) {
+      f(std::integral_constant<int, kExpertDff>{}, std::integral_constant<int, kDModel>{});
+      return true;
     }
   }
+  (void)in;
+  (void)out;
+  (void)f;
+  return false;
+}
 
-  void backward(gc::rt::cuda::BlasLt& blas, T* dx, float* dW, const T* dy, const T* x, const T* W,
-                const std::int64_t* offsets, int in, int out, bool accumulate_dx) {
-    if (with_grouped_shape(in, out, [&](auto in_c, auto out_c) {
-          grouped::backward<decltype(in_c)::value, decltype(out_c)::value>(
-              dx, dW, dy, x, W, device_offsets(offsets), kExperts, grouped::row_tiles(offsets, kExperts), accumulate_dx);
-        })) {
-      return;
-    }
-    for (int e = 0; e < kExperts; ++e) {
-      const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
-      if (rows == 0) continue;
-      const std::int64_t w = std::int64_t(e) * out * in;
-      blas.gemm(false, false, int(rows), in, out, 1.0f, dy + begin * out, out, W + w, in, accumulate_dx ? 1.0f : 0.0f,
-                dx + begin * in, in, kVaryingRows);
-      blas.gemm(true, false, out, in, int(rows), 1.0f, dy + begin * out, out, x + begin * in, in, 1.0f, dW + w, in,
-                kVaryingRows);
-    }
+inline constexpr int kRowsThreads = 256;
+
+}  // namespace detail
+
+// The plain kernels' launches for `experts` experts (the tree's kExperts; a test's own).
+template <typename T>
+void expert_rows_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts, std::int64_t rows,
+                         int in, int out) {
+  if (rows <= 0) return;
+  launch(expert_rows_forward_kernel<T>, blocks_for(rows * out, detail::kRowsThreads), detail::kRowsThreads, 0, y, x, W,
+         offsets, experts, rows, in, out);
+}
+
+template <typename T>
+void expert_rows_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
+                          int experts, std::int64_t rows, int in, int out, bool accumulate_dx) {
+  if (rows > 0) {
+    launch(expert_rows_dx_kernel<T>, blocks_for(rows * in, detail::kRowsThreads), detail::kRowsThreads, 0, dx, dy, W,
+           offsets, experts, rows, in, out, accumulate_dx);
   }
+  launch(expert_rows_dw_kernel<T>, blocks_for(std::int64_t(experts) * out * in, detail::kRowsThreads),
+         detail::kRowsThreads, 0, dW, dy, x, offsets, experts, in, out);
+}
 
- private:
-  static constexpr auto kVaryingRows = gc::rt::cuda::BlasLt::Shape::varying_rows;
-  template <int IN, int OUT>
-  static constexpr bool kGroupedKernel = std::is_same_v<T, bf16> && kMoe && grouped::kSupported<IN, OUT>;
-
-  // Calls f(IN, OUT) as compile-time constants when (in, out) is an expert projection the grouped
-  // kernels take; false otherwise.
-  template <typename F>
-  static bool with_grouped_shape(int in, int out, F&& f) {
-    if constexpr (kGroupedKernel<kDModel, kExpertDff>) {
-      if (in == kDModel && out == kExpertDff) {
-        f(std::integral_constant<int, kDModel>{}, std::integral_constant<int, kExpertDff>{});
-        return true;
-      }
-      if (in == kExpertDff && out == kDModel) {
-        f(std::integral_constant<int, kExpertDff>{}, std::integral_constant<int, kDModel>{});
-        return true;
-      }
-    }
-    (void)in;
-    (void)out;
-    (void)f;
-    return false;
+template <typename T>
+void expert_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t rows, int in,
+                           int out) {
+  if (rows <= 0) return;
+  if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
+        grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(y, x, W, offsets, kExperts,
+                                                                        grouped::max_row_tiles(rows, kExperts));
+      })) {
+    return;
   }
+  expert_rows_forward(y, x, W, offsets, kExperts, rows, in, out);
+}
 
-  // The device copy of these offsets: uploaded (queued after the kernels that read the previous
-  // ones) unless it already holds them.
-  const std::int64_t* device_offsets(const std::int64_t* offsets_host) {
-    const std::size_t n = std::size_t(kExperts) + 1;
-    if (uploaded_.size() != n || !std::equal(offsets_host, offsets_host + n, uploaded_.begin())) {
-      staging_.upload(device_offsets_.data(), offsets_host, n);
-      uploaded_.assign(offsets_host, offsets_host + n);
-    }
-    return device_offsets_.data();
+template <typename T>
+void expert_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
+                            std::int64_t rows, int in, int out, bool accumulate_dx) {
+  if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
+        grouped::backward<decltype(in_c)::value, decltype(out_c)::value>(
+            dx, dW, dy, x, W, offsets, kExperts, grouped::max_row_tiles(rows, kExperts), accumulate_dx);
+      })) {
+    return;
   }
-
-  gc::rt::cuda::DeviceBuffer<std::int64_t> device_offsets_;
-  gc::rt::cuda::PinnedUploader<std::int64_t> staging_;  // host → device without a wait
-  std::vector<std::int64_t> uploaded_;                  // what device_offsets_ holds
-};
+  expert_rows_backward(dx, dW, dy, x, W, offsets, kExperts, rows, in, out, accumulate_dx);
+}
 
 }  // namespace gcm::cuda

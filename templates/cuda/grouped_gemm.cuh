@@ -16,8 +16,8 @@
 // shared-memory stages (dynamic, 68-80 KiB), three loading with cp.async while one is multiplied
 // (with two stages the kit measured 130 TFLOP/s at moe_3b's shapes on an H200). An expert with no rows
 // has no tile and its dW is not touched (exactly its zero-initialized gradient, as on the CPU). IN
-// and OUT must be multiples of 64 (whole column tiles; expert_linear.cuh falls back to one cuBLASLt
-// GEMM per expert otherwise). Measured on an H200 at moe_3b's shapes: docs/performance.md.
+// and OUT must be multiples of 64 (whole column tiles; expert_linear.cuh falls back to plain kernels
+// otherwise). Measured on an H200 at moe_3b's shapes: docs/performance.md.
 #pragma once
 
 #include <cstddef>
@@ -283,7 +283,13 @@ inline std::int64_t row_tiles(const std::int64_t* offsets_host, int experts) {
   return tiles;
 }
 
-// The launches (offsets: the device's copy; tiles: row_tiles of the host's).
+// A bound on row_tiles for at most `rows` rows over `experts` experts, without reading the
+// offsets: Σ_e ceil(r_e / T) ≤ (Σ_e r_e + E·(T − 1)) / T. The blocks past the last tile return.
+inline std::int64_t max_row_tiles(std::int64_t rows, int experts) {
+  return (rows + std::int64_t(experts) * (kTileRows - 1)) / kTileRows;
+}
+
+// The launches (offsets: on the device; tiles: row_tiles of the offsets, or max_row_tiles).
 template <int IN, int OUT>
 void forward(bf16* y, const bf16* x, const bf16* w, const std::int64_t* offsets, int experts, std::int64_t tiles) {
   static_assert(kSupported<IN, OUT>, "grouped GEMM: IN and OUT must be multiples of 64");

@@ -177,10 +177,11 @@ __global__ void moe_place_kernel(std::int32_t* order, std::int32_t* position, co
 
 // Row p of xs is row order[p] / K of x, copied in packs of V elements (V = 1: element by element).
 template <class M, typename T, int V>
-__global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
+__global__ void moe_gather_kernel(T* xs, const T* x, const std::int32_t* order, const std::int64_t* live_rows,
+                                  std::int64_t rows) {
   constexpr int P = M::kDim / V;  // packs per row
   using Row = Pack<V, T>;
-  const std::int64_t n = rows * P, stride = std::int64_t(gridDim.x) * blockDim.x;
+  const std::int64_t n = (live_rows != nullptr ? *live_rows : rows) * P, stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const std::int64_t p = i / P;
     reinterpret_cast<Row*>(xs)[i] = reinterpret_cast<const Row*>(x)[std::int64_t(order[p] / M::kTopK) * P + i % P];
@@ -228,11 +229,12 @@ __global__ void moe_combine_kernel(T* out, const T* ys, const W* weight, const s
 // One warp per row p: dys[p] = w_a·dout[t], dweight[a] = dout[t]·ys[p].
 template <class M, typename T, typename W, int V>
 __global__ void moe_combine_backward_kernel(T* dys, W* dweight, const T* dout, const T* ys, const W* weight,
-                                            const std::int32_t* order, std::int64_t rows) {
+                                            const std::int32_t* order, const std::int64_t* live_rows,
+                                            std::int64_t rows) {
   constexpr int D = M::kDim;
   const std::int64_t p = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
-  if (p >= rows) return;
+  if (p >= (live_rows != nullptr ? *live_rows : rows)) return;
   const std::int32_t a = order[p];
   const T* g = dout + std::int64_t(a / M::kTopK) * D;
   const float w = to_float(weight[a]);
@@ -332,14 +334,15 @@ __global__ void moe_router_lse_kernel(T* lse, double* squares, const T* logits, 
   squares[t] = double(to_float(value)) * double(to_float(value));
 }
 
-// One block: total = Σ_t squares[t] in a fixed order (a template: defined in a header).
+// One block: *aux += coef · (Σ_t squares[t]) / N, the sum in a fixed order (a template: defined
+// in a header).
 template <int = 0>
-__global__ void moe_sum_kernel(double* total, const double* squares, std::int64_t N) {
+__global__ void moe_sum_kernel(double* aux, const double* squares, std::int64_t N, double coef) {
   __shared__ double scratch[kWarp];
   double sum = 0.0;
   for (std::int64_t t = threadIdx.x; t < N; t += blockDim.x) sum += squares[t];
   sum = block_sum(sum, scratch);
-  if (threadIdx.x == 0) *total = sum;
+  if (threadIdx.x == 0) *aux += coef * sum / double(N);
 }
 
 // dlogits from dweight, the balancing losses' dL/dp (aux_grad: E values per group of
@@ -410,7 +413,7 @@ void moe_apply_capacity(std::int32_t* kept, std::int32_t* position, std::int64_t
          expert, groups, seq_len, capacity);
 }
 
-// counts: E device scratch; offsets: E+1 on the device. The caller copies offsets to the host.
+// counts: E device scratch; offsets: E+1 on the device (where the grouped GEMMs read them).
 template <class M>
 void moe_dispatch(std::int32_t* order, std::int32_t* position, std::int64_t* offsets, std::int64_t* counts,
                   const std::int32_t* expert, std::int64_t N) {
@@ -432,15 +435,17 @@ void with_row_pack(Run&& run, const P*... pointers) {
   }
 }
 
-// xs [rows, D]: row p is x[order[p] / K] (rows = N·K).
+// xs [rows, D]: row p is x[order[p] / K] (rows = N·K, or with live_rows non-null a bound: the
+// rows are *live_rows, read on the device).
 template <class M, typename T>
-void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows) {
+void moe_gather(T* xs, const T* x, const std::int32_t* order, std::int64_t rows,
+                const std::int64_t* live_rows = nullptr) {
   if (rows <= 0) return;
   with_row_pack<M, T>(
       [&](auto v) {
         constexpr int V = decltype(v)::value;
         launch(moe_gather_kernel<M, T, V>, blocks_for(rows * (M::kDim / V), kMoeThreads), kMoeThreads, 0, xs, x, order,
-               rows);
+               live_rows, rows);
       },
       xs, x);
 }
@@ -464,16 +469,17 @@ void moe_combine(T* out, const T* ys, const W* weight, const std::int32_t* posit
       out, ys);
 }
 
-// rows: the rows kept; a dropped assignment's dweight is 0 (when rows < assignments).
+// rows: the rows kept, or with live_rows non-null a bound (the rows kept are *live_rows, on the
+// device: then dweight is zeroed first); a dropped assignment's dweight is 0.
 template <class M, typename T, typename W>
 void moe_combine_backward(T* dys, W* dweight, const T* dout, const T* ys, const W* weight, const std::int32_t* order,
-                          std::int64_t rows, std::int64_t assignments) {
-  if (rows < assignments) GC_CUDA_CHECK(cudaMemsetAsync(dweight, 0, std::size_t(assignments) * sizeof(W), nullptr));
+                          std::int64_t rows, std::int64_t assignments, const std::int64_t* live_rows = nullptr) {
+  if (rows < assignments || live_rows != nullptr) GC_CUDA_CHECK(cudaMemsetAsync(dweight, 0, std::size_t(assignments) * sizeof(W), nullptr));
   if (rows <= 0) return;
   with_row_pack<M, T>(
       [&](auto v) {
         launch(moe_combine_backward_kernel<M, T, W, decltype(v)::value>, blocks_for(rows * kWarp, kMoeThreads),
-               kMoeThreads, 0, dys, dweight, dout, ys, weight, order, rows);
+               kMoeThreads, 0, dys, dweight, dout, ys, weight, order, live_rows, rows);
       },
       dys, dout, ys);
 }
@@ -512,12 +518,13 @@ void moe_group_counts(std::int64_t* counts, const std::int32_t* expert, std::int
          groups, group_rows);
 }
 
-// lse: N values; squares: N doubles of scratch; total: one double (Σ lse², fixed order).
+// lse: N values; squares: N doubles of scratch; *aux += coef · Σ lse² / N (the z-loss; the sum in
+// a fixed order).
 template <class M, typename T>
-void moe_router_lse(T* lse, double* squares, double* total, const T* logits, std::int64_t N) {
+void moe_router_lse(T* lse, double* squares, double* aux, double coef, const T* logits, std::int64_t N) {
   if (N <= 0) return;
   launch(moe_router_lse_kernel<M, T>, blocks_for(N, kMoeThreads), kMoeThreads, 0, lse, squares, logits, N);
-  launch(moe_sum_kernel<>, 1u, kMoeThreads, 0, total, static_cast<const double*>(squares), N);
+  launch(moe_sum_kernel<>, 1u, kMoeThreads, 0, aux, static_cast<const double*>(squares), N, coef);
 }
 
 // fp32 gradient of the router logits → T, for the router's backward GEMMs.

@@ -36,15 +36,19 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   // The step.
   void zero_grads() override {
     model_.zero_grads();
-    step_loss_ = 0.0;
+    step_loss_ = {0.0, 0.0};
   }
   void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) override {
     const double objective = model_.forward_backward(inputs, targets, loss_scale);
-    step_loss_ += loss_scale * (objective - model_.aux_loss());
+    const double aux = model_.aux_loss();
+    step_loss_[0] += loss_scale * (objective - aux);
+    step_loss_[1] += loss_scale * aux;
   }
+  double step_aux_loss() override { return step_totals_[1]; }
   void finish_step(double lr, std::int64_t t) override {
-    double loss = step_loss_;
-    if (comm_ != nullptr) comm_->allreduce_sum(&loss, 1);
+    step_totals_ = step_loss_;
+    if (comm_ != nullptr) comm_->allreduce_sum(step_totals_.data(), 2);
+    const double loss = step_totals_[0];
     if (zero_) {
       readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
     } else {
@@ -165,7 +169,9 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   StepReadout readout_;
   cpu::MetricOps ops_;
   std::map<int, std::vector<float>> snapshot_;  // update ratios: tensors before the step
-  double step_loss_ = 0.0;                  // Σ loss_scale · cross-entropy since zero_grads
+  // Σ loss_scale · [cross-entropy, balancing loss] since zero_grads; the same summed over the
+  // ranks by finish_step.
+  std::array<double, 2> step_loss_{}, step_totals_{};
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
   std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1 (not under ZeRO-1's steps)

@@ -163,7 +163,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     queue_gradient_squares();
 #ifdef GC_HAVE_NCCL
     if (comm_ != nullptr) {
-      nccl_->all_reduce(loss, 1, nullptr);
+      nccl_->all_reduce(loss, 2, nullptr);  // [cross-entropy, balancing loss]
       if (sharded()) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
       if (split_gradients()) experts_->complete_device_sums(squares_.data(), 1, nullptr);
     }
@@ -196,6 +196,19 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     verdict_.download(&readout_.verdict, 1);
     squares_.download(readout_.squares.data(), readout_.squares.size());
     return readout_;
+  }
+  // The step's expert tallies lie on the device: summed over the ranks by NCCL on the compute
+  // stream, after the step's work and without a host copy.
+  void moe_allreduce_loads(const gc::rt::Comm&) override {
+#ifdef GC_HAVE_NCCL
+    sum_moe_loads(model_, [&](double* tally, std::int64_t n) { nccl_->all_reduce(tally, n, nullptr); });
+#endif
+  }
+  // The step accumulator's second entry (summed over the ranks by finish_step).
+  double step_aux_loss() override {
+    double aux = 0.0;
+    gc::rt::cuda::copy_to_host(&aux, model_.backend().deferred_loss() + 1, sizeof aux);
+    return aux;
   }
   void join(const gc::rt::Comm& comm, int zero_stage) override {
 #ifdef GC_HAVE_NCCL

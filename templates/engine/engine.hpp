@@ -54,8 +54,11 @@ class EngineStep {
   // cross-entropy + the MoE balancing loss, and loss_scale · (mean cross-entropy) to the step's
   // loss (on a GPU without waiting for the forward pass: the sum stays on the device).
   virtual void forward_backward(const std::int32_t* inputs, const std::int32_t* targets, double loss_scale) = 0;
-  // The balancing-loss part of the last forward_backward (0 for a dense model).
+  // The balancing-loss part of the last forward (0 for a dense model), read on the host.
   virtual double last_aux_loss() const = 0;
+  // The step's balancing loss: Σ over the micro-batches of loss_scale · L_aux, summed over the
+  // ranks (after finish_step; on a GPU a read that waits, so the trainer asks at read steps only).
+  virtual double step_aux_loss() = 0;
   // Mean cross-entropy, no gradients (evaluation; no balancing loss).
   virtual double forward_loss(const std::int32_t* inputs, const std::int32_t* targets) = 0;
   // Ends step t (t ≥ 1) after its micro-batches (and reduce_grads): the step's loss summed over
@@ -244,7 +247,7 @@ class ModelEngine : public Engine {
     }
   }
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
-    sum_moe_loads(model(), [&](std::int64_t* loads, std::int64_t n) { comm.allreduce_sum(loads, n); });
+    sum_moe_loads(model(), [&](double* tally, std::int64_t n) { comm.allreduce_sum(tally, n); });
   }
   std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model()); }
   void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model(), biases); }

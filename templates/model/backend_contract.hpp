@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/moe_balance.hpp"
 #include "profile/step_profile.hpp"
 #include "vocabulary.hpp"
 
@@ -46,6 +47,12 @@ struct ContractBackend {
   static void zero(Buffer<U>& buf) {
     std::fill(buf.begin(), buf.end(), U(0));
   }
+  // n values between the backend's memory and the host (reads the routing records, checkpoints
+  // and aux_loss() make; on a GPU a read waits for it).
+  template <typename U>
+  static void to_host(U*, const U*, std::int64_t) {}
+  template <typename U>
+  static void from_host(U*, const U*, std::int64_t) {}
   static void copy(Act*, const Act*, std::int64_t) {}
   static void add(Act*, const Act*, const Act*, std::int64_t) {}
   // acc[0] += Σ α·x, acc[1] += Σ (α·x)², in double, in a fixed order (the logit_std metric).
@@ -90,34 +97,45 @@ struct ContractBackend {
   void gate_backward(Act*, Act*, const Act*, const Act*, const Act*, std::int64_t) {}
 
   // Mixture of experts: router GEMM, top-k routing, a stable counting sort by expert, gather,
-  // grouped GEMMs over the experts' rows (offsets: E+1 entries on the host), combine, and back.
+  // grouped GEMMs over the experts' rows, combine, and back. Every array here is in the
+  // backend's memory, the routing state included (offsets E+1, the bias, the tallies, the
+  // balancing losses: core/moe_balance.hpp), so no call waits for the device. Row counts are
+  // bounds (N·k assignments): with moe.capacity_factor the rows kept are offsets[E], read where
+  // they lie.
   void router_forward(Stat*, const Act*, const Act*, int) {}
   void router_backward(Act*, Grad*, const Stat*, const Act*, const Act*, int) {}
   void moe_route_forward(Stat*, std::int32_t*, Stat*, const Stat*, const float*, int) {}
-  // moe.capacity_factor: the assignments kept (expert or -1), the dropped per sequence and expert
-  // (to the host); position may be set to -1 where dropped here (CUDA) or by moe_dispatch (CPU),
-  // which always runs next on the kept experts.
+  // moe.capacity_factor: the assignments kept (expert or -1), the dropped per sequence and
+  // expert; position may be set to -1 where dropped here (CUDA) or by moe_dispatch (CPU), which
+  // always runs next on the kept experts.
   void moe_apply_capacity(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int, int) {}
   void moe_dispatch(std::int32_t*, std::int32_t*, std::int64_t*, const std::int32_t*, int) {}
-  void moe_gather(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
+  void moe_gather(Act*, const Act*, const std::int32_t*, const std::int64_t*, std::int64_t, int) {}
   void moe_combine(Act*, const Act*, const Stat*, const std::int32_t*, int, int, bool) {}
-  void moe_combine_backward(Act*, Stat*, const Act*, const Act*, const Stat*, const std::int32_t*, int, std::int64_t,
-                            int) {}
+  void moe_combine_backward(Act*, Stat*, const Act*, const Act*, const Stat*, const std::int32_t*,
+                            const std::int64_t*, int, std::int64_t, int) {}
   void moe_scatter_add(Act*, const Act*, const std::int32_t*, int, int) {}
-  // The balancing losses' P per group of rows and assignments per group (both to the host), the
-  // router's log-sum-exp per row (returns Σ lse², to the host) for the z-loss.
+  // The balancing losses' P per group of rows and assignments per group; the router's
+  // log-sum-exp per row, with *aux += coef · Σ lse² / N (the z-loss).
   void moe_mean_probs(double*, const Stat*, int, int) {}
   void moe_group_counts(std::int64_t*, const std::int32_t*, int, int) {}
-  double moe_router_lse(Stat*, const Stat*, int) { return 0.0; }
+  void moe_router_lse(Stat*, const Stat*, int, double*, double) {}
+  // core/moe_balance.hpp where the routing lives: count_selected then add_balance_loss; the
+  // balancing losses' dL/dp; a step's tally into the window (and aux_free's bias update).
+  void moe_record_routing(const core::MoeBalance&, const std::int64_t*, const std::int64_t*, double*, double*,
+                          const double*, const std::int64_t*, const double*, double*) {}
+  void moe_balance_gradient(const core::MoeBalance&, const double*, const std::int64_t*, double, double*) {}
+  void moe_close_step(double*, double*, float*, double) {}
   void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int,
                           const Stat*, double, int) {}
-  void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, int, int) {}
-  // Expert parallelism (model/expert_parallel.hpp): rows picked by index, and the host-planned
-  // indices copied to where the rows lie.
+  void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int, int) {}
+  // Expert parallelism (model/expert_parallel.hpp): rows picked by index, and host-planned
+  // indices or offsets copied to where the rows lie.
   void gather_rows(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
-  void copy_indices(std::int32_t*, const std::int32_t*, std::int64_t) {}
-  void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, int, int,
-                               bool = false) {}
+  template <typename I>
+  void copy_indices(I*, const I*, std::int64_t) {}
+  void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int,
+                               int, bool = false) {}
 
   // SwiGLU h = silu(a) ⊙ b, on separate inputs or on one stacked [a | b] row.
   void swiglu_forward(Act*, const Act*, const Act*, std::int64_t) {}
@@ -131,7 +149,8 @@ struct ContractBackend {
   // Cross-entropy of `rows` rows of the staged batch (logits scaled by α): per-row losses and
   // p(target); the staged batch's mean over its scored rows; dlogits (divided by those rows).
   void cross_entropy_forward(Stat*, Stat*, const Act*, const std::int32_t*, std::int64_t, int, double) {}
-  double mean_loss(const Stat*, std::int64_t) { return 0.0; }
+  // The mean plus the n balancing losses at aux (null: none), or 0 while the loss is deferred.
+  double mean_loss(const Stat*, std::int64_t, const double*, int) { return 0.0; }
   void cross_entropy_backward(Act*, const Act*, const std::int32_t*, std::int64_t, int, double, double) {}
 
   // What the contract test counts.

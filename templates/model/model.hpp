@@ -82,6 +82,7 @@ inline constexpr int kKeepLogits = std::numeric_limits<int>::max();
 template <typename Backend>
 class BasicModel {
  public:
+  using Ops = Backend;
   using Act = typename Backend::Act;    // activations, working weights
   using Grad = typename Backend::Grad;  // parameter gradients
   using Stat = typename Backend::Stat;  // rstd, lse
@@ -105,11 +106,17 @@ class BasicModel {
   // forward, then backward(loss_scale); returns forward's objective. The head's backward runs
   // inside the forward, chunk by chunk, so a chunk's logits are computed once.
   double forward_backward(const std::int32_t* tokens, const std::int32_t* targets, double loss_scale);
-  // Σ over MoE layers of L_aux from the last forward.
+  // Σ over MoE layers of L_aux from the last forward, read on the host (on a GPU a wait: the
+  // training step reads it on the device instead, through the backend's mean_loss).
   double aux_loss() const {
-    double total = 0.0;
-    for (const auto& m : moe_) total += m.aux_loss;
-    return total;
+    if constexpr (kMoe) {
+      Backend::to_host(aux_host_.data(), aux_.data(), kLayers);
+      double total = 0.0;
+      for (double a : aux_host_) total += a;
+      return total;
+    } else {
+      return 0.0;
+    }
   }
   // An MoE layer's routing state (load, selection bias); only for is_moe_layer(l).
   MoeLayer<Backend>& moe_layer(int l) { return moe_[std::size_t(l)]; }
@@ -248,6 +255,8 @@ class BasicModel {
   Buffer<Stat> rstd_e_;
   std::vector<Layer> layers_;
   std::vector<MoeLayer<Backend>> moe_;  // per layer; allocated for MoE layers only
+  Buffer<double> aux_;                  // each layer's balancing losses of the last forward (0: dense)
+  mutable std::vector<double> aux_host_;  // aux_loss()'s copy (sized once: no allocation per call)
   MoeScratch<Backend> moe_scratch_;
   ExpertExchange<Act>* expert_exchange_ = nullptr;  // expert parallelism (attach_expert_exchange)
   bool exchange_experts_ = false;                   // the current forward is a training one

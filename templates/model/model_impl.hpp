@@ -81,6 +81,8 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
       if (is_moe_layer(l)) allocate_moe_layer(moe_[std::size_t(l)], N, T_, alloc);
     }
     allocate_moe_scratch(moe_scratch_, N, alloc);
+    allocate(aux_, kLayers);
+    aux_host_.assign(std::size_t(kLayers), 0.0);
   }
   bool any_dense = false;
   for (int l = 0; l < kLayers; ++l) {
@@ -281,7 +283,8 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_forward(ops_, moe_[std::size_t(l)], moe_scratch_, L.m.data(), L.b.data(), moe_params(l),
-                  [this](int i) { return param(i); }, N, T_, exchange_experts_ ? expert_exchange_ : nullptr);
+                  [this](int i) { return param(i); }, N, T_, aux_.data() + l,
+                  exchange_experts_ ? expert_exchange_ : nullptr);
     } else {
       dense_mlp_forward(L, P);
     }
@@ -364,6 +367,9 @@ double BasicModel<Backend>::forward_impl(const std::int32_t* tokens, const std::
   const int N = N_, D = kDModel;
   const double ND = double(N) * D;
   exchange_experts_ = fused_loss_scale != nullptr;  // training: the experts run on their owners
+  if constexpr (kMoe) {
+    Backend::zero(aux_);  // each MoE layer adds its balancing losses to its entry
+  }
   timed_op(PC::other, "stage_batch", kFwd, 0.0, [&] {
     tokens_ = ops_.stage_tokens(tokens, N);
     targets_ = ops_.stage_targets(targets, N);
@@ -385,9 +391,13 @@ double BasicModel<Backend>::forward_impl(const std::int32_t* tokens, const std::
   timed_op(PC::norm, "rmsnorm_forward", kFwd, 2 * ND,
            [&] { ops_.rmsnorm_forward(f_.data(), rstd_f_.data(), h_final_.data(), param(kParamFinalNorm), N, D); });
   head_forward(fused_loss_scale);
-  double mean = 0.0;
-  timed_op(PC::lm_head_ce, "mean_loss", kFwd, double(N), [&] { mean = ops_.mean_loss(losses_.data(), N); });
-  return mean + aux_loss();
+  // The mean cross-entropy plus the balancing losses (0 while the backend defers the loss to the
+  // device: engine/cuda_engine.cu).
+  double objective = 0.0;
+  timed_op(PC::lm_head_ce, "mean_loss", kFwd, double(N), [&] {
+    objective = ops_.mean_loss(losses_.data(), N, kMoe ? aux_.data() : nullptr, kMoe ? kLayers : 0);
+  });
+  return objective;
 }
 
 template <typename Backend>

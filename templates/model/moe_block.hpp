@@ -9,7 +9,11 @@
 //   + the same per sequence, averaged over sequences (moe.seq_aux_loss)
 //   + coef_z · mean_t lse_t² (moe.z_loss, the router z-loss)
 //
-// MoeLayer holds what the backward needs; MoeScratch is shared by all layers.
+// MoeLayer holds what the backward needs; MoeScratch is shared by all layers. Every piece of
+// routing state lives where the backend keeps its tensors (on the GPU, device memory): the
+// offsets, the counts, the balancing losses and their gradient are computed there
+// (core/moe_balance.hpp), so a step copies nothing to the host (issue 39); only expert
+// parallelism reads the offsets on the host, to size its exchange.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/moe_balance.hpp"
 #include "model/expert_parallel.hpp"
 #include "profile/step_profile.hpp"
 #include "plan.hpp"
@@ -37,6 +42,18 @@ constexpr MoeParams moe_params(int l) {
   return {P.router, P.experts_gate, P.experts_up, P.experts_down, P.shared_gate, P.shared_up, P.shared_down};
 }
 
+// The balancing losses' shape for a micro-batch of N rows in sequences of seq_len.
+inline core::MoeBalance moe_balance(std::int64_t N, int seq_len) {
+  core::MoeBalance b;
+  b.experts = kExperts;
+  b.top_k = kTopK;
+  b.rows = N;
+  b.seq_len = seq_len;
+  b.aux_coef = kLoadBalance == LoadBalance::aux_loss ? kLoadBalanceCoef : 0.0;
+  b.seq_coef = kMoeSeqAuxLoss;
+  return b;
+}
+
 template <typename Backend>
 struct MoeLayer {
   using Act = typename Backend::Act;
@@ -47,30 +64,30 @@ struct MoeLayer {
   Buffer<Stat> scores, weight;  // the router's, in fp32 on the GPU
   Buffer<Act> xs, eu, ew, es, ys, su, sw, ss;
   Buffer<std::int32_t> expert, order, position;
-  std::vector<std::int64_t> offsets;    // expert e's rows: offsets[e] .. offsets[e+1] (host)
-  std::vector<float> bias;              // aux_free selection bias (host; saved in checkpoints)
-  std::vector<double> mean_prob;        // P_e of the last forward
-  std::vector<std::int64_t> load;         // assignments per expert since begin_moe_step (a step)
-  std::vector<std::int64_t> window_load;  // steps' loads since the last routing record (metrics)
-  double aux_loss = 0.0;                // the router's auxiliary losses of the last forward (all of them)
-  // moe.seq_aux_loss: per sequence g (of the last forward) the assignments and P of each expert,
-  // [g·E + e]; the balancing losses' dL/dp per group of rows (the backward's).
-  std::vector<std::int64_t> seq_counts;
-  std::vector<double> seq_mean_prob, aux_grad;
-  Buffer<Stat> lse;                     // moe.z_loss: log Σ_e exp r_t[e] per row
-  // moe.capacity_factor: the assignments kept (expert, or -1 when dropped), the dropped per
-  // sequence and expert of the last forward, and the dropped this step and since the last
-  // routing record (all ranks' once summed). selected: assignments per expert before dropping
-  // (what the balancing losses and aux_free count).
+  Buffer<std::int64_t> offsets;  // expert e's rows: offsets[e] .. offsets[e+1]
+  Buffer<float> bias;            // aux_free selection bias (saved in checkpoints)
+  // Assignments per expert before any dropping: the last forward's (selected), and the tallies
+  // of the step and of the routing-record window (E loads, then the dropped).
+  Buffer<double> selected, step_tally, window_tally;
+  Buffer<double> mean_prob;  // P_e of the last forward
+  // moe.seq_aux_loss: per sequence g of the last forward the assignments and P of each expert,
+  // [g·E + e]; the balancing losses' dL/dp per gradient group (the backward's).
+  Buffer<std::int64_t> seq_counts;
+  Buffer<double> seq_mean_prob, aux_grad;
+  Buffer<Stat> lse;  // moe.z_loss: log Σ_e exp r_t[e] per row
+  // moe.capacity_factor: the assignments kept (expert, or -1 when dropped) and the dropped per
+  // sequence and expert of the last forward.
   Buffer<std::int32_t> kept;
-  std::vector<std::int64_t> dropped, selected;
-  std::int64_t step_dropped = 0, window_dropped = 0;
+  Buffer<std::int64_t> dropped;
   // Expert parallelism (model/expert_parallel.hpp; empty without it): the rows this rank's
-  // experts computed in expert-major order, the last training forward's route, and the
-  // permutation between the received (source-major) and the expert-major rows.
+  // experts computed in expert-major order, the last training forward's route (planned from a
+  // host copy of the offsets), and the permutation between the received (source-major) and the
+  // expert-major rows.
   Buffer<Act> xe;
   ExpertRoute route;
-  Buffer<std::int32_t> perm, unperm;  // route.perm and route.unperm where the rows lie
+  std::vector<std::int64_t> host_offsets;
+  Buffer<std::int64_t> local_offsets;  // route.local_offsets where the rows lie
+  Buffer<std::int32_t> perm, unperm;   // route.perm and route.unperm where the rows lie
 };
 
 template <typename Backend>
@@ -96,71 +113,25 @@ void allocate_moe_layer(MoeLayer<Backend>& L, std::int64_t N, int seq_len, Alloc
     for (auto* buf : {&L.su, &L.sw, &L.ss}) alloc(*buf, N * kSharedDff);
   }
   for (auto* buf : {&L.expert, &L.order, &L.position}) alloc(*buf, A);
-  L.offsets.assign(std::size_t(kExperts) + 1, 0);
-  L.bias.assign(std::size_t(kExperts), 0.0f);
-  L.mean_prob.assign(std::size_t(kExperts), 0.0);
-  L.load.assign(std::size_t(kExperts), 0);
-  L.window_load.assign(std::size_t(kExperts), 0);
-  const std::size_t sequences = std::size_t(N / std::max(seq_len, 1));
+  const std::int64_t sequences = N / std::max(seq_len, 1), E = kExperts;
+  alloc(L.offsets, E + 1);
+  alloc(L.bias, E);
+  alloc(L.selected, E);
+  alloc(L.step_tally, E + 1);
+  alloc(L.window_tally, E + 1);
+  alloc(L.mean_prob, E);
   if constexpr (kMoeSeqAuxLoss > 0.0) {
-    L.seq_counts.assign(sequences * kExperts, 0);
-    L.seq_mean_prob.assign(sequences * kExperts, 0.0);
+    alloc(L.seq_counts, sequences * E);
+    alloc(L.seq_mean_prob, sequences * E);
   }
-  L.aux_grad.assign((kMoeSeqAuxLoss > 0.0 ? sequences : 1) * kExperts, 0.0);
+  alloc(L.aux_grad, (kMoeSeqAuxLoss > 0.0 ? sequences : 1) * E);
   if constexpr (kMoeZLoss > 0.0) {
     alloc(L.lse, N);
   }
-  L.selected.assign(std::size_t(kExperts), 0);
   if constexpr (kMoeCapacity > 0) {
     alloc(L.kept, A);
-    L.dropped.assign(sequences * kExperts, 0);
+    alloc(L.dropped, sequences * E);
   }
-}
-
-// The sequence-wise balancing loss of the last forward (cpu/moe.hpp): (1/G) Σ_g E · Σ_e f_ge · P_ge,
-// f_ge = (assignments of sequence g to e) / (T · k); without its coefficient.
-template <typename Backend>
-double sequence_balance(const MoeLayer<Backend>& L, int N, int seq_len) {
-  const int groups = N / seq_len;
-  double total = 0.0;
-  for (int g = 0; g < groups; ++g) {
-    double sum = 0.0;
-    for (int e = 0; e < kExperts; ++e) {
-      const std::size_t i = std::size_t(g) * kExperts + std::size_t(e);
-      sum += double(L.seq_counts[i]) / (double(seq_len) * kTopK) * L.seq_mean_prob[i];
-    }
-    total += kExperts * sum;
-  }
-  return total / double(groups);
-}
-
-// The balancing losses' dL/dp_t[e] for the rows of each group into L.aux_grad (one group of N
-// rows, or one per sequence with moe.seq_aux_loss); null when neither loss is on.
-template <typename Backend>
-const double* balancing_gradient(MoeLayer<Backend>& L, int N, int seq_len, double loss_scale, int& group_rows) {
-  constexpr bool kGlobal = kLoadBalance == LoadBalance::aux_loss, kSequences = kMoeSeqAuxLoss > 0.0;
-  group_rows = kSequences ? seq_len : N;
-  if constexpr (!kGlobal && !kSequences) {
-    return nullptr;
-  }
-  const int groups = N / group_rows;
-  const double A = double(N) * kTopK;
-  for (int g = 0; g < groups; ++g) {
-    for (int e = 0; e < kExperts; ++e) {
-      double a = 0.0;
-      if constexpr (kGlobal) {  // dL_aux/dp_t[e] = coef · E · f_e / N
-        const double f = double(L.selected[std::size_t(e)]) / A;
-        a = loss_scale * kLoadBalanceCoef * kExperts * f / double(N);
-      }
-      if constexpr (kSequences) {  // dL_seq/dp_t[e] = coef_s · E · f_ge / (G · T), t in sequence g
-        const std::size_t i = std::size_t(g) * kExperts + std::size_t(e);
-        const double f = double(L.seq_counts[i]) / (double(seq_len) * kTopK);
-        a += loss_scale * kMoeSeqAuxLoss * kExperts * f / (double(groups) * seq_len);
-      }
-      L.aux_grad[std::size_t(g) * kExperts + std::size_t(e)] = a;
-    }
-  }
-  return L.aux_grad.data();
 }
 
 template <typename Backend, typename Alloc>
@@ -189,6 +160,8 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
     for (auto* buf : {&L.eu, &L.ew, &L.es}) grow(*buf, C * kExpertDff);
     grow(L.perm, C);
     grow(L.unperm, C);
+    grow(L.local_offsets, kExperts + 1);
+    L.host_offsets.assign(std::size_t(kExperts) + 1, 0);
     reserve_expert_route(L.route, G, C);
   }
   for (auto* buf : {&S.xr, &S.ye, &S.dxe}) grow(*buf, C * D);
@@ -198,14 +171,14 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
 // Bytes allocate_expert_parallel adds to a model of `rows` tokens for a group of G ranks (the
 // plan counts the same: compiler/explain/explain_experts.cpp): per MoE layer the expert-major
 // rows (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and
-// the two permutations (C int32 each); once, the exchange buffers (3 · C · d_model) and the
+// the two permutations (C int32 each) and the owned experts' offsets (E + 1 int64); once, the exchange buffers (3 · C · d_model) and the
 // expert gradients grown likewise (3 · d_expert). C = G · N · k.
 inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int act_bytes) {
   int moe_layers = 0;
   for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
   if (G <= 1 || moe_layers == 0) return 0;
   const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G), D = kDModel, F = kExpertDff;
-  const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4;
+  const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4 + (kExperts + 1) * 8;
   const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
   return std::int64_t(moe_layers) * per_layer + scratch;
 }
@@ -219,7 +192,12 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   using profile::kFwd, profile::kBwd;
   constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
-  plan_expert_route(L.route, L.offsets.data(), x);
+  // The exchange's sizes go to the host (the one device → host copy a layer makes, and only
+  // under expert parallelism).
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "offsets_to_host", kFwd, 8.0 * (kExperts + 1)), [&] {
+    Backend::to_host(L.host_offsets.data(), L.offsets.data(), std::int64_t(kExperts) + 1);
+  });
+  plan_expert_route(L.route, L.host_offsets.data(), x);
   const std::int64_t R = L.route.received;
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
     ops.copy_indices(L.perm.data(), L.route.perm.data(), R);
@@ -227,7 +205,8 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
     ops.copy_indices(L.unperm.data(), L.route.unperm.data(), R);
   });
-  const std::int64_t* off = L.route.local_offsets.data();
+  ops.copy_indices(L.local_offsets.data(), L.route.local_offsets.data(), std::int64_t(kExperts) + 1);
+  const std::int64_t* off = L.local_offsets.data();
   // dispatch
   profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
     x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
@@ -237,16 +216,16 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
     ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, D, kExpertDff);
+    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, R, kExpertDff, D);
   });
   // source-major
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
@@ -268,7 +247,7 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   const std::int64_t R = L.route.received;
-  const std::int64_t* off = L.route.local_offsets.data();
+  const std::int64_t* off = L.local_offsets.data();
   profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
     x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
   });
@@ -277,16 +256,16 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
     ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, kExpertDff, D);
+    ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, R, kExpertDff, D);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, D, kExpertDff);
+    ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, D, kExpertDff,
+    ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, R, D, kExpertDff,
                                 /*accumulate_dx=*/true);
   });
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
@@ -297,30 +276,43 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   });
 }
 
-// After the dispatch: the assignments per expert before dropping (the kept rows plus, with
-// moe.capacity_factor, the dropped of each sequence), added to the step's loads; the dropped to
-// the step's count.
+// After the dispatch, where the routing lives: the balancing losses' P (and per sequence the
+// counts and P), the assignments per expert before dropping (into the step's tally), and the
+// losses added to *aux (core/moe_balance.hpp).
 template <typename Backend>
-void count_selected(MoeLayer<Backend>& L, std::int64_t sequences) {
-  for (int e = 0; e < kExperts; ++e) {
-    std::int64_t n = L.offsets[std::size_t(e) + 1] - L.offsets[std::size_t(e)];
-    if constexpr (kMoeCapacity > 0) {
-      for (std::int64_t g = 0; g < sequences; ++g) {
-        const std::int64_t lost = L.dropped[std::size_t(g * kExperts + e)];
-        n += lost;
-        L.step_dropped += lost;
-      }
-    }
-    L.selected[std::size_t(e)] = n;
-    L.load[std::size_t(e)] += n;
+void record_routing(Backend& ops, MoeLayer<Backend>& L, int N, int seq_len, const std::int64_t* dropped, double* aux) {
+  using PC = profile::Category;
+  using profile::kFwd;
+  const std::int64_t A = std::int64_t(N) * kTopK;
+  const std::int64_t* seq_counts = nullptr;
+  const double* seq_mean_prob = nullptr;
+  if constexpr (kMoeSeqAuxLoss > 0.0) {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * A * sizeof(std::int32_t)), [&] {
+      ops.moe_group_counts(L.seq_counts.data(), L.expert.data(), N, seq_len);
+    });
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
+      ops.moe_mean_probs(L.seq_mean_prob.data(), L.scores.data(), N, seq_len);
+    });
+    seq_counts = L.seq_counts.data();
+    seq_mean_prob = L.seq_mean_prob.data();
   }
+  if constexpr (kLoadBalance == LoadBalance::aux_loss) {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
+      ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N, N);
+    });
+  }
+  profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_record_routing", kFwd, 8.0 * 4 * kExperts), [&] {
+    ops.moe_record_routing(moe_balance(N, seq_len), L.offsets.data(), dropped, L.selected.data(), L.step_tally.data(),
+                           L.mean_prob.data(), seq_counts, seq_mean_prob, aux);
+  });
 }
 
-// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. With `exchange`
-// (a training forward under expert parallelism) the experts run on their owners.
+// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. The layer's balancing
+// losses are added to *aux (backend memory, zeroed by the caller). With `exchange` (a training
+// forward under expert parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
 void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
-                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N, int seq_len,
+                 const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N, int seq_len, double* aux,
                  ExpertExchange<typename Backend::Act>* exchange = nullptr) {
   using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
   using profile::kFwd, profile::kBwd;
@@ -337,43 +329,45 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_route_forward", kFwd, 2.0 * N * kExperts * sizeof(float)), [&] {
     ops.moe_route_forward(L.scores.data(), L.expert.data(), L.weight.data(), S.logits.data(), bias, N);
   });
-  L.aux_loss = 0.0;
   if constexpr (kMoeZLoss > 0.0) {  // before the logits' scratch is reused
-    double squares = 0.0;
     profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_router_lse", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
-      squares = ops.moe_router_lse(L.lse.data(), S.logits.data(), N);
+      ops.moe_router_lse(L.lse.data(), S.logits.data(), N, aux, kMoeZLoss);
     });
-    L.aux_loss += kMoeZLoss * squares / double(N);
   }
   const std::int32_t* routed = L.expert.data();  // the assignments dispatched
+  const std::int64_t* dropped = nullptr;
   if constexpr (kMoeCapacity > 0) {
     profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_apply_capacity", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
       ops.moe_apply_capacity(L.kept.data(), L.position.data(), L.dropped.data(), L.expert.data(), N, seq_len);
     });
     routed = L.kept.data();
+    dropped = L.dropped.data();
   }
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_dispatch", kFwd, 3.0 * A * sizeof(std::int32_t)), [&] {
     ops.moe_dispatch(L.order.data(), L.position.data(), L.offsets.data(), routed, N);
   });
-  const std::int64_t R = L.offsets[std::size_t(kExperts)];  // the rows the experts compute (A when dropless)
+  record_routing(ops, L, N, seq_len, dropped, aux);
+  // The rows the experts compute: A when dropless; with a capacity fewer, a count only the
+  // backend's memory holds (offsets[E]), so the kernels below take A as a bound and read it.
+  const std::int64_t R = A;
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_gather", kFwd, 2.0 * R * D * kActBytes), [&] {
-    ops.moe_gather(L.xs.data(), b, L.order.data(), R, D);
+    ops.moe_gather(L.xs.data(), b, L.order.data(), L.offsets.data(), R, D);
   });
   L.route.active = false;
   if (exchange != nullptr) {
     moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
   } else {
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D, kExpertDff);
+      ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), R, D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), D, kExpertDff);
+      ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), R, D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
       ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
-      ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExpertDff, D);
+      ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), R, kExpertDff, D);
     });
   }
   bool accumulate = false;
@@ -395,27 +389,6 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine", kFwd, (double(R) + 2.0 * N) * D * kActBytes), [&] {
     ops.moe_combine(m, L.ys.data(), L.weight.data(), L.position.data(), N, D, accumulate);
   });
-  count_selected(L, N / seq_len);
-  if constexpr (kMoeSeqAuxLoss > 0.0) {
-    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * A * sizeof(std::int32_t)), [&] {
-      ops.moe_group_counts(L.seq_counts.data(), L.expert.data(), N, seq_len);
-    });
-    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
-      ops.moe_mean_probs(L.seq_mean_prob.data(), L.scores.data(), N, seq_len);
-    });
-    L.aux_loss += kMoeSeqAuxLoss * sequence_balance(L, N, seq_len);
-  }
-  if constexpr (kLoadBalance == LoadBalance::aux_loss) {
-    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {
-      ops.moe_mean_probs(L.mean_prob.data(), L.scores.data(), N, N);
-    });
-    double sum = 0.0;  // Σ_e f_e · P_e
-    for (int e = 0; e < kExperts; ++e) {
-      const double f = double(L.selected[std::size_t(e)]) / double(A);
-      sum += f * L.mean_prob[std::size_t(e)];
-    }
-    L.aux_loss += kLoadBalanceCoef * kExperts * sum;
-  }
 }
 
 // db = dL/db of the block (overwritten) from dm = dL/dm; parameter gradients
@@ -430,31 +403,39 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   using profile::kFwd, profile::kBwd;
   constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
-  const std::int64_t R = L.offsets[std::size_t(kExperts)];  // the rows the experts computed (N·k when dropless)
+  const std::int64_t R = std::int64_t(N) * kTopK;  // a bound on the rows the experts computed (moe_forward)
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_combine_backward", kBwd, (2.0 * R + N) * D * kActBytes), [&] {
-    ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(), N, R, D);
+    ops.moe_combine_backward(S.dys.data(), S.dweight.data(), dm, L.ys.data(), L.weight.data(), L.order.data(),
+                             L.offsets.data(), N, R, D);
   });
   if (L.route.active && exchange != nullptr) {
     moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
   } else {
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
       ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
-                                  kExpertDff, D);
+                                  R, kExpertDff, D);
     });
     profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
       ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), D,
-                                  kExpertDff);
+      ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), R,
+                                  D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), D,
-                                  kExpertDff, /*accumulate_dx=*/true);
+      ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), R,
+                                  D, kExpertDff, /*accumulate_dx=*/true);
     });
   }
-  int aux_group_rows = N;
-  const double* aux_grad = balancing_gradient(L, N, seq_len, loss_scale, aux_group_rows);
+  const core::MoeBalance balance = moe_balance(N, seq_len);
+  const double* aux_grad = nullptr;  // dL/dp per gradient group (null: no balancing loss)
+  if constexpr (kLoadBalance == LoadBalance::aux_loss || kMoeSeqAuxLoss > 0.0) {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_balance_gradient", kBwd, 8.0 * 2 * kExperts), [&] {
+      ops.moe_balance_gradient(balance, L.selected.data(), L.seq_counts.data(), loss_scale, L.aux_grad.data());
+    });
+    aux_grad = L.aux_grad.data();
+  }
+  const int aux_group_rows = int(balance.gradient_group_rows());
   const typename Backend::Stat* lse = nullptr;
   if constexpr (kMoeZLoss > 0.0) {
     lse = L.lse.data();

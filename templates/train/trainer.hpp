@@ -125,6 +125,8 @@ class Trainer {
   double metrics_seconds_ = 0.0;      // time spent measuring (logged as metrics_s)
   std::int64_t metrics_device_to_host_bytes_ = 0;  // copied from a GPU by measuring (summary record)
   std::int64_t device_to_host_copies_in_steps_ = 0;  // made by the steps after the first (summary record)
+  std::int64_t device_to_host_copies_in_unread_steps_ = 0;  // by those of them that read nothing back
+  std::int64_t unread_steps_ = 0;                           // how many of them read nothing back
   std::int64_t measurements_ = 0;                  // measure() calls that measured something
   std::unique_ptr<StepProfiler> profiler_;         // train --profile (null: not profiling)
   std::unique_ptr<gc::rt::Watchdog> watchdog_;     // after engine_: stops before the engine goes

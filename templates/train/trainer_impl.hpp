@@ -168,7 +168,6 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
   if constexpr (kMoe) {
     engine_->moe_begin_step();
   }
-  last_aux_loss_ = 0.0;  // the MoE balancing loss, logged apart from the cross-entropy
   // Every rank reads every micro-batch (the data position is the same on all
   // ranks and for any world size) and computes its own share of them.
   const int last_owned = kGradAccum - comm_.size() + comm_.rank();  // this rank's last micro-batch
@@ -178,7 +177,6 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     batch_.split(inputs_, targets_);
     if (comm_.distributed() && micro == last_owned) engine_->overlap_next_backward();
     engine_->forward_backward(inputs_.data(), targets_.data(), 1.0 / kGradAccum);
-    last_aux_loss_ += engine_->last_aux_loss() / kGradAccum;
   }
   if (comm_.distributed()) {
     // Σ over ranks of their micro-batches' gradients (each scaled by 1/kGradAccum): the global-batch
@@ -189,7 +187,6 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
                    [&] { engine_->reduce_grads(); });
     if constexpr (kMoe) {
       beat("moe_allreduce_loads");
-      comm_.allreduce_sum(&last_aux_loss_, 1);
       engine_->moe_allreduce_loads(comm_);
     }
   }
@@ -208,6 +205,9 @@ inline bool Trainer::train_step(std::int64_t step, bool read) {
     profile::timed(recorder(), profile::memory(Category::other, "read_step", Pass::step, 0.0),
                    [&] { readout_ = &engine_->read_step(); });
     if (readout_->verdict.stopped_at != 0) return false;
+    if constexpr (kMoe) {
+      last_aux_loss_ = engine_->step_aux_loss();  // the MoE balancing loss, logged apart from the cross-entropy
+    }
   }
   if (records_.grad_norm_due(s)) {
     // Per class, before clipping.
@@ -307,7 +307,12 @@ inline int Trainer::run() {
     const bool finite = train_step(step, read);
     if (step > start_step_) {
       host_allocations_in_steps_ += host_allocations() - allocations_before;
-      device_to_host_copies_in_steps_ += engine_->device_to_host_copies() - copies_before;
+      const std::int64_t copies = engine_->device_to_host_copies() - copies_before;
+      device_to_host_copies_in_steps_ += copies;
+      if (!read) {
+        device_to_host_copies_in_unread_steps_ += copies;
+        unread_steps_ += 1;
+      }
     }
     if (!finite) {
       // Every rank reads the same verdict (reduced loss and gradient norm) at the same step, so

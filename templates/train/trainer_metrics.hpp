@@ -192,10 +192,13 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
     // the run's measurements (docs/metrics.md, "On a GPU").
     r["metrics_device_to_host_bytes"] = metrics_device_to_host_bytes_;
-    // Device → host copies made by the steps after the first, each a wait for the GPU: the loss
-    // and verdict reads of the read steps, MoE's routing offsets and counts (issue 39: to become
-    // zero), and the metrics' when due.
+    // Device → host copies made by the steps after the first, each a wait for the GPU: the
+    // verdict, loss and balancing-loss reads of the steps that log, record or save, and the
+    // metrics' when due; and those made by the steps that read nothing (0 unless expert
+    // parallelism sizes its exchanges: one per MoE layer and micro-batch).
     r["device_to_host_copies_in_steps"] = device_to_host_copies_in_steps_;
+    r["device_to_host_copies_in_unread_steps"] = device_to_host_copies_in_unread_steps_;
+    r["unread_steps"] = unread_steps_;
     r["measurements"] = measurements_;
   }
   r["metrics_s"] = metrics_seconds_;  // every measurement's time, the last one's included

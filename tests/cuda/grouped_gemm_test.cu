@@ -62,6 +62,14 @@ void check_expert_products() {
   }
   const std::string shape = std::to_string(IN) + "->" + std::to_string(OUT);
   ct::expect_close(as_double(ct::download(y_d)), ct::rounded<bf16>(y), 1e-2, "grouped forward " + shape);
+  // Sized by a bound instead (max_row_tiles of more rows than there are: the tree passes N·k and
+  // leaves the offsets on the device), the launch computes the same bits; its extra blocks find
+  // no tile.
+  ASSERT_GE(grouped::max_row_tiles(R + 40, kExperts), tiles);
+  ct::DeviceBuffer<bf16> y_bound_d(std::size_t(R) * OUT);
+  grouped::forward<IN, OUT>(y_bound_d.data(), x_d.data(), w_d.data(), offsets_d.data(), kExperts,
+                            grouped::max_row_tiles(R + 40, kExperts));
+  EXPECT_TRUE(ct::bitwise_equal(ct::download(y_bound_d), ct::download(y_d))) << "bounded launch " << shape;
 
   ct::DeviceBuffer<bf16> dx_d(std::size_t(R) * IN);
   auto dw_d = ct::upload(dw0);

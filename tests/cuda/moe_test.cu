@@ -12,6 +12,7 @@
 #include "cpu/moe.hpp"
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/moe.cuh"
+#include "cuda/moe_stats.cuh"
 
 namespace {
 
@@ -271,15 +272,19 @@ void check_route_backward(int aux_rows, bool z) {
   auto logits_d = upload_as<float>(logits);
   auto expert_d = ct::upload(expert);
   auto aux_d = ct::upload(aux_grad);
-  // The z-loss's lse and Σ lse², on the GPU against the CPU.
+  // The z-loss's lse and coef · Σ lse² / N added to a layer's balancing-loss slot (which holds
+  // 0.25 already), on the GPU against the CPU.
   DeviceBuffer<float> lse_d(static_cast<std::size_t>(N));
-  DeviceBuffer<double> squares_d(static_cast<std::size_t>(N)), total_d(1);
+  DeviceBuffer<double> squares_d(static_cast<std::size_t>(N));
+  auto aux_slot_d = ct::upload(std::vector<double>{0.25});
   std::vector<double> lse(static_cast<std::size_t>(N));
   const double total_ref = gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, kE);
   if (z) {
-    gcm::cuda::moe_router_lse<M>(lse_d.data(), squares_d.data(), total_d.data(), logits_d.data(), N);
+    const double coef = 0.03;
+    gcm::cuda::moe_router_lse<M>(lse_d.data(), squares_d.data(), aux_slot_d.data(), coef, logits_d.data(), N);
     expect_close(download_double(lse_d), lse, 1e-6, "moe router lse " + what);
-    expect_close(ct::download(total_d), std::vector<double>{total_ref}, 1e-6, "moe router Σ lse² " + what);
+    expect_close(ct::download(aux_slot_d), std::vector<double>{0.25 + coef * total_ref / double(N)}, 1e-6,
+                 "moe router z-loss " + what);
     lse = download_double(lse_d);
   }
   const double z_scale = 0.02;
@@ -320,6 +325,50 @@ TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
     check_route_backward<float, Layout<24, 7, 3, RouterScoring::softmax, true>>(aux_rows, true);
     check_route_backward<bf16, Layout<24, 12, 2, RouterScoring::softmax, false>>(aux_rows, true);
   }
+}
+
+// The routing bookkeeping (cuda/moe_stats.cuh) runs core/moe_balance.hpp on the device: the same
+// values as the host's call, bit for bit, read back only by this test.
+TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
+  GC_REQUIRE_GPU();
+  gcm::core::MoeBalance b;
+  b.experts = 4;
+  b.top_k = 2;
+  b.rows = 12;
+  b.seq_len = 4;  // 3 sequences
+  b.aux_coef = 0.01;
+  b.seq_coef = 0.03;
+  const std::vector<std::int64_t> offsets = {0, 5, 5, 14, 20}, dropped = {1, 0, 2, 0, 0, 1, 0, 0, 1, 0, 0, 1};
+  const std::vector<std::int64_t> seq_counts = {3, 1, 3, 1, 2, 2, 2, 2, 1, 0, 4, 3};
+  const auto mean_prob = kt::random_normal(4, 71, 0.2), seq_mean_prob = kt::random_normal(12, 72, 0.2);
+  std::vector<double> selected(4), tally(5, 2.0), aux = {0.125}, grad(12), window(5, 1.0);
+  std::vector<float> bias = {0.0f, 0.25f, -0.25f, 0.5f};
+  gcm::core::count_selected(b, offsets.data(), dropped.data(), selected.data(), tally.data());
+  gcm::core::add_balance_loss(b, selected.data(), mean_prob.data(), seq_counts.data(), seq_mean_prob.data(), aux.data());
+  gcm::core::balance_gradient(b, selected.data(), seq_counts.data(), 0.5, grad.data());
+  gcm::core::close_step(4, tally.data(), window.data(), bias.data(), 0.0625);
+
+  auto offsets_d = ct::upload(offsets), dropped_d = ct::upload(dropped), counts_d = ct::upload(seq_counts);
+  auto mean_d = ct::upload(mean_prob), seq_mean_d = ct::upload(seq_mean_prob);
+  auto selected_d = ct::upload(std::vector<double>(4, -1.0)), tally_d = ct::upload(std::vector<double>(5, 2.0));
+  auto aux_d = ct::upload(std::vector<double>{0.125}), grad_d = ct::upload(std::vector<double>(12, -1.0));
+  auto window_d = ct::upload(std::vector<double>(5, 1.0));
+  auto bias_d = ct::upload(std::vector<float>{0.0f, 0.25f, -0.25f, 0.5f});
+  gcm::cuda::moe_record_routing(b, offsets_d.data(), dropped_d.data(), selected_d.data(), tally_d.data(), mean_d.data(),
+                                counts_d.data(), seq_mean_d.data(), aux_d.data());
+  gcm::cuda::moe_balance_gradient(b, selected_d.data(), counts_d.data(), 0.5, grad_d.data());
+  gcm::cuda::moe_close_step(4, tally_d.data(), window_d.data(), bias_d.data(), 0.0625);
+  EXPECT_EQ(ct::download(selected_d), selected);
+  EXPECT_EQ(ct::download(tally_d), tally);
+  EXPECT_EQ(ct::download(aux_d), aux);
+  EXPECT_EQ(ct::download(grad_d), grad);
+  EXPECT_EQ(ct::download(window_d), window);
+  EXPECT_EQ(ct::download(bias_d), bias);
+  // A training forward's balancing losses join the step's accumulator weighted, in layer order.
+  auto acc_d = ct::upload(std::vector<double>{1.0, 0.5});
+  auto layers_d = ct::upload(std::vector<double>{0.25, 0.0, 0.125});
+  gcm::cuda::add_weighted_sum(acc_d.data() + 1, layers_d.data(), 3, 0.5);
+  EXPECT_EQ(ct::download(acc_d), (std::vector<double>{1.0, 0.5 + 0.5 * 0.375}));
 }
 
 }  // namespace

@@ -289,10 +289,19 @@ class Moe(unittest.TestCase):
         self.assertIn("worst max/mean load 1.70, 3 dropped", line)
         with_copies = dict(MOE_SUMMARY, device_to_host_copies_in_steps=9 * 72 + 18)
         self.assertIn("74 device->host copies a step", self.run_moe_3b([12.0] * 10, summary=with_copies)[1])
+        quiet = dict(MOE_SUMMARY, device_to_host_copies_in_steps=6, unread_steps=7,
+                     device_to_host_copies_in_unread_steps=0)
+        code, line = self.run_moe_3b([12.0] * 10, summary=quiet)
+        self.assertEqual(code, 0, line)
+        self.assertIn("1 device->host copies a step (0 in the 7 steps that read nothing)", line)
 
     def test_moe_3b_fails_on_a_nonfinite_loss_a_short_run_or_memory_over_the_plan(self):
         self.assertEqual(self.run_moe_3b([12.0, float("nan")] + [12.0] * 8)[0], 1)
         self.assertEqual(self.run_moe_3b([12.0] * 4)[0], 1)
+        copying = dict(MOE_SUMMARY, unread_steps=7, device_to_host_copies_in_unread_steps=7 * 72)
+        code, line = self.run_moe_3b([12.0] * 10, summary=copying)
+        self.assertEqual(code, 1)
+        self.assertIn("a step that reads nothing copied from the device", line)
         over = dict(MOE_SUMMARY, allocated_device_bytes_peak=71 << 30)
         code, line = self.run_moe_3b([12.0] * 10, summary=over)
         self.assertEqual(code, 1)
