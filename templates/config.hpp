@@ -78,6 +78,9 @@ inline constexpr double kBucketMb = gc::knob<double>("distributed.bucket_mb", 25
 // distributed.expert_parallel: ranks per expert-parallel group (model/expert_parallel.hpp;
 // train --expert-parallel overrides it).
 inline constexpr int kExpertParallel = gc::knob<int>("distributed.expert_parallel", 1);
+// The rows a rank's experts may receive per MoE layer, as a multiple of a rank's own assignments
+// (0: the dropless worst case, expert_parallel times them); train --expert-exchange-factor.
+inline constexpr double kExpertExchangeFactor = gc::knob<double>("distributed.expert_exchange_factor", 0.0);
 
 // --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
 // lr multipliers and decay come from the parameter table in plan.hpp)

@@ -67,6 +67,10 @@ const char* const kUsage =
     "  --expert-parallel N  MoE on the CPU backend: split each layer's experts over groups of N\n"
     "                   consecutive ranks (default: the spec's distributed.expert_parallel; N must\n"
     "                   divide the world size; docs/distributed.md)\n"
+    "  --expert-exchange-factor F  expert parallelism: a rank's experts receive at most F times its\n"
+    "                   own assignments per MoE layer (F >= 1; 0: the dropless worst case; default:\n"
+    "                   the spec's distributed.expert_exchange_factor); sizes the exchange buffers\n"
+    "                   and stops a step whose routing exceeds them\n"
     "  --profile [N]    the step profile: train 2 warm-up steps, then time every op of N more steps\n"
     "                   (default 5) with the backend's clock (CUDA events on a GPU, the wall clock on\n"
     "                   the CPU); print a table (ops by category, ms per step, share, TFLOP/s or GB/s,\n"
@@ -197,6 +201,13 @@ int main(int argc, char** argv) {
         return usage_error("--expert-parallel needs a positive integer (ranks per expert-parallel group)");
       }
       options.expert_parallel = int(n);
+    } else if (arg == "--expert-exchange-factor") {
+      char* end = nullptr;
+      const double f = value(v) ? std::strtod(v.c_str(), &end) : -1.0;
+      if (end == nullptr || end == v.c_str() || *end != '\0' || !(f == 0.0 || (f >= 1.0 && f <= 1e6))) {
+        return usage_error("--expert-exchange-factor needs 0 (the dropless worst case) or a number of at least 1");
+      }
+      options.expert_exchange_factor = f;
     } else if (arg == "--profile") {
       options.profile_steps = kDefaultProfileSteps;
       if (i + 1 < argc && argv[i + 1][0] != '-') {  // an optional count

@@ -3,6 +3,7 @@
 // templates/engine/expert_groups.hpp): which experts each rank owns, what the all-to-all and
 // the gradient reductions move per step, and the buffers the exchange adds per process.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -38,13 +39,36 @@ double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_
   double C = A * double(G);
   if (const std::int64_t capacity = moe_capacity(s); capacity > 0) {
     const double local = double((s.moe.n_experts + G - 1) / G), sequences = double(s.train.micro_batch);
-    C = std::max(A, std::min(C, double(G) * sequences * double(capacity) * local));
+    C = std::min(C, double(G) * sequences * double(capacity) * local);
   }
+  if (const double factor = s.distributed.expert_exchange_factor; factor > 0.0) {
+    C = std::min(C, std::ceil(factor * A));  // distributed.expert_exchange_factor
+  }
+  C = std::max(A, C);
   const double F = double(s.moe.expert_d_ff);
   // + the two permutations (int32) and the owned experts' offsets (int64, E + 1).
   const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0 + double(s.moe.n_experts + 1) * 8.0;
   const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0;
   return double(moe_layers) * per_layer + scratch;
+}
+
+// Which bound sizes the exchange buffers (exchange_buffer_bytes' C), in words.
+std::string exchange_bound(const Spec& s, std::int64_t G) {
+  const double factor = s.distributed.expert_exchange_factor;
+  std::string out = " (";
+  if (moe_capacity(s) > 0) {
+    out += "the capacity bound: " + std::to_string(G) + " x micro_batch x " + std::to_string(moe_capacity(s)) + " x " +
+           std::to_string((s.moe.n_experts + G - 1) / G) + " rows per MoE layer, moe.capacity_factor";
+    if (factor > 0.0) out += ", or ";
+  } else if (!(factor > 0.0)) {
+    out += "dropless worst case: " + std::to_string(G) + " x micro_batch x seq_len x top_k rows per MoE layer; "
+           "distributed.expert_exchange_factor bounds it";
+  }
+  if (factor > 0.0) {
+    out += format_double(factor) + " x micro_batch x seq_len x top_k rows per MoE layer, "
+           "distributed.expert_exchange_factor: a step routed beyond it stops";
+  }
+  return out + ")";
 }
 
 }  // namespace
@@ -89,10 +113,7 @@ std::string explain_experts(const Plan& plan, int world_size) {
   o << "  expert parameters shared inside the group after each step (zero_stage 0): " << format_bytes(4.0 * expert_params * leaving)
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
-    << (moe_capacity(s) > 0
-            ? " (the capacity bound: " + std::to_string(G) + " x micro_batch x " + std::to_string(moe_capacity(s)) +
-                  " x " + std::to_string((E + G - 1) / G) + " rows per MoE layer, moe.capacity_factor)"
-            : " (dropless worst case: " + std::to_string(G) + " x micro_batch x seq_len x top_k rows per MoE layer)")
+    << exchange_bound(s, G)
     << "; the weights and "
     << "gradients stay whole on every rank (" << format_bytes(8.0 * stored)
     << " fp32, as above): the groups split the experts' compute and gradient traffic, not their memory\n";

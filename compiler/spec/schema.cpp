@@ -275,6 +275,17 @@ void add_distributed(Builder& b) {
                                 Value::integer(1)),
                    1),
           "8");
+  example(at_least(with_default(b.add("distributed.expert_exchange_factor", KeyType::number,
+                                      "Expert parallelism: the rows a rank's experts may receive per MoE layer, as "
+                                      "a multiple of the rank's own assignments (micro_batch x seq_len x top_k); "
+                                      "sizes the exchange buffers. 0: the dropless worst case (expert_parallel "
+                                      "times them). A step whose routing exceeds the bound stops with an error "
+                                      "naming the ranks and rows; the training is the same for any factor that "
+                                      "fits, and train --expert-exchange-factor F overrides it (also on --resume). "
+                                      "0, or at least 1."),
+                                Value::number(0.0)),
+                   0.0),
+          "2.0");
 }
 
 void add_preset_header(Builder& b) {

@@ -141,6 +141,7 @@ struct DistributedSpec {
   std::int64_t zero_stage = 0;
   double bucket_mb = 25.0;  // GPU gradient all-reduce buckets (zero_stage 0)
   std::int64_t expert_parallel = 1;  // ranks per expert-parallel group (MoE)
+  double expert_exchange_factor = 0.0;  // rows a rank's experts may receive / its own assignments (0: worst case)
 };
 
 struct Spec {

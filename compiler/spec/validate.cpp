@@ -468,6 +468,13 @@ void build_distributed(Reader& r, Spec& spec) {
   spec.distributed.zero_stage = r.integer("distributed.zero_stage");
   spec.distributed.bucket_mb = r.number("distributed.bucket_mb");
   spec.distributed.expert_parallel = r.integer("distributed.expert_parallel");
+  spec.distributed.expert_exchange_factor = r.number("distributed.expert_exchange_factor");
+  const double factor = spec.distributed.expert_exchange_factor;
+  if (factor > 0.0 && factor < 1.0) {
+    r.diags().error(r.loc("distributed.expert_exchange_factor"),
+                    "'distributed.expert_exchange_factor' = " + format_double(factor) +
+                        " would not hold a rank's own assignments: use 0 (the dropless worst case) or at least 1");
+  }
   const std::int64_t ep = spec.distributed.expert_parallel;
   if (ep > 1 && spec.model.arch != Arch::moe) {
     r.diags().error(r.loc("distributed.expert_parallel"),

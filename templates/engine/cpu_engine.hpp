@@ -100,9 +100,10 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     }
   }
   // Expert parallelism over groups of group_ranks consecutive ranks (after join).
-  void split_experts(int group_ranks) override {
+  void split_experts(int group_ranks, double receive_factor) override {
     if constexpr (kMoe) {
       experts_ = std::make_unique<ExpertGroups>(*comm_, group_ranks);
+      experts_->exchange().receive_factor = receive_factor;
       model_.attach_expert_exchange(&experts_->exchange());
     }
   }

@@ -240,8 +240,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #ifdef GC_HAVE_NCCL
   // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
   // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
-  void split_experts(int G) override {
+  void split_experts(int G, double receive_factor) override {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
+    experts_->exchange().receive_factor = receive_factor;
     model_.attach_expert_exchange(&experts_->exchange());
     experts_->exchange().before_collective = [this] { order_after_reductions(); };
     upload_tensor_table();

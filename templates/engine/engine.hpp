@@ -120,8 +120,9 @@ class EngineDistribution {
   virtual void moe_allreduce_loads(const gc::rt::Comm&) = 0;
   // Expert parallelism (distributed.expert_parallel): after join, the MoE layers' experts are
   // split over groups of group_ranks consecutive ranks (engine/expert_groups.hpp on the CPU,
-  // engine/nccl_expert_exchange.cuh on GPUs; an engine without it refuses).
-  virtual void split_experts(int /*group_ranks*/) {
+  // engine/nccl_expert_exchange.cuh on GPUs; an engine without it refuses), a rank's experts
+  // receiving at most receive_factor times its own assignments (0: the dropless worst case).
+  virtual void split_experts(int /*group_ranks*/, double /*receive_factor*/) {
     throw gc::rt::RuntimeError("train", "this engine cannot split experts (distributed.expert_parallel): on GPUs "
                                         "it needs a tree built with NCCL");
   }

@@ -11,12 +11,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "config.hpp"
 #include "plan.hpp"
+#include "runtime/error.hpp"
 
 namespace gcm {
 
@@ -41,6 +44,9 @@ class ExpertExchange {
                         const std::vector<std::int64_t>& recv_rows, int width) = 0;
   // Every group rank's kExperts row counts, in rank order (all: G · kExperts).
   virtual void share_counts(const std::int64_t* mine, std::int64_t* all) = 0;
+  // The bound on the rows a rank's experts receive, as a multiple of its own assignments (0: the
+  // dropless worst case; distributed.expert_exchange_factor or train --expert-exchange-factor).
+  double receive_factor = 0.0;
 };
 
 // One MoE layer's exchange in the last training forward (its backward reuses it).
@@ -56,18 +62,22 @@ struct ExpertRoute {
   std::vector<std::int64_t> counts, start;
 };
 
-// Worst case of rows a rank's experts compute. Dropless: every assignment of the group. With
-// moe.capacity_factor each of the G ranks sends an expert at most kMoeCapacity rows per sequence,
-// so a rank's at most ceil(E/G) experts receive at most G · sequences · kMoeCapacity · ceil(E/G)
-// rows (and never fewer than its own A: the buffers hold them before the exchange). The compiler's
-// explain counts the same (compiler/explain/explain_experts.cpp).
-inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks) {
-  const std::int64_t dropless = assignments * group_ranks;
+// The rows a rank's experts may compute (the exchange buffers' size). Dropless: every assignment
+// of the group. With moe.capacity_factor each of the G ranks sends an expert at most kMoeCapacity
+// rows per sequence, so a rank's at most ceil(E/G) experts receive at most
+// G · sequences · kMoeCapacity · ceil(E/G) rows. With an exchange factor f > 0
+// (distributed.expert_exchange_factor) at most ceil(f · A): a bound the routing must respect
+// (plan_expert_route stops the run otherwise). Never fewer than the rank's own A (the buffers
+// hold them before the exchange). The compiler's explain counts the same
+// (compiler/explain/explain_experts.cpp).
+inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks, double factor = 0.0) {
+  std::int64_t rows = assignments * group_ranks;
   if constexpr (kMoeCapacity > 0) {
     const std::int64_t sequences = assignments / kTopK / kSeqLen, local = (kExperts + group_ranks - 1) / group_ranks;
-    return std::max(assignments, std::min(dropless, group_ranks * sequences * kMoeCapacity * local));
+    rows = std::min(rows, group_ranks * sequences * kMoeCapacity * local);
   }
-  return dropless;
+  if (factor > 0.0) rows = std::min(rows, std::int64_t(std::ceil(factor * double(assignments))));
+  return std::max(assignments, rows);
 }
 
 // Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training).
@@ -79,6 +89,27 @@ inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C) {
   route.unperm.assign(std::size_t(C), 0);
   route.counts.assign(std::size_t(G + 1) * std::size_t(kExperts), 0);
   route.start.assign(std::size_t(G) * std::size_t(kExperts), 0);
+}
+
+// Every group rank's received rows fit the exchange buffers (C rows, sized by the exchange factor),
+// checked by every rank on the counts they all share, so all of them stop together.
+inline void check_exchange_bound(const std::int64_t* all, int G, std::int64_t C, double factor) {
+  for (int q = 0; q < G; ++q) {
+    const auto [qlo, qhi] = expert_block(q, G);
+    std::int64_t rows = 0;
+    for (int s = 0; s < G; ++s) {
+      for (int e = qlo; e < qhi; ++e) rows += all[std::size_t(s) * kExperts + std::size_t(e)];
+    }
+    if (rows <= C) continue;
+    throw gc::rt::RuntimeError(
+        "train", "the expert exchange: group rank " + std::to_string(q) + "'s experts " + std::to_string(qlo) + "-" +
+                     std::to_string(qhi - 1) + " were routed " + std::to_string(rows) + " rows in an MoE layer, " +
+                     "more than the " + std::to_string(C) + " its buffers hold (distributed.expert_exchange_factor = " +
+                     std::to_string(factor) + " times a rank's own assignments). Raise it (train " +
+                     "--expert-exchange-factor F, or 0 for the dropless worst case; the training is the same for "
+                     "any factor that fits, so --resume works with a larger one) or bound the routing with " +
+                     "moe.capacity_factor");
+  }
 }
 
 // The route of one layer from this rank's expert offsets (kExperts + 1 entries), and the
@@ -110,6 +141,7 @@ void plan_expert_route(ExpertRoute& route, const std::int64_t* offsets, ExpertEx
     }
   }
   route.received = at;
+  check_exchange_bound(all, G, std::int64_t(perm.size()), x.receive_factor);
   std::int64_t p = 0;
   for (int e = 0; e < E; ++e) {
     route.local_offsets[std::size_t(e)] = p;

@@ -131,12 +131,12 @@ class BasicModel {
   std::function<void(int)> on_layer_grads_done;
   // Expert parallelism (model/expert_parallel.hpp): from now on the training forward and
   // backward run each MoE layer's experts on their owners in x's group, and the buffers for the
-  // rows this rank's experts compute grow to the group's dropless worst case (counted in
+  // rows this rank's experts compute grow to the bound of exchange_capacity_rows (counted in
   // buffer_bytes()). Evaluation forwards keep every expert local (the weights are replicated).
   void attach_expert_exchange(ExpertExchange<Act>* x) {
     if constexpr (kMoe) {
       expert_exchange_ = x;
-      allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), [this](auto& buf, std::int64_t n) {
+      allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), x->receive_factor, [this](auto& buf, std::int64_t n) {
         using U = std::remove_const_t<std::remove_pointer_t<decltype(buf.data())>>;
         buffer_bytes_ += (n - std::int64_t(buf.size())) * std::int64_t(sizeof(U));
         Backend::allocate(buf, n);

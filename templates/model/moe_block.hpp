@@ -147,12 +147,13 @@ void allocate_moe_scratch(MoeScratch<Backend>& S, std::int64_t N, Alloc&& alloc)
 }
 
 // Expert parallelism over a group of G ranks: the buffers that hold the rows this rank's
-// experts compute grow to the dropless worst case C = G · N · k rows (every assignment of the
-// group), and the exchange buffers appear. grow(buffer, elements) reallocates.
+// experts compute grow to C rows (exchange_capacity_rows: the dropless worst case G · N · k, or
+// the bound of moe.capacity_factor or of the exchange factor), and the exchange buffers appear.
+// grow(buffer, elements) reallocates.
 template <typename Backend, typename Grow>
 void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch<Backend>& S, std::int64_t N, int G,
-                              Grow&& grow) {
-  const std::int64_t C = exchange_capacity_rows(N * kTopK, G), D = kDModel;
+                              double factor, Grow&& grow) {
+  const std::int64_t C = exchange_capacity_rows(N * kTopK, G, factor), D = kDModel;
   for (int l = 0; l < kLayers; ++l) {
     if (!is_moe_layer(l)) continue;
     MoeLayer<Backend>& L = layers[std::size_t(l)];
@@ -172,12 +173,12 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
 // plan counts the same: compiler/explain/explain_experts.cpp): per MoE layer the expert-major
 // rows (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and
 // the two permutations (C int32 each) and the owned experts' offsets (E + 1 int64); once, the exchange buffers (3 · C · d_model) and the
-// expert gradients grown likewise (3 · d_expert). C = G · N · k.
-inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int act_bytes) {
+// expert gradients grown likewise (3 · d_expert). C = exchange_capacity_rows (G · N · k dropless).
+inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int act_bytes, double factor = 0.0) {
   int moe_layers = 0;
   for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
   if (G <= 1 || moe_layers == 0) return 0;
-  const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G), D = kDModel, F = kExpertDff;
+  const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G, factor), D = kDModel, F = kExpertDff;
   const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4 + (kExperts + 1) * 8;
   const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
   return std::int64_t(moe_layers) * per_layer + scratch;
@@ -283,11 +284,10 @@ template <typename Backend>
 void record_routing(Backend& ops, MoeLayer<Backend>& L, int N, int seq_len, const std::int64_t* dropped, double* aux) {
   using PC = profile::Category;
   using profile::kFwd;
-  const std::int64_t A = std::int64_t(N) * kTopK;
   const std::int64_t* seq_counts = nullptr;
   const double* seq_mean_prob = nullptr;
   if constexpr (kMoeSeqAuxLoss > 0.0) {
-    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * A * sizeof(std::int32_t)), [&] {
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_group_counts", kFwd, 1.0 * N * kTopK * sizeof(std::int32_t)), [&] {
       ops.moe_group_counts(L.seq_counts.data(), L.expert.data(), N, seq_len);
     });
     profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_mean_probs", kFwd, 1.0 * N * kExperts * sizeof(float)), [&] {

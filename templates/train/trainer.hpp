@@ -63,6 +63,9 @@ struct TrainOptions {
   bool checkpoints = true;      // false: save nothing (timing runs)
   std::int64_t log_every = kLogEvery;
   int expert_parallel = kExpertParallel;  // ranks per expert-parallel group (--expert-parallel)
+  // A rank's experts receive at most this many times its own assignments (0: the dropless worst
+  // case; --expert-exchange-factor).
+  double expert_exchange_factor = kExpertExchangeFactor;
   int profile_steps = 0;  // --profile N: time N steps after StepProfiler::kWarmup (0: no profile)
   double profile_ceiling_tflops = 0.0, profile_ceiling_gbps = 0.0;  // --profile-ceilings (0: unknown)
   double watchdog_s = kDefaultWatchdogSeconds;  // --watchdog-s: stop when no progress for this long (0: off)

@@ -123,7 +123,7 @@ inline std::int64_t planned_optimizer_bytes(int ranks) {
 // the fp32 masters (bf16) and the AdamW moments of one shard, the update-ratio pass's partials
 // over that shard, and under bf16 the scratch that assembles one tensor's masters for the weight
 // metrics (metrics/device_scratch.hpp).
-inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1) {
+inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, double exchange_factor = 0.0) {
   const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
   const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
   const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
@@ -132,7 +132,7 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1) {
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
   const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
   const std::int64_t experts =
-      expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight));
+      expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight), exchange_factor);
   return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather +
          experts;
 }
@@ -168,6 +168,7 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
       // What this rank's expert exchanges moved (docs/distributed.md measures the all-to-all).
       const Engine::ExchangeTotals x = engine_->expert_exchange_totals();
       r["expert_parallel"] = opt_.expert_parallel;
+      r["expert_exchange_factor"] = opt_.expert_exchange_factor;
       r["expert_exchange_bytes_sent"] = x.bytes_sent;
       r["expert_exchange_s"] = x.seconds;
       r["expert_exchanges"] = x.exchanges;
@@ -182,12 +183,14 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     const int act_bytes = host_.on_device() && kPrecision == Precision::bf16 ? 2 : 4;
     r["planned_model_buffer_bytes"] =
         kPlannedModelBufferBytes +
-        expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, opt_.expert_parallel, act_bytes);
+        expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, opt_.expert_parallel, act_bytes,
+                                     opt_.expert_exchange_factor);
   }
   if (host_.on_device()) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
-    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1, opt_.expert_parallel);
+    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1, opt_.expert_parallel,
+                                                     opt_.expert_exchange_factor);
     r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
     // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
     // the run's measurements (docs/metrics.md, "On a GPU").

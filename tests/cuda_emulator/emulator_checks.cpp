@@ -1,6 +1,6 @@
 // Checks of the CUDA emulator itself (built into gcompile_cuda_emulated_tests only): the warp
 // collectives follow CUDA's documented lane rules, barriers are strict, the runtime reports
-// misuse as CUDA does, bf16 rounds to nearest even, and the reference cuBLASLt computes the
+// misuse as CUDA does, cudaFree waits for the streams, bf16 rounds to nearest even, and the reference cuBLASLt computes the
 // documented column-major D = alpha·op(A)·op(B) + beta·C (expected values written out by hand).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -150,6 +150,22 @@ TEST(CudaEmulator, CreatedStreamsRunTheirWorkWhenWaitedFor) {
   EXPECT_EQ(cudaMemsetAsync(buf.data(), 0, 4, blocking), cudaErrorInvalidResourceHandle);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidResourceHandle);
   EXPECT_EQ(cudaEventDestroy(done), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(side), cudaSuccess);
+}
+
+// cudaFree waits for the device, as CUDA's does: a created stream's queued work runs before the
+// memory goes (so nothing queued touches freed memory, and a teardown meets what it left queued).
+TEST(CudaEmulator, FreeRunsWhatTheStreamsQueuedFirst) {
+  DeviceBuffer<float> buf(32);
+  gcm::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
+  cudaStream_t side = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
+  void* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&scratch, 64), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.data(), 0, 32 * sizeof(float), side), cudaSuccess);
+  EXPECT_EQ(download(buf)[0], 1.0f);  // queued, not run: nothing waited for the side stream
+  ASSERT_EQ(cudaFree(scratch), cudaSuccess);
+  EXPECT_EQ(download(buf)[0], 0.0f);  // the free ran it
   EXPECT_EQ(cudaStreamDestroy(side), cudaSuccess);
 }
 

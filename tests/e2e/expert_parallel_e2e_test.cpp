@@ -390,3 +390,46 @@ TEST_F(ExpertParallel, ARankThatDiesStopsTheJob) {
 }
 
 }  // namespace
+
+// distributed.expert_exchange_factor (issue 39): the exchange buffers hold what a bound allows
+// rather than the dropless worst case (G times a rank's own rows). A bound the routing respects
+// trains exactly as one process, with smaller buffers, as planned; one it breaks stops the run,
+// naming the ranks, the rows and the setting; a bound below a rank's own rows is refused.
+TEST_F(ExpertParallel, ExchangeFactorBoundsTheBuffers) {
+  const Outcome gen = generate(kExpertParallel);  // dropless, aux_free
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const Outcome one = train("--expert-parallel 1 --steps 6 --out " + (dir_ / "one").string());
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto summary_of = [&](const char* run) { return read_jsonl(dir_ / run / "metrics.jsonl").back(); };
+  const Outcome worst = train("--expert-parallel 4 --steps 6 --out " + (dir_ / "worst").string(), 4);
+  ASSERT_EQ(worst.status, 0) << worst.output;
+  const Outcome bounded =
+      train("--expert-parallel 4 --expert-exchange-factor 3 --steps 6 --out " + (dir_ / "bounded").string(), 4);
+  ASSERT_EQ(bounded.status, 0) << bounded.output;
+  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "bounded")), 1e-6);
+  EXPECT_EQ(losses(dir_ / "bounded"), losses(dir_ / "worst"));
+  const nlohmann::json w = summary_of("worst"), b = summary_of("bounded");
+  EXPECT_EQ(b["expert_exchange_factor"], 3.0) << b.dump();
+  EXPECT_EQ(b["model_buffer_bytes"], b["planned_model_buffer_bytes"]) << b.dump();
+  EXPECT_EQ(w["model_buffer_bytes"], w["planned_model_buffer_bytes"]) << w.dump();
+  // 4 ranks × 128 rows worst case against 3 × 128: per MoE layer 128 fewer rows of the expert-major
+  // input (32), activations (3 × 16) and permutations (2 int32); once 128 fewer of the exchange
+  // buffers (3 × 32) and expert gradients (3 × 16); fp32.
+  const std::int64_t saved = 2 * 128 * ((32 + 3 * 16) * 4 + 2 * 4) + 128 * (3 * 32 + 3 * 16) * 4;
+  EXPECT_EQ(w["model_buffer_bytes"].get<std::int64_t>() - b["model_buffer_bytes"].get<std::int64_t>(), saved);
+
+  // Factor 1: a rank's experts may receive only as many rows as it sends; the first uneven
+  // routing stops every rank with the reason.
+  const Outcome tight =
+      train("--expert-parallel 4 --expert-exchange-factor 1 --steps 6 --out " + (dir_ / "tight").string(), 4, 120);
+  EXPECT_NE(tight.status, 0) << tight.output;
+  EXPECT_NE(tight.output.find("were routed"), std::string::npos) << tight.output;
+  EXPECT_NE(tight.output.find("distributed.expert_exchange_factor = 1"), std::string::npos) << tight.output;
+  EXPECT_NE(tight.output.find("--expert-exchange-factor"), std::string::npos) << tight.output;
+  for (const char* value : {"0.5", "-1", "two"}) {
+    const Outcome bad =
+        train(std::string("--expert-exchange-factor ") + value + " --out " + (dir_ / "bad").string(), 0, 120);
+    EXPECT_EQ(bad.status, 2) << value << "\n" << bad.output;
+    EXPECT_NE(bad.output.find("--expert-exchange-factor needs 0"), std::string::npos) << bad.output;
+  }
+}

@@ -438,6 +438,8 @@ std::vector<Case> cross_field_cases() {
        {e("18:15", "'train.global_batch' (4) must be divisible by 'train.micro_batch' (8)")}},
       {"TopKAboveExperts", moe_model() + "\n[moe]\nn_experts = 4\ntop_k = 8\nexpert_d_ff = 32\n",
        {e("25:9", "'moe.top_k' (8) must not exceed 'moe.n_experts' (4)")}},
+      {"ExchangeFactorBelowOne", moe_model() + "\n[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 32\n\n[distributed]\nexpert_exchange_factor = 0.5\n",
+       {e("29:26", "'distributed.expert_exchange_factor' = 0.5 would not hold a rank's own assignments: use 0 (the dropless worst case) or at least 1")}},
       {"DenseLayersLeaveNoMoeLayer",
        moe_model() + "\n[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 32\nn_dense_layers = 2\n",
        {e("27:18", "'moe.n_dense_layers' (2) leaves no MoE layer among 2 layers")}},

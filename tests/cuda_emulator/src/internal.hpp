@@ -20,6 +20,9 @@ cudaError_t enqueue_copy(cudaStream_t stream, void* dst, const void* src, std::s
 // src/streams.cpp: runs what every blocking created stream has queued (the legacy default
 // stream waits for it before each of its operations).
 void drain_blocking_streams();
+// src/streams.cpp: runs what every created stream has queued (cudaFree and ncclCommDestroy wait
+// for the device, as CUDA's and NCCL's do).
+void drain_all_streams();
 
 // src/runtime.cpp: host_waits()'s counter (a call that makes a GPU's host wait adds one).
 void count_host_wait();

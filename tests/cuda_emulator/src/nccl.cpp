@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gc_emu/runtime.hpp"
+#include "internal.hpp"
 
 struct ncclComm {
   int rank = 0, size = 1;
@@ -115,7 +116,10 @@ ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::
   if (comm != nullptr) ++comm->collectives;
   const long number = issued++;
   const int ranks = comm != nullptr ? comm->size : 0;
-  op = [op = std::move(op), number, call, ranks] {
+  op = [op = std::move(op), number, call, ranks, comm] {
+    // ncclCommAbort cancels what the communicator had queued: it never runs (a peer that died
+    // would leave it waiting forever; ncclCommDestroy runs the streams before it frees comm).
+    if (comm != nullptr && comm->aborted.load()) return;
     trace(number, call, ranks);
     stall_if_asked(ran++);
     op();
@@ -174,6 +178,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  gc_emu::drain_all_streams();  // NCCL's destroy waits for the communicator's queued operations
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm != nullptr && comm->mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm->mpi);

@@ -128,6 +128,10 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   gc_emu::count_host_wait();
+  // cudaFree waits for the device: what every stream queued runs first, so work queued before a
+  // free never reads or writes freed memory (as on a GPU) and a teardown that frees while a
+  // collective is queued meets that collective here (issue 41).
+  gc_emu::drain_all_streams();
   gc_emu::run_pending_copies();
   if (ptr == nullptr) return cudaSuccess;
   auto& m = gc_emu::memory();

@@ -77,6 +77,10 @@ void complete_up_to(cudaEvent_t e) {
 
 }  // namespace
 
+void drain_all_streams() {
+  for (cudaStream_t s : live_streams()) run_all(s);
+}
+
 void drain_blocking_streams() {
   for (cudaStream_t s : live_streams()) {
     if (s->blocking) run_all(s);
