@@ -34,7 +34,7 @@ inline constexpr std::int64_t kStoredParams = 107136;
 // buffers for one micro-batch, and everything on one GPU (state + buffers + scratch).
 inline constexpr double kFlopsPerToken = 589824.0;
 inline constexpr std::int64_t kPlannedModelBufferBytes = 1908752;
-inline constexpr std::int64_t kPlannedDeviceBytes = 38082076;
+inline constexpr std::int64_t kPlannedDeviceBytes = 38084132;
 // Rows of LM-head logits held at once (the whole micro-batch unless its logits exceed
 // 2^27 elements): the head and the cross-entropy run in chunks of these rows.
 inline constexpr int kHeadChunkRows = 128;

@@ -347,6 +347,7 @@ double estimate_engine_scratch_bytes(const Spec& spec, const std::vector<ParamEn
                                      const ParamCounts& counts) {
   const double tensors = double(params.size());
   double bytes = 24.0 * tensors + 8.0 * tensors + 8.0 * (double(counts.stored / 65536) + tensors + 1) + 24.0 + 48.0;
+  bytes += 8.0 * (256 + 1);  // the replica check's fingerprint: block sums and total (cuda/fingerprint.cuh)
   constexpr double kTuneScratchLimit = double(std::int64_t(64) << 20);
   const double act = spec.train.precision == Precision::bf16 ? 2.0 : 4.0;
   double tune = 0.0;

@@ -109,12 +109,12 @@ class NcclComm {
                             stream),
           "ncclReduceScatter");
   }
-  // In place: every rank's block data[r·block, (r+1)·block) to every rank (T: float or bf16).
+  // In place: every rank's block data[r·block, (r+1)·block) to every rank (T: double, float or bf16).
   template <typename T>
   void all_gather(T* data, std::int64_t block, int rank, cudaStream_t stream) {
-    static_assert(sizeof(T) == 4 || sizeof(T) == 2, "all_gather moves fp32 or bf16");
+    static_assert(sizeof(T) == 8 || sizeof(T) == 4 || sizeof(T) == 2, "all_gather moves fp64, fp32 or bf16");
     check(ncclAllGather(data + std::int64_t(rank) * block, data, std::size_t(block),
-                        sizeof(T) == 4 ? ncclFloat : ncclBfloat16, comm_, stream),
+                        sizeof(T) == 8 ? ncclFloat64 : sizeof(T) == 4 ? ncclFloat : ncclBfloat16, comm_, stream),
           "ncclAllGather");
   }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/fingerprint.hpp"
 #include "cpu/adamw.hpp"
 #include "cpu/metric_ops.hpp"
 #include "cpu/profile_clock.hpp"
@@ -119,6 +120,14 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     return {x.bytes_sent, x.seconds, x.exchanges};
   }
   bool sharded() const override { return zero_ != nullptr; }
+  std::uint64_t replica_fingerprint() override {
+    const float* p = model_.params.data();
+    const std::int64_t n = kOffsets.at[kNumParams];
+    std::uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+    for (std::int64_t i = 0; i < n; ++i) sum += core::fingerprint_term(std::uint64_t(i), core::bit_pattern(p[i]));
+    return sum;
+  }
   int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
 
   // Telemetry.

@@ -39,6 +39,7 @@
 #include "config.hpp"
 #include "cuda/adamw.cuh"
 #include "cuda/backend.cuh"
+#include "cuda/fingerprint.cuh"
 #include "cuda/init.cuh"
 #include "cuda/metric_ops.cuh"
 #include "cuda/profile_clock.cuh"
@@ -76,6 +77,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     readout_.squares.resize(std::size_t(kNumParams));
     verdict_.resize(1);
     verdict_.upload(&readout_.verdict, 1);  // no step yet: nothing stopped
+    fingerprint_.resize(std::size_t(cuda::kFingerprintBlocks) + 1);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~CudaEngine() override {
@@ -165,7 +167,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 2, nullptr);  // [cross-entropy, balancing loss]
       if (sharded()) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
-      if (split_gradients()) experts_->complete_device_sums(squares_.data(), 1, nullptr);
+      if (split_gradients()) experts_->complete_device_sums(squares_.data());
     }
 #endif
     cuda::judge_step_on_device(verdict_.data(), loss, squares_.data(), kNumParams, kGradClip, t);
@@ -233,6 +235,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
   }
   bool sharded() const override { return zero1_; }
+  // The working parameters' fingerprint (cuda/fingerprint.cuh), one device → host copy.
+  std::uint64_t replica_fingerprint() override {
+    cuda::fingerprint(fingerprint_.data(), model_.params.data(), kOffsets.at[kNumParams]);
+    std::uint64_t value = 0;
+    gc::rt::cuda::copy_to_host(&value, fingerprint_.data() + cuda::kFingerprintBlocks, sizeof value);
+    return value;
+  }
 #ifdef GC_HAVE_NCCL
   void abort_communicators() override { gc::rt::cuda::NcclComm::abort_all(); }
   std::string communicator_error() override { return gc::rt::cuda::NcclComm::async_error(); }
@@ -569,6 +578,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
   DeviceBuffer<StepVerdict> verdict_;  // the last step's, written and read on the device
+  DeviceBuffer<std::uint64_t> fingerprint_;  // replica_fingerprint's block sums and total
   StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
   std::vector<float> shard_host_;     // a shard on its way to rank 0

@@ -113,6 +113,9 @@ class EngineDistribution {
   virtual void overlap_next_backward() {}
   virtual void reduce_grads() = 0;
   virtual bool sharded() const { return false; }
+  // A fingerprint of this rank's parameters (core/fingerprint.hpp), which every data-parallel
+  // rank holds whole and alike: the trainer compares them at each save and at the end.
+  virtual std::uint64_t replica_fingerprint() = 0;
   // Gradient reductions a step issues (the CUDA engine's buckets; 0 in one process).
   virtual int last_step_reductions() const { return 0; }
   // Σ over ranks of the step's expert loads (aux_free's update and the routing

@@ -10,7 +10,8 @@
 //   gradients   outside the experts: all-reduced over the world (the engine's buckets); an expert
 //               tensor's own block: over the W/G ranks that own the same block (nothing at
 //               W = G); the other blocks are skipped (zero here)
-//   Σ g², update sums   an expert tensor's own block's, added over the group
+//   Σ g², update sums   an expert tensor's own block's, added over the group in rank order (the
+//               same bits in every group: cuda/group_sums.cuh)
 //   AdamW       the engine's table holds an expert tensor's own block only (own_part)
 //   parameters  after the update each rank sends its blocks to the rest of its group
 //               (ncclSend/ncclRecv: blocks may be uneven), masters and bf16 working copy
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "cuda/group_sums.cuh"
 #include "engine/expert_groups.hpp"
 #include "model/expert_parallel.hpp"
 #include "plan.hpp"
@@ -82,6 +84,11 @@ class DeviceExpertGroups {
         split_gradients_(split_gradients),
         block_(expert_block(world.rank() % G, G)) {
     if (!split_gradients_) return;
+    gathered_.resize(std::size_t(G) * kNumParams);
+    std::vector<std::uint8_t> summed(static_cast<std::size_t>(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) summed[std::size_t(i)] = is_expert_tensor(i) ? 1 : 0;
+    summed_.resize(summed.size());
+    summed_.upload(summed.data(), summed.size());
     owners_host_ = std::make_unique<gc::rt::Comm>(world.split(world.rank() % G));
     owners_ = std::make_unique<gc::rt::cuda::NcclComm>(*owners_host_);
     world_runs_ = shared_tensor_runs();
@@ -108,21 +115,17 @@ class DeviceExpertGroups {
       if (hi > lo) owners_->all_reduce(grads + lo, hi - lo, stream);
     }
   }
-  // Per-tensor sums on the device (`per` doubles each, kParams order; the own block's for an
-  // expert tensor) completed over the group: the other ranks' terms of the non-expert tensors
-  // are zeroed first, so those keep group rank 0's value (all ranks hold the same).
-  void complete_device_sums(double* sums, int per, cudaStream_t stream) {
-    if (exchange_.group().rank() != 0) {
-      std::int64_t run = 0;
-      for (int i = 0; i <= kNumParams; ++i) {
-        const bool expert = i < kNumParams && is_expert_tensor(i);
-        if (i == kNumParams || expert) {
-          if (i > run) GC_CUDA_CHECK(cudaMemsetAsync(sums + run * per, 0, std::size_t(i - run) * per * sizeof(double), stream));
-          run = i + 1;
-        }
-      }
-    }
-    exchange_.nccl().all_reduce(sums, std::int64_t(kNumParams) * per, stream);
+  // Per-tensor Σ g² on the device (kParams order; the own block's for an expert tensor, on the
+  // compute stream) completed over the group: the expert tensors' added in rank order after an
+  // all-gather, so every group gets the same bits (an all-reduce's order may differ between the
+  // groups' communicators); the others keep group rank 0's value (all ranks hold the same).
+  void complete_device_sums(double* sums) {
+    const int G = exchange_.group().size(), me = exchange_.group().rank();
+    double* all = gathered_.data();
+    GC_CUDA_CHECK(cudaMemcpyAsync(all + std::int64_t(me) * kNumParams, sums, std::size_t(kNumParams) * sizeof(double),
+                                  cudaMemcpyDeviceToDevice, nullptr));
+    exchange_.nccl().all_gather(all, kNumParams, me, nullptr);
+    cuda::add_rows_in_rank_order(sums, all, summed_.data(), G, kNumParams);
   }
   // The same on the host (the update sums, which the host reads anyway).
   void complete_host_sums(double* sums, int per) { add_expert_sums_over_group(exchange_.group(), sums, per, scratch_); }
@@ -153,6 +156,10 @@ class DeviceExpertGroups {
   std::vector<std::pair<std::int64_t, std::int64_t>> world_runs_, owner_runs_;
   std::vector<int> expert_;  // the expert tensors, in kParams order
   std::vector<double> scratch_;  // complete_host_sums
+  // complete_device_sums: every group rank's per-tensor sums (G · kNumParams), and which tensors
+  // are added over the group (the experts; the others are rank 0's).
+  gc::rt::cuda::DeviceBuffer<double> gathered_;
+  gc::rt::cuda::DeviceBuffer<std::uint8_t> summed_;
 };
 
 }  // namespace gcm

@@ -23,6 +23,7 @@
 
 #include "analysis/anchor_eval.hpp"
 #include "config.hpp"
+#include "core/fingerprint.hpp"
 #include "engine/make_engine.hpp"
 #include "train/host_allocations.hpp"
 #include "train/host_state.hpp"
@@ -88,6 +89,7 @@ class Trainer {
   // (a step so far was not finite; the verdict names it).
   bool train_step(std::int64_t step, bool read);
   bool read_due(std::int64_t step) const;
+  void check_replicas(std::int64_t step);
   void choose_engine();
   void report(std::int64_t step, double loss, double lr, double grad_norm, double tokens_per_s, double elapsed);
 
@@ -130,6 +132,8 @@ class Trainer {
   std::int64_t device_to_host_copies_in_steps_ = 0;  // made by the steps after the first (summary record)
   std::int64_t device_to_host_copies_in_unread_steps_ = 0;  // by those of them that read nothing back
   std::int64_t unread_steps_ = 0;                           // how many of them read nothing back
+  std::int64_t replica_checks_ = 0;                 // the replicas compared equal (check_replicas)
+  std::vector<std::int64_t> replica_fingerprints_;  // every rank's, at the last check
   std::int64_t measurements_ = 0;                  // measure() calls that measured something
   std::unique_ptr<StepProfiler> profiler_;         // train --profile (null: not profiling)
   std::unique_ptr<gc::rt::Watchdog> watchdog_;     // after engine_: stops before the engine goes

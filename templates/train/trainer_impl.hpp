@@ -5,7 +5,10 @@
 #include "train/trainer.hpp"  // self-contained when parsed alone
 
 #include <array>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <string>
 
 namespace gcm {
 
@@ -148,6 +151,45 @@ inline void Trainer::choose_engine() {
 // records, measures or saves after it. Between such steps a GPU run queues step after step
 // without waiting (the verdict stops the updates on the device if a step is not finite, and the
 // next read stops the run). The CPU engine's values cost nothing to read: every step is read.
+// Every rank's replicated state equals rank 0's (a collective; fingerprints of
+// core/fingerprint.hpp): the parameters, and the last step's verdict (loss, gradient norm, clip
+// multiplier) and per-tensor Σ g², which every rank computes for itself from reduced values. Ranks that drifted apart
+// (a reduction adding in a different order on some of them) would leave rank 0's checkpoints and
+// metrics describing a model the others do not hold; every rank sees every fingerprint, so all
+// of them stop here together.
+inline void Trainer::check_replicas(std::int64_t step) {
+  beat("check_replicas");
+  std::uint64_t state = engine_->replica_fingerprint();
+  if (readout_ != nullptr) {  // the save and last steps are read steps
+    const StepVerdict& v = readout_->verdict;
+    std::uint64_t k = 1;
+    const auto add = [&](double x) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &x, sizeof bits);
+      state += core::mix64(bits ^ core::mix64(k++));
+    };
+    for (double x : {v.loss, v.grad_norm, v.clip}) add(x);
+    for (double x : readout_->squares) add(x);
+  }
+  const std::int64_t mine = std::int64_t(state);
+  replica_fingerprints_.assign(std::size_t(comm_.size()), 0);
+  comm_.allgather(&mine, replica_fingerprints_.data(), 1);
+  for (int r = 1; r < comm_.size(); ++r) {
+    const std::int64_t theirs = replica_fingerprints_[std::size_t(r)], first = replica_fingerprints_[0];
+    if (theirs == first) continue;
+    char prints[64];
+    std::snprintf(prints, sizeof prints, "%016llx and %016llx", (unsigned long long)first, (unsigned long long)theirs);
+    throw gc::rt::RuntimeError("train", "step " + std::to_string(step) + ": rank " + std::to_string(r) +
+                                            "'s parameters or step verdict (loss, gradient norm, clip, Σ g² per tensor) differ "
+                                            "from "
+                                            "rank 0's (fingerprints " + prints +
+                                            "): the data-parallel replicas drifted apart, so rank 0's checkpoint "
+                                            "and metrics would not describe every rank (a reduction that adds in a "
+                                            "different order on some ranks does this); nothing was saved at this step");
+  }
+  replica_checks_ += 1;
+}
+
 inline bool Trainer::read_due(std::int64_t step) const {
   const std::int64_t s = step + 1;
   if (profiler_) return true;  // a profiled step is read at its end (trainer_profile.hpp)
@@ -361,6 +403,8 @@ inline int Trainer::run() {
           opt_.metrics && metrics_due_at(step + 1).any_weight() && engine_->weight_stats() == nullptr;
       if (save_due || weights_due || last) host_.sync(*engine_, comm_, save_due);
     }
+    // Rank 0 saves and measures for every rank: the replicas must be equal (issue 41).
+    if (comm_.distributed() && (save_due || last)) check_replicas(step + 1);
     if (save_due) engine_->assemble_moments();  // expert parallelism: a collective of the group
     // A profiled step ends after the metrics due at it, except for the run's closing evaluation.
     if (profiler_ && last) profiler_->after_step(step);

@@ -133,8 +133,11 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
   const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
   const std::int64_t experts =
       expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight), exchange_factor);
+  // Expert parallelism without ZeRO-1: the group's per-tensor Σ g² gathered (G · tensors doubles)
+  // and which tensors are summed (one byte each): engine/nccl_expert_exchange.cuh.
+  const std::int64_t group_sums = expert_parallel > 1 && kZeroStage == 0 ? expert_parallel * kNumParams * 8 + kNumParams : 0;
   return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather +
-         experts;
+         experts + group_sums;
 }
 
 // One closing record for benchmarks: the median step time over this
@@ -176,6 +179,8 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
     // Gradient reductions in the last step: 1, or on GPUs the buckets (distributed.bucket_mb)
     // overlapped with the backward plus the tensors outside the layer stack.
     r["grad_reductions_per_step"] = engine_->last_step_reductions();
+    // Saves and the end at which every rank's parameters were found equal to rank 0's.
+    r["replica_checks"] = replica_checks_;
   }
   // The plan sizes activations for the CUDA backend's precision; the CPU model is fp32 throughout.
   if (host_.on_device() || kPrecision == Precision::fp32) {

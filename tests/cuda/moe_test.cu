@@ -328,7 +328,7 @@ TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
 }
 
 // The routing bookkeeping (cuda/moe_stats.cuh) runs core/moe_balance.hpp on the device: the same
-// values as the host's call, bit for bit, read back only by this test.
+// values as the host's call (read back only by this test).
 TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   GC_REQUIRE_GPU();
   gcm::core::MoeBalance b;
@@ -360,8 +360,10 @@ TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   gcm::cuda::moe_close_step(4, tally_d.data(), window_d.data(), bias_d.data(), 0.0625);
   EXPECT_EQ(ct::download(selected_d), selected);
   EXPECT_EQ(ct::download(tally_d), tally);
-  EXPECT_EQ(ct::download(aux_d), aux);
-  EXPECT_EQ(ct::download(grad_d), grad);
+  // The losses and their gradient to rounding (a GPU may contract a·b + c into one FMA); the
+  // counts, tallies and the bias exactly.
+  expect_close(ct::download(aux_d), aux, 1e-12, "balancing loss on the device");
+  expect_close(ct::download(grad_d), grad, 1e-12, "balancing gradient on the device");
   EXPECT_EQ(ct::download(window_d), window);
   EXPECT_EQ(ct::download(bias_d), bias);
   // A training forward's balancing losses join the step's accumulator weighted, in layer order.

@@ -514,4 +514,30 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
   EXPECT_LT(max_rel_diff(val(dir_ / "one"), val(dir_ / "ep")), 1e-3);
 }
 
+// Issue 41, hazard 4: over 6 ranks in expert-parallel groups of 3, each group adds its experts'
+// Σ g² over its own communicator. With the emulator adding every communicator's all-reduce in an
+// order of its own (GC_EMU_NCCL_SHUFFLE, which NCCL allows) and the gradient clipped at every step
+// (the clip multiplier follows the norm's last bit), an all-reduce would give the two groups
+// different norms and their replicas of the shared weights would drift apart; the rank-order sum
+// (cuda/group_sums.cuh) keeps them equal, which train's replica check (a fingerprint of every
+// rank's parameters, step verdict and per-tensor Σ g² against rank 0's at each save) confirms;
+// with the group all-reduce instead the groups' Σ g² differ in their last bits at some steps.
+TEST_F(GpuDataParallelEmulated, ExpertGroupsOfThreeKeepTheReplicasEqualInAnyReductionOrder) {
+  std::string spec = spec_text("fp32", 0);
+  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
+  spec.replace(spec.find("[optim]\nlr = 3e-3"), 17,
+               "[moe]\nn_experts = 6\ntop_k = 2\nexpert_d_ff = 16\n\n[optim]\nlr = 3e-3\ngrad_clip = 1e-3");
+  spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 12");  // 6 micro-batches: one per rank
+  spec.replace(spec.find("checkpoint_every = 3"), 20, "checkpoint_every = 1");  // a replica check every step
+  const fs::path tree = build("moe_groups_of_3", spec);
+  ASSERT_FALSE(HasFailure());
+  ::setenv("GC_EMU_NCCL_SHUFFLE", "11", 1);
+  const Outcome run = train(tree, "--expert-parallel 3 --no-metrics --out " + (dir_ / "groups_of_3").string(), 6);
+  ::unsetenv("GC_EMU_NCCL_SHUFFLE");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto s = summary(dir_ / "groups_of_3");
+  EXPECT_EQ(s["replica_checks"], 6) << s.dump();  // a save every step
+  EXPECT_EQ(s["world_size"], 6) << s.dump();
+}
+
 }  // namespace

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -26,6 +27,7 @@ struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   std::atomic<bool> aborted{false};
   std::atomic<long> collectives{0};  // issued so far (GC_EMU_NCCL_ASYNC_ERROR)
+  int first_rank = 0;  // GC_EMU_NCCL_SHUFFLE: where this communicator's all-reduce starts adding
 };
 
 namespace {
@@ -110,6 +112,48 @@ void stall_if_asked(long ran) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// GC_EMU_NCCL_SHUFFLE=SEED: each communicator's all-reduce adds the ranks' values starting at its
+// own rank (first_rank, from SEED and the communicator's id) and going around: the same result on
+// every rank of the communicator, as NCCL guarantees, but a different order in another
+// communicator of the same size, which NCCL does not rule out (issue 41: replicas that need the
+// same bits from different communicators drift apart). Unset: MPI_Allreduce's order.
+const char* shuffle_seed() {
+  const char* seed = std::getenv("GC_EMU_NCCL_SHUFFLE");
+  return seed != nullptr && *seed != '\0' ? seed : nullptr;
+}
+
+int shuffled_first_rank(int maker, int count, int size) {
+  std::uint64_t h = std::strtoull(shuffle_seed(), nullptr, 10) * 0x9e3779b97f4a7c15ull;
+  for (std::uint64_t v : {std::uint64_t(maker), std::uint64_t(count)}) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+  }
+  return int((h >> 17) % std::uint64_t(size));
+}
+
+// recv[i] = Σ over the communicator's ranks of their send[i], added from rank `first` around.
+template <typename T>
+void add_in_rotated_order(void* recv, const std::vector<char>& all, std::size_t count, int ranks, int first) {
+  const T* values = reinterpret_cast<const T*>(all.data());
+  T* out = static_cast<T*>(recv);
+  for (std::size_t i = 0; i < count; ++i) {
+    T sum = values[std::size_t(first) * count + i];
+    for (int k = 1; k < ranks; ++k) sum += values[std::size_t((first + k) % ranks) * count + i];
+    out[i] = sum;
+  }
+}
+
+void all_reduce_shuffled(const std::vector<char>& in, void* recv, std::size_t count, ncclDataType_t datatype,
+                         ncclComm_t comm) {
+  std::vector<char> all(in.size() * std::size_t(comm->size));
+  MPI_Allgather(in.data(), int(in.size()), MPI_BYTE, all.data(), int(in.size()), MPI_BYTE, comm->mpi);
+  switch (datatype) {
+    case ncclFloat32: add_in_rotated_order<float>(recv, all, count, comm->size, comm->first_rank); break;
+    case ncclFloat64: add_in_rotated_order<double>(recv, all, count, comm->size, comm->first_rank); break;
+    default: add_in_rotated_order<std::int64_t>(recv, all, count, comm->size, comm->first_rank); break;
+  }
+}
+
 ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op) {
   static std::atomic<long> issued{0}, ran{0};
   if (comm != nullptr && comm->aborted.load()) return fail(comm, ncclInvalidUsage, std::string(call) + ": aborted");
@@ -174,6 +218,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   (*comm)->rank = rank;
   (*comm)->size = nranks;
   (*comm)->mpi = mpi;
+  if (shuffle_seed() != nullptr) (*comm)->first_rank = shuffled_first_rank(maker, count, nranks);
   return ncclSuccess;
 }
 
@@ -233,6 +278,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
   if (const ncclResult_t rc = check_buffers(comm, "ncclAllReduce", sendbuff, bytes, recvbuff, bytes)) return rc;
   return queue(comm, "ncclAllReduce", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
+    if (shuffle_seed() != nullptr) {
+      all_reduce_shuffled(in, recvbuff, count, datatype, comm);
+      return;
+    }
     MPI_Allreduce(in.data(), recvbuff, int(count), type, MPI_SUM, comm->mpi);
   });
 }

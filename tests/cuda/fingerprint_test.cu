@@ -1,0 +1,41 @@
+// cuda/fingerprint.cuh against the CPU's sum of core/fingerprint.hpp's terms: fp32 (the CPU
+// engine's parameters give the same value) and bf16 (16-bit patterns), over more elements than
+// the grid's threads and a length that is not a multiple of anything.
+#include "cuda/fingerprint.cuh"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+
+namespace {
+
+using gcm::cuda::bf16;
+
+template <typename T>
+std::uint64_t on_device(const std::vector<T>& x) {
+  auto x_d = ct::upload(x);
+  ct::DeviceBuffer<std::uint64_t> scratch(std::size_t(gcm::cuda::kFingerprintBlocks) + 1);
+  gcm::cuda::fingerprint(scratch.data(), x_d.data(), std::int64_t(x.size()));
+  return ct::download(scratch)[std::size_t(gcm::cuda::kFingerprintBlocks)];
+}
+
+TEST(CudaFingerprint, EqualsTheHostsSum) {
+  GC_REQUIRE_GPU();
+  const std::size_t n = 70001;  // > 256 × 256 threads: several elements per thread
+  const auto d = kt::random_normal(n, 9);
+  const auto f = ct::convert<float>(d);
+  const auto b = ct::convert<bf16>(d);
+  std::uint64_t f_host = 0, b_host = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    f_host += gcm::core::fingerprint_term(i, gcm::core::bit_pattern(f[i]));
+    b_host += gcm::core::fingerprint_term(i, std::uint32_t(__bfloat16_as_ushort(b[i])));
+  }
+  EXPECT_EQ(on_device(f), f_host);
+  EXPECT_EQ(on_device(b), b_host);
+  EXPECT_NE(f_host, b_host);
+}
+
+}  // namespace
