@@ -37,7 +37,11 @@ inline void expect_step_profile(const std::filesystem::path& run, const std::str
   const double step_ms = p["step_ms"].get<double>(), ops_ms = p["ops_ms"].get<double>();
   EXPECT_GT(step_ms, 0.0);
   EXPECT_LE(ops_ms, step_ms * (1 + 1e-9)) << "the ops' time exceeds the step's: a region timed twice";
-  EXPECT_GT(ops_ms, 0.5 * step_ms) << "most of the step is not covered by any op";
+  // Most of a step is its ops. The host's own work between them (the batch, the bookkeeping) is
+  // idle time, and on a loaded 2-core CI machine a few-millisecond CPU step was measured 46 %
+  // covered (other test processes preempt it between ops): a third is the bar, which an untimed
+  // forward or backward pass (most of a step) would still fall below.
+  EXPECT_GT(ops_ms, step_ms / 3.0) << "most of the step is not covered by any op";
   double covered = 0.0;
   for (const auto& [name, c] : p["categories"].items()) covered += c["ms_per_step"].get<double>();
   EXPECT_NEAR(covered, step_ms, 1e-6 * step_ms) << "categories plus idle must make up the step";
