@@ -15,11 +15,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)  // (under the CUDA emulator device code is host code)
-#define GC_HOST_DEVICE __host__ __device__
-#else
-#define GC_HOST_DEVICE
-#endif
+#include "core/host_device.hpp"
 
 namespace gcm {
 
@@ -35,10 +31,10 @@ struct StepVerdict {
 static_assert(sizeof(StepVerdict) == 48, "the planner counts 48 bytes for the CUDA engine's verdict");
 
 // False for ±inf and NaN (x − x is NaN exactly then), the same on the host and the device.
-GC_HOST_DEVICE inline bool is_finite_value(double x) { return x - x == 0.0; }
+GC_HD inline bool is_finite_value(double x) { return x - x == 0.0; }
 
 // Step `step` (counted from 1) into `v`; `v` keeps an earlier step's stop.
-GC_HOST_DEVICE inline void judge_step(StepVerdict& v, double loss, const double* squares, int num_tensors,
+GC_HD inline void judge_step(StepVerdict& v, double loss, const double* squares, int num_tensors,
                                       double max_norm, std::int64_t step) {
   double total = 0.0;
   for (int i = 0; i < num_tensors; ++i) total += squares[i];

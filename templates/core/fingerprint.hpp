@@ -9,13 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef GC_HD
-#ifdef __CUDACC__
-#define GC_HD __host__ __device__
-#else
-#define GC_HD
-#endif
-#endif
+#include "core/host_device.hpp"
 
 namespace gcm::core {
 
@@ -34,6 +28,14 @@ GC_HD inline uint32_t bit_pattern(float x) {
   uint32_t bits = 0;
   memcpy(&bits, &x, sizeof bits);
   return bits;
+}
+
+// The fingerprint of n floats on the host (the CPU engine's parameters).
+inline uint64_t fingerprint_of(const float* x, int64_t n) {
+  uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += fingerprint_term(uint64_t(i), bit_pattern(x[i]));
+  return sum;
 }
 
 }  // namespace gcm::core

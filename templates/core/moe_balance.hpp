@@ -13,13 +13,7 @@
 
 #include <stdint.h>
 
-#ifndef GC_HD
-#ifdef __CUDACC__
-#define GC_HD __host__ __device__
-#else
-#define GC_HD
-#endif
-#endif
+#include "core/host_device.hpp"
 
 namespace gcm::core {
 

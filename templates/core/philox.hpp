@@ -25,13 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef GC_HD
-#ifdef __CUDACC__
-#define GC_HD __host__ __device__
-#else
-#define GC_HD
-#endif
-#endif
+#include "core/host_device.hpp"
 
 namespace gcm::core {
 

@@ -171,11 +171,6 @@ class Backend {
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cpu::moe_gather(dst, src, rows, n, dim, 1);
   }
-  // n row indices or offsets from the host to where this backend's rows lie (here: the host).
-  template <typename I>
-  void copy_indices(I* dst, const I* host, std::int64_t n) {
-    std::copy(host, host + n, dst);
-  }
   void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {
     cpu::moe_combine(out, ys, weight, position, N, dim, kTopK, accumulate);

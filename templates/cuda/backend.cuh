@@ -321,14 +321,10 @@ class Backend {
     check_moe_dim(dim);
     cuda::moe_gather<MoeLayout>(xs, x, order, rows, offsets + kExperts);
   }
-  // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]], and the row
-  // indices the host planned, copied to the device.
+  // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]] (the row indices the
+  // host planned reach the device through from_host).
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cuda::gather_rows(dst, src, rows, n, dim);
-  }
-  template <typename I>
-  void copy_indices(I* dst, const I* host, std::int64_t n) {
-    from_host(dst, host, n);
   }
   void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {

@@ -7,6 +7,7 @@
 
 #include "core/fingerprint.hpp"
 #include "cuda/common.cuh"
+#include "runtime/cuda/check.hpp"
 
 namespace gcm::cuda {
 
@@ -46,5 +47,21 @@ void fingerprint(std::uint64_t* scratch, const T* x, std::int64_t n) {
   launch(fingerprint_total_kernel<>, 1u, 1u, 0, scratch + kFingerprintBlocks,
          static_cast<const std::uint64_t*>(scratch), kFingerprintBlocks);
 }
+
+// Its scratch and the read of the result (one device → host copy, which waits for the GPU).
+class DeviceFingerprint {
+ public:
+  DeviceFingerprint() : scratch_(std::size_t(kFingerprintBlocks) + 1) {}
+  template <typename T>
+  std::uint64_t of(const T* x, std::int64_t n) {
+    fingerprint(scratch_.data(), x, n);
+    std::uint64_t value = 0;
+    gc::rt::cuda::copy_to_host(&value, scratch_.data() + kFingerprintBlocks, sizeof value);
+    return value;
+  }
+
+ private:
+  gc::rt::cuda::DeviceBuffer<std::uint64_t> scratch_;
+};
 
 }  // namespace gcm::cuda

@@ -121,12 +121,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   }
   bool sharded() const override { return zero_ != nullptr; }
   std::uint64_t replica_fingerprint() override {
-    const float* p = model_.params.data();
-    const std::int64_t n = kOffsets.at[kNumParams];
-    std::uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum)
-    for (std::int64_t i = 0; i < n; ++i) sum += core::fingerprint_term(std::uint64_t(i), core::bit_pattern(p[i]));
-    return sum;
+    return core::fingerprint_of(model_.params.data(), kOffsets.at[kNumParams]);
   }
   int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
 

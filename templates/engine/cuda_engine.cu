@@ -77,7 +77,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     readout_.squares.resize(std::size_t(kNumParams));
     verdict_.resize(1);
     verdict_.upload(&readout_.verdict, 1);  // no step yet: nothing stopped
-    fingerprint_.resize(std::size_t(cuda::kFingerprintBlocks) + 1);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~CudaEngine() override {
@@ -235,12 +234,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
   }
   bool sharded() const override { return zero1_; }
-  // The working parameters' fingerprint (cuda/fingerprint.cuh), one device → host copy.
   std::uint64_t replica_fingerprint() override {
-    cuda::fingerprint(fingerprint_.data(), model_.params.data(), kOffsets.at[kNumParams]);
-    std::uint64_t value = 0;
-    gc::rt::cuda::copy_to_host(&value, fingerprint_.data() + cuda::kFingerprintBlocks, sizeof value);
-    return value;
+    return fingerprint_.of(model_.params.data(), kOffsets.at[kNumParams]);
   }
 #ifdef GC_HAVE_NCCL
   void abort_communicators() override { gc::rt::cuda::NcclComm::abort_all(); }
@@ -578,7 +573,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   DeviceBuffer<cuda::AdamWTensor> tensors_;
   DeviceBuffer<double> squares_, squares_scratch_;
   DeviceBuffer<StepVerdict> verdict_;  // the last step's, written and read on the device
-  DeviceBuffer<std::uint64_t> fingerprint_;  // replica_fingerprint's block sums and total
+  cuda::DeviceFingerprint fingerprint_;  // the working parameters' (replica_fingerprint)
   StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
   std::vector<float> shard_host_;     // a shard on its way to rank 0

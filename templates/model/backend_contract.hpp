@@ -129,11 +129,9 @@ struct ContractBackend {
   void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int,
                           const Stat*, double, int) {}
   void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int, int) {}
-  // Expert parallelism (model/expert_parallel.hpp): rows picked by index, and host-planned
-  // indices or offsets copied to where the rows lie.
+  // Expert parallelism (model/expert_parallel.hpp): rows picked by index (the host-planned
+  // indices reach the backend through from_host).
   void gather_rows(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
-  template <typename I>
-  void copy_indices(I*, const I*, std::int64_t) {}
   void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int,
                                int, bool = false) {}
 

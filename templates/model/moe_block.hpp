@@ -201,12 +201,12 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   plan_expert_route(L.route, L.host_offsets.data(), x);
   const std::int64_t R = L.route.received;
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
-    ops.copy_indices(L.perm.data(), L.route.perm.data(), R);
+    Backend::from_host(L.perm.data(), L.route.perm.data(), R);
   });
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
-    ops.copy_indices(L.unperm.data(), L.route.unperm.data(), R);
+    Backend::from_host(L.unperm.data(), L.route.unperm.data(), R);
   });
-  ops.copy_indices(L.local_offsets.data(), L.route.local_offsets.data(), std::int64_t(kExperts) + 1);
+  Backend::from_host(L.local_offsets.data(), L.route.local_offsets.data(), std::int64_t(kExperts) + 1);
   const std::int64_t* off = L.local_offsets.data();
   // dispatch
   profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {

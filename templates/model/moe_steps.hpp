@@ -47,27 +47,28 @@ void sum_moe_loads(Model& model, Sum&& sum) {
   }
 }
 
-// After a step: its tallies (all ranks' by then) join the routing-record window, and with
-// aux_free the biases move toward balance: b_e += rate · sign(mean load − load_e).
+// A step's tallies (all ranks' by then) join the routing-record window; with move_biases,
+// aux_free's biases move toward balance: b_e += rate · sign(mean load − load_e).
 template <typename Model>
-void end_moe_step(Model& model) {
+void close_moe_tallies(Model& model, bool move_biases) {
   for (int l = 0; l < kLayers; ++l) {
     if (!is_moe_layer(l)) continue;
     auto& L = model.moe_layer(l);
-    float* bias = kLoadBalance == LoadBalance::aux_free ? L.bias.data() : nullptr;
-    model.backend().moe_close_step(L.step_tally.data(), L.window_tally.data(), bias, kLoadBalanceCoef);
+    model.backend().moe_close_step(L.step_tally.data(), L.window_tally.data(), move_biases ? L.bias.data() : nullptr,
+                                   kLoadBalanceCoef);
   }
 }
 
-// The step tallies join the window without moving any bias (./analyze: the validation batches'
-// routing).
+// After a training step.
+template <typename Model>
+void end_moe_step(Model& model) {
+  close_moe_tallies(model, kLoadBalance == LoadBalance::aux_free);
+}
+
+// Without moving any bias (./analyze: the validation batches' routing).
 template <typename Model>
 void accumulate_moe_window(Model& model) {
-  for (int l = 0; l < kLayers; ++l) {
-    if (!is_moe_layer(l)) continue;
-    auto& L = model.moe_layer(l);
-    model.backend().moe_close_step(L.step_tally.data(), L.window_tally.data(), nullptr, 0.0);
-  }
+  close_moe_tallies(model, false);
 }
 
 // The window's loads and dropped since the previous take (then zeroed), read on the host, and

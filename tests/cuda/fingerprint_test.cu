@@ -17,9 +17,8 @@ using gcm::cuda::bf16;
 template <typename T>
 std::uint64_t on_device(const std::vector<T>& x) {
   auto x_d = ct::upload(x);
-  ct::DeviceBuffer<std::uint64_t> scratch(std::size_t(gcm::cuda::kFingerprintBlocks) + 1);
-  gcm::cuda::fingerprint(scratch.data(), x_d.data(), std::int64_t(x.size()));
-  return ct::download(scratch)[std::size_t(gcm::cuda::kFingerprintBlocks)];
+  gcm::cuda::DeviceFingerprint fingerprint;
+  return fingerprint.of(x_d.data(), std::int64_t(x.size()));
 }
 
 TEST(CudaFingerprint, EqualsTheHostsSum) {
