@@ -52,6 +52,20 @@ double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_
   return double(moe_layers) * per_layer + scratch;
 }
 
+// The slots of gradients and AdamW moments a rank of group rank 0 holds under expert
+// parallelism without ZeRO-1 (StateLayout::of_expert_block in templates/model/state_layout.hpp):
+// every tensor whole except the expert tensors, of which its block's experts only; each tensor
+// aligned as in the flat array.
+double expert_block_slots(const Plan& plan, std::int64_t G) {
+  const std::int64_t E = plan.spec.moe.n_experts, block = E / G + (E % G > 0 ? 1 : 0);
+  double slots = 0.0;
+  for (const auto& p : plan.params) {
+    const std::int64_t held = is_expert_class(p.cls) ? p.numel() / E * block : p.numel();
+    slots += double((held + kTensorAlignElements - 1) / kTensorAlignElements * kTensorAlignElements);
+  }
+  return slots;
+}
+
 // Which bound sizes the exchange buffers (exchange_buffer_bytes' C), in words.
 std::string exchange_bound(const Spec& s, std::int64_t G) {
   const double factor = s.distributed.expert_exchange_factor;
@@ -113,10 +127,20 @@ std::string explain_experts(const Plan& plan, int world_size) {
   o << "  expert parameters shared inside the group after each step (zero_stage 0): " << format_bytes(4.0 * expert_params * leaving)
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
-    << exchange_bound(s, G)
-    << "; the weights and "
-    << "gradients stay whole on every rank (" << format_bytes(8.0 * stored)
-    << " fp32, as above): the groups split the experts' compute and gradient traffic, not their memory\n";
+    << exchange_bound(s, G) << "\n";
+  if (s.distributed.zero_stage == 0) {
+    // Each rank keeps the gradients and moments of its own expert block (group rank 0's, the
+    // largest, here); the weights stay whole (evaluation, metrics and checkpoints read them).
+    const double slots = expert_block_slots(plan, G);
+    o << "  model state per process (CPU backend, fp32): weights " << format_bytes(4.0 * stored)
+      << " (whole on every rank) + gradients and AdamW moments " << format_bytes(12.0 * slots)
+      << " (its expert block's: " << std::llround(100.0 * slots / stored) << "% of the " << format_bytes(12.0 * stored)
+      << " one process holds) = " << format_bytes(4.0 * stored + 12.0 * slots) << "; on GPUs the gradients, masters "
+      << "and moments stay whole (" << format_bytes(stored * (s.train.precision == Precision::bf16 ? 18.0 : 16.0)) << ")\n";
+  } else {
+    o << "  model state per process: zero_stage 1 shards the moments over the world (as above); the gradients "
+         "stay whole\n";
+  }
   return o.str();
 }
 

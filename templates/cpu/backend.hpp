@@ -211,12 +211,12 @@ class Backend {
     cpu::moe_route_backward(dlogits, dweight, scores, expert, weight, aux_grad, aux_group_rows, lse, z_scale, N,
                             kMoeShape);
   }
-  // Expert e: y[rows of e] = x[rows of e] · W_eᵀ, W stacked [E, out, in]. One
+  // Expert e < experts: y[rows of e] = x[rows of e] · W_eᵀ, W stacked [experts, out, in]. One
   // expert per OpenMP thread (each GEMM single-threaded inside: no nesting).
-  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t /*bound*/, int in,
-                              int out) {
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts,
+                              std::int64_t /*bound*/, int in, int out) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int e = 0; e < kExperts; ++e) {
+    for (int e = 0; e < experts; ++e) {
       const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
       if (rows == 0) continue;
       cpu::linear_forward(y + begin * out, x + begin * in, W + std::int64_t(e) * out * in, nullptr, int(rows), in, out);
@@ -224,9 +224,9 @@ class Backend {
   }
   // dx = dy·W_e per expert's rows (or +=); dW_e += dyᵀ·x.
   void grouped_linear_backward(T* dx, T* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
-                               std::int64_t /*bound*/, int in, int out, bool accumulate_dx = false) {
+                               int experts, std::int64_t /*bound*/, int in, int out, bool accumulate_dx = false) {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int e = 0; e < kExperts; ++e) {
+    for (int e = 0; e < experts; ++e) {
       const std::int64_t begin = offsets[e], rows = offsets[e + 1] - begin;
       if (rows == 0) continue;
       const std::int64_t w = std::int64_t(e) * out * in;

@@ -374,15 +374,15 @@ class Backend {
     if (aux != nullptr) check_moe_groups(N, aux_group_rows);
     cuda::moe_route_backward<MoeLayout>(dlogits, dweight, scores, expert, weight, aux, aux_group_rows, lse, z_scale, N);
   }
-  // The experts' projections (W stacked [E, out, in]; cuda/expert_linear.cuh).
-  // offsets on the device; rows: a bound on offsets[E] (the launch's size).
-  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t rows, int in,
-                              int out) {
-    cuda::expert_linear_forward(y, x, W, offsets, rows, in, out);
+  // The experts' projections (W stacked [experts, out, in]; cuda/expert_linear.cuh).
+  // offsets on the device; rows: a bound on offsets[experts] (the launch's size).
+  void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts,
+                              std::int64_t rows, int in, int out) {
+    cuda::expert_linear_forward(y, x, W, offsets, experts, rows, in, out);
   }
   void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
-                               std::int64_t rows, int in, int out, bool accumulate_dx = false) {
-    cuda::expert_linear_backward(dx, dW, dy, x, W, offsets, rows, in, out, accumulate_dx);
+                               int experts, std::int64_t rows, int in, int out, bool accumulate_dx = false) {
+    cuda::expert_linear_backward(dx, dW, dy, x, W, offsets, experts, rows, in, out, accumulate_dx);
   }
 
   // n values are rows of one of the spec's MLP widths (SwigluShape); any width that divides n

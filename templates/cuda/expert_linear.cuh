@@ -131,29 +131,31 @@ void expert_rows_backward(T* dx, float* dW, const T* dy, const T* x, const T* W,
          detail::kRowsThreads, 0, dW, dy, x, offsets, experts, in, out);
 }
 
+// `experts` experts (all kExperts, or a rank's own block under expert parallelism).
 template <typename T>
-void expert_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, std::int64_t rows, int in,
-                           int out) {
-  if (rows <= 0) return;
+void expert_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts, std::int64_t rows,
+                           int in, int out) {
+  if (rows <= 0 || experts <= 0) return;
   if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
-        grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(y, x, W, offsets, kExperts,
-                                                                        grouped::max_row_tiles(rows, kExperts));
+        grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(y, x, W, offsets, experts,
+                                                                        grouped::max_row_tiles(rows, experts));
       })) {
     return;
   }
-  expert_rows_forward(y, x, W, offsets, kExperts, rows, in, out);
+  expert_rows_forward(y, x, W, offsets, experts, rows, in, out);
 }
 
 template <typename T>
 void expert_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
-                            std::int64_t rows, int in, int out, bool accumulate_dx) {
+                            int experts, std::int64_t rows, int in, int out, bool accumulate_dx) {
+  if (experts <= 0) return;
   if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
         grouped::backward<decltype(in_c)::value, decltype(out_c)::value>(
-            dx, dW, dy, x, W, offsets, kExperts, grouped::max_row_tiles(rows, kExperts), accumulate_dx);
+            dx, dW, dy, x, W, offsets, experts, grouped::max_row_tiles(rows, experts), accumulate_dx);
       })) {
     return;
   }
-  expert_rows_backward(dx, dW, dy, x, W, offsets, kExperts, rows, in, out, accumulate_dx);
+  expert_rows_backward(dx, dW, dy, x, W, offsets, experts, rows, in, out, accumulate_dx);
 }
 
 }  // namespace gcm::cuda

@@ -1,7 +1,9 @@
 // The CPU engine (engine/engine.hpp): the trainer's host model and moments
 // are the state, so the transfers copy nothing; under ZeRO-1 the moments
-// live in the rank's shard (engine/zero.hpp) and m and v exist only while a
-// checkpoint is loaded or saved.
+// live in the rank's shard (engine/zero.hpp), and under expert parallelism
+// without ZeRO-1 the gradients and moments of an expert tensor are the rank's
+// own block's (engine/expert_groups.hpp): in both, m and v exist whole only
+// while a checkpoint is loaded or saved.
 #pragma once
 
 #include <algorithm>
@@ -63,14 +65,17 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       zero_->step(model_.params.data(), lr, verdict.clip, t);
       return;
     }
+    // Every tensor's part in the gradients' layout: under expert parallelism an expert tensor's
+    // own block only (its owners update the rest).
+    const StateLayout& layout = model_.state_layout();
+    float* m = split_ ? block_m_.data() : m_.data();
+    float* v = split_ ? block_v_.data() : v_.data();
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
-      // Under expert parallelism an expert tensor's own block only (its owners update the rest).
-      const auto [a, b] = experts_ ? experts_->own_part(i)
-                                   : std::pair<std::int64_t, std::int64_t>{kOffsets.at[i], kOffsets.at[i] + p.numel};
-      cpu::adamw_step(model_.params.data() + a, m_.data() + a, v_.data() + a, model_.grads.data() + a, b - a, hp,
-                      verdict.clip);
+      const std::int64_t k = layout.at(i);
+      cpu::adamw_step(model_.params.data() + layout.whole_part(i).first, m + k, v + k, model_.grads.data() + k,
+                      layout.held(i), hp, verdict.clip);
     }
     if (experts_) experts_->share_expert_blocks(model_.params.data());
   }
@@ -80,9 +85,20 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
   void upload(const float*, const float* m, const float* v) override {
     if (zero_) zero_->keep_shard(m, v);
+    if (split_) {
+      experts_->keep_own_part(block_m_.data(), m);
+      experts_->keep_own_part(block_v_.data(), v);
+    }
   }
   void download(float*, float*, float*) override {}
-  void gather_moments(float* m, float* v) override { zero_->gather_moments(m, v); }
+  void gather_moments(float* m, float* v) override {
+    if (zero_) {
+      zero_->gather_moments(m, v);
+    } else {
+      experts_->gather_to_root(m, block_m_.data());
+      experts_->gather_to_root(v, block_v_.data());
+    }
+  }
 
   // Distribution: one MPI collective per step.
   void join(const gc::rt::Comm& comm, int zero_stage) override {
@@ -101,25 +117,26 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     }
   }
   // Expert parallelism over groups of group_ranks consecutive ranks (after join).
+  // Without ZeRO-1 the gradients and moments become the rank's expert block's (the whole
+  // moments then exist only while a checkpoint is loaded or saved: sharded()).
   void split_experts(int group_ranks, double receive_factor) override {
     if constexpr (kMoe) {
       experts_ = std::make_unique<ExpertGroups>(*comm_, group_ranks);
       experts_->exchange().receive_factor = receive_factor;
       model_.attach_expert_exchange(&experts_->exchange());
+      if (zero_) return;
+      split_ = true;
+      model_.use_state_layout(experts_->layout());
+      block_m_.assign(std::size_t(experts_->layout().total()), 0.0f);
+      block_v_.assign(block_m_.size(), 0.0f);
     }
-  }
-  // Before a checkpoint: the group's expert moments on every rank of it (rank 0 saves them).
-  void assemble_moments() override {
-    if (!experts_ || zero_) return;
-    experts_->share_expert_blocks(m_.data());
-    experts_->share_expert_blocks(v_.data());
   }
   ExchangeTotals expert_exchange_totals() const override {
     if (!experts_) return {};
     const MpiExpertExchange& x = experts_->exchange();
     return {x.bytes_sent, x.seconds, x.exchanges};
   }
-  bool sharded() const override { return zero_ != nullptr; }
+  bool sharded() const override { return zero_ != nullptr || split_; }
   std::uint64_t replica_fingerprint() override {
     return core::fingerprint_of(model_.params.data(), kOffsets.at[kNumParams]);
   }
@@ -154,8 +171,10 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     return out;
   }
   std::int64_t optimizer_bytes() const override {
-    return zero_ ? zero_->moment_bytes() : std::int64_t(2 * kOffsets.at[kNumParams] * 4);
+    if (zero_) return zero_->moment_bytes();
+    return std::int64_t(2 * (split_ ? block_m_.size() : m_.size()) * sizeof(float));
   }
+  std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
 
  protected:
   Model<float>& model() override { return model_; }
@@ -165,8 +184,9 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
 
  private:
   // Σ g² per tensor (cpu::sum_of_squares: the chunked sum the CUDA engine reproduces).
-  void gradient_squares_into(double* out) const {
-    for (int i = 0; i < kNumParams; ++i) out[i] = cpu::sum_of_squares(model_.grad(i), kParams[i].numel);
+  void gradient_squares_into(double* out) {
+    const StateLayout& layout = model_.state_layout();
+    for (int i = 0; i < kNumParams; ++i) out[i] = cpu::sum_of_squares(model_.grad(i), layout.held(i));
   }
   Model<float>& model_;
   std::vector<float>& m_;
@@ -180,6 +200,8 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
   std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1 (not under ZeRO-1's steps)
+  bool split_ = false;                      // expert parallelism without ZeRO-1: the expert-block layout
+  std::vector<float> block_m_, block_v_;    // then the rank's moments (experts_->layout())
 };
 
 }  // namespace gcm

@@ -292,6 +292,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   std::int64_t optimizer_bytes() const override {
     return std::int64_t((m_.size() + v_.size()) * sizeof(float));
   }
+  std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
   int last_step_reductions() const override { return reductions_; }
 
   // The metrics' device scratch, sized for this model and the plan's tensors (after join: the

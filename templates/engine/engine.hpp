@@ -105,7 +105,8 @@ class EngineState {
 // Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
 // moments reach rank 0 through gather_moments, and on a GPU download(params,
 // nullptr, nullptr) and update_sums are collectives as well (download fills
-// rank 0's params only).
+// rank 0's params only). On the CPU, expert parallelism without ZeRO-1 is
+// sharded() too: a rank holds its expert block's moments (split_experts).
 class EngineDistribution {
  public:
   virtual ~EngineDistribution() = default;
@@ -129,7 +130,8 @@ class EngineDistribution {
     throw gc::rt::RuntimeError("train", "this engine cannot split experts (distributed.expert_parallel): on GPUs "
                                         "it needs a tree built with NCCL");
   }
-  // Before a checkpoint, on every rank: the expert moments of the group's blocks on every rank.
+  // Before a checkpoint, on every rank: the expert moments of the group's blocks on every rank
+  // (the CUDA engine, which holds whole moments under expert parallelism).
   virtual void assemble_moments() {}
   // What the expert exchanges moved: bytes this rank sent to other ranks, seconds inside them,
   // how many (the summary record; zeros without expert parallelism).
@@ -186,8 +188,11 @@ class EngineTelemetry {
   virtual std::vector<MoeLayerStats> moe_take_stats() = 0;
   // Bytes of the model's buffers besides parameters and gradients.
   virtual std::int64_t model_buffer_bytes() const = 0;
-  // Bytes of AdamW moments this rank holds (all of them, or its ZeRO-1 shard).
+  // Bytes of AdamW moments this rank holds (all of them, its ZeRO-1 shard, or under expert
+  // parallelism its expert block's: model/state_layout.hpp).
   virtual std::int64_t optimizer_bytes() const = 0;
+  // Bytes of gradients this rank holds (all of them, or its expert block's).
+  virtual std::int64_t gradient_bytes() const = 0;
   // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
   // libraries), the peak of our own allocations, and how many we made.
   virtual std::int64_t device_used_bytes() const { return 0; }

@@ -1,20 +1,26 @@
 // Expert parallelism on the CPU backend (model/expert_parallel.hpp, docs/distributed.md): the
 // communicators and the step's collectives of distributed.expert_parallel = G.
 //
-// Ranks r = g·G + i form group g (G consecutive ranks; rank i of it owns expert block i). Per
-// step, beyond the exchanges inside the MoE layers:
+// Ranks r = g·G + i form group g (G consecutive ranks; rank i of it owns expert block i). Without
+// ZeRO-1 a rank holds the gradients and AdamW moments of its own expert block only
+// (model/state_layout.hpp's expert-block layout: 1/G of the experts' state). Per step, beyond the
+// exchanges inside the MoE layers:
 //   gradients   every tensor outside the expert blocks: Σ over all ranks (runs of consecutive
 //               tensors, one all-reduce each); an expert tensor's own block: Σ over the W/G
-//               ranks that own the same block (none when W = G). Other blocks stay zero here.
-//   Σ g²        an expert tensor's sum over its own block (the rest is zero), added over the group
-//   AdamW       every tensor outside the experts; of an expert tensor, the own block only
+//               ranks that own the same block (none when W = G)
+//   Σ g²        an expert tensor's sum over its own block, added over the group in rank order
+//   AdamW       every tensor outside the experts; of an expert tensor, the own block (its
+//               moments are the rank's own)
 //   parameters  each expert tensor's blocks all-gathered inside the group, so every rank holds
 //               the whole current model (checkpoints, metrics, evaluation and the sample read it)
-//   moments     gathered inside the group only before a checkpoint (assemble_moments)
-// Under ZeRO-1 none of this runs: the world's reduce-scatter already sums each block's owners
-// (the others add zeros) and its all-gather replicates every parameter (engine/zero.hpp).
+//   moments     gathered to rank 0 by its group only when a checkpoint is saved
+//               (ExpertBlockMoments); a resume keeps the rank's blocks of the whole arrays
+// Under ZeRO-1 none of this runs: the layout stays whole, the world's reduce-scatter already sums
+// each block's owners (the others add zeros) and its all-gather replicates every parameter
+// (engine/zero.hpp).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <utility>
@@ -23,36 +29,19 @@
 #include "config.hpp"
 #include "model/expert_parallel.hpp"
 #include "model/model.hpp"
+#include "model/state_layout.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 
 namespace gcm {
 
-// Whether tensor i is a stacked expert tensor [E, out, in] (an MoE layer's gate, up or down).
-inline bool is_expert_tensor(int i) {
-  for (int l = 0; l < kLayers; ++l) {
-    if (!is_moe_layer(l)) continue;
-    const MoeParams P = moe_params(l);
-    if (i == P.gate || i == P.up || i == P.down) return true;
-  }
-  return false;
-}
-
-// Expert parallelism: the flat elements [a, b) of experts [block.first, block.second) of expert
-// tensor i, or all of tensor i when it is not an expert tensor.
-inline std::pair<std::int64_t, std::int64_t> expert_block_part(int i, std::pair<int, int> block) {
-  if (!is_expert_tensor(i)) return {kOffsets.at[i], kOffsets.at[i] + kParams[i].numel};
-  const std::int64_t per = kParams[i].numel / kExperts;
-  return {kOffsets.at[i] + block.first * per, kOffsets.at[i] + block.second * per};
-}
-
-// Runs [a, b) of consecutive tensors outside the experts, alignment gaps included (zeros): one
-// all-reduce over the world each.
-inline std::vector<std::pair<std::int64_t, std::int64_t>> shared_tensor_runs() {
+// Runs [a, b) of consecutive slots of `layout` outside the expert tensors, alignment gaps
+// included (zeros): one all-reduce over the world each.
+inline std::vector<std::pair<std::int64_t, std::int64_t>> shared_tensor_runs(const StateLayout& layout) {
   std::vector<std::pair<std::int64_t, std::int64_t>> runs;
   for (int i = 0; i < kNumParams; ++i) {
     if (is_expert_tensor(i)) continue;
-    const std::int64_t a = kOffsets.at[i], b = kOffsets.at[i + 1];
+    const std::int64_t a = layout.at(i), b = layout.at(i + 1);
     if (!runs.empty() && runs.back().second == a) {
       runs.back().second = b;
     } else {
@@ -117,45 +106,72 @@ class ExpertGroups {
         exchange_(world.split(world.rank() / group_ranks)),
         owners_(world.split(world.rank() % group_ranks)),
         block_(expert_block(world.rank() % group_ranks, group_ranks)),
-        shared_runs_(shared_tensor_runs()) {}
+        layout_(StateLayout::of_expert_block(block_)),
+        shared_runs_(shared_tensor_runs(layout_)) {}
 
   MpiExpertExchange& exchange() { return exchange_; }
-  // This rank's part [a, b) of tensor i's flat elements (all of a tensor outside the experts).
-  std::pair<std::int64_t, std::int64_t> own_part(int i) const { return expert_block_part(i, block_); }
+  // The rank's gradients and moments (without ZeRO-1): its expert block of each expert tensor.
+  const StateLayout& layout() const { return layout_; }
 
-  // Σ over the ranks of the step's gradients as the header says.
+  // Σ over the ranks of the step's gradients (layout()) as the header says.
   void reduce_gradients(float* grads) const {
     for (const auto& [a, b] : shared_runs_) world_.allreduce_sum(grads + a, b - a);
     if (owners_.size() == 1) return;
     for (int i = 0; i < kNumParams; ++i) {
-      if (!is_expert_tensor(i)) continue;
-      const auto [a, b] = own_part(i);
-      owners_.allreduce_sum(grads + a, b - a);
+      if (is_expert_tensor(i)) owners_.allreduce_sum(grads + layout_.at(i), layout_.held(i));
     }
   }
-  // Each expert tensor's Σ g² (its own block's, the rest being zero here) added over the group.
+  // Each expert tensor's Σ g² (its own block's) added over the group.
   void complete_squares(double* squares) { add_expert_sums_over_group(exchange_.group(), squares, 1, expert_squares_); }
-  // Every expert tensor's blocks to every rank of the group (the parameters after a step, or the
-  // moments before a checkpoint).
+  // Every expert tensor's blocks of the whole parameter array to every rank of the group.
   void share_expert_blocks(float* flat) const {
     const gc::rt::Comm& group = exchange_.group();
     for (int i = 0; i < kNumParams; ++i) {
-      if (!is_expert_tensor(i)) continue;
-      const std::int64_t per = kParams[i].numel / kExperts;
-      std::vector<int> counts;
-      for (int q = 0; q < group.size(); ++q) {
-        const auto [lo, hi] = expert_block(q, group.size());
-        counts.push_back(int((hi - lo) * per));
+      if (is_expert_tensor(i)) group.allgather_inplace(flat + kOffsets.at[i], block_counts(i));
+    }
+  }
+  // A checkpoint's moments: rank 0's `whole` (kOffsets layout) receives every expert tensor's
+  // blocks from the ranks of its group (group 0) and its own copy of the rest; `mine` is this
+  // rank's array (layout()). A collective of group 0; the other groups hold the same and send
+  // nothing.
+  void gather_to_root(float* whole, const float* mine) const {
+    const gc::rt::Comm& group = exchange_.group();
+    if (world_.rank() >= group.size()) return;  // not group 0
+    for (int i = 0; i < kNumParams; ++i) {
+      const float* part = mine + layout_.at(i);
+      if (is_expert_tensor(i)) {
+        group.gather_to_root(world_.root() ? whole + kOffsets.at[i] : nullptr, part, block_counts(i));
+      } else if (world_.root()) {
+        std::copy(part, part + layout_.held(i), whole + kOffsets.at[i]);
       }
-      group.allgather_inplace(flat + kOffsets.at[i], counts);
+    }
+  }
+  // A resume: this rank's part (layout()) of whole arrays.
+  void keep_own_part(float* mine, const float* whole) const {
+    for (int i = 0; i < kNumParams; ++i) {
+      const auto [a, b] = layout_.whole_part(i);
+      std::copy(whole + a, whole + b, mine + layout_.at(i));
     }
   }
 
  private:
+  // The elements of expert tensor i that each group rank holds, in group rank order.
+  std::vector<int> block_counts(int i) const {
+    const int G = exchange_.group().size();
+    const std::int64_t per = kParams[i].numel / kExperts;
+    std::vector<int> counts;
+    for (int q = 0; q < G; ++q) {
+      const auto [lo, hi] = expert_block(q, G);
+      counts.push_back(int((hi - lo) * per));
+    }
+    return counts;
+  }
+
   const gc::rt::Comm& world_;
   MpiExpertExchange exchange_;  // the group: G consecutive ranks
   gc::rt::Comm owners_;         // the W/G ranks owning the same block
   std::pair<int, int> block_;   // this rank's experts [lo, hi)
+  StateLayout layout_;          // its gradients and moments
   std::vector<std::pair<std::int64_t, std::int64_t>> shared_runs_;
   std::vector<double> expert_squares_;
 };

@@ -91,7 +91,7 @@ class DeviceExpertGroups {
     summed_.upload(summed.data(), summed.size());
     owners_host_ = std::make_unique<gc::rt::Comm>(world.split(world.rank() % G));
     owners_ = std::make_unique<gc::rt::cuda::NcclComm>(*owners_host_);
-    world_runs_ = shared_tensor_runs();
+    world_runs_ = shared_tensor_runs(StateLayout::whole());  // the CUDA engine keeps whole gradients
     for (int i = 0; i < kNumParams; ++i) {
       if (!is_expert_tensor(i)) continue;
       expert_.push_back(i);

@@ -128,12 +128,14 @@ struct ContractBackend {
   void moe_close_step(double*, double*, float*, double) {}
   void moe_route_backward(Stat*, const Stat*, const Stat*, const std::int32_t*, const Stat*, const double*, int,
                           const Stat*, double, int) {}
-  void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int, int) {}
+  // The experts' projections over `experts` experts (W and dW stacked [experts, out, in], their
+  // rows' offsets experts + 1 entries): all of them, or a rank's own block under expert parallelism.
+  void grouped_linear_forward(Act*, const Act*, const Act*, const std::int64_t*, int, std::int64_t, int, int) {}
   // Expert parallelism (model/expert_parallel.hpp): rows picked by index (the host-planned
   // indices reach the backend through from_host).
   void gather_rows(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
-  void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, std::int64_t, int,
-                               int, bool = false) {}
+  void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, int, std::int64_t,
+                               int, int, bool = false) {}
 
   // SwiGLU h = silu(a) ⊙ b, on separate inputs or on one stacked [a | b] row.
   void swiglu_forward(Act*, const Act*, const Act*, std::int64_t) {}

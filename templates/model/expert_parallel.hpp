@@ -56,6 +56,7 @@ struct ExpertRoute {
   std::vector<std::int64_t> recv_rows;      // rows from each group rank
   std::vector<std::int64_t> local_offsets;  // kExperts + 1: the owned experts' rows, expert-major
   std::int64_t received = 0;                // rows this rank's experts compute
+  std::pair<int, int> block{0, 0};          // those experts [lo, hi)
   // perm[p]: the received row of expert-major row p; unperm its inverse (host; the model copies
   // them where the backend's rows lie). counts, start: scratch (no allocation per step).
   std::vector<std::int32_t> perm, unperm;
@@ -125,6 +126,7 @@ void plan_expert_route(ExpertRoute& route, const std::int64_t* offsets, ExpertEx
   std::vector<std::int32_t>& perm = route.perm;
   std::vector<std::int32_t>& unperm = route.unperm;
   const auto [lo, hi] = expert_block(x.rank(), G);
+  route.block = {lo, hi};
   std::fill(route.recv_rows.begin(), route.recv_rows.end(), 0);
   for (int q = 0; q < G; ++q) {
     const auto [qlo, qhi] = expert_block(q, G);

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -29,31 +31,14 @@
 #include "core/philox.hpp"
 #include "model/moe_block.hpp"
 #include "model/moe_steps.hpp"
+#include "model/param_offsets.hpp"
+#include "model/state_layout.hpp"
 #include "profile/step_profile.hpp"
 #include "plan.hpp"
 
 namespace gcm {
 
 static_assert(kNumLayers == kLayers, "plan.hpp and config.hpp disagree on n_layers");
-
-// Offsets of each tensor in the flat parameter (and gradient) array. Each
-// tensor starts on a multiple of kTensorAlign elements (256 bytes in bf16,
-// 512 in fp32), so every GEMM operand is as aligned as cuBLASLt's fastest
-// kernels assume; the gaps stay zero and no kernel reads them.
-inline constexpr std::int64_t kTensorAlign = 128;
-
-struct ParamOffsets {
-  std::int64_t at[kNumParams + 1] = {};
-  constexpr ParamOffsets() {
-    for (int i = 0; i < kNumParams; ++i) {
-      const std::int64_t end = at[i] + kParams[i].numel;
-      at[i + 1] = (end + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
-    }
-  }
-};
-inline constexpr ParamOffsets kOffsets{};
-static_assert(kOffsets.at[kNumParams] == kStoredParams,
-              "the flat parameter array differs from the planner's (compiler/plan: ParamCounts::stored)");
 
 // Fills the parameters from the table with the counter-based RNG: tensor i
 // uses Philox stream i, so values are independent of thread count and match
@@ -93,11 +78,29 @@ class BasicModel {
   // [1, N]; kKeepLogits keeps them all).
   BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows);
 
-  Buffer<Act> params;  // flat, in kParams order
-  Buffer<Grad> grads;
+  Buffer<Act> params;  // flat, in kParams order (kOffsets)
+  Buffer<Grad> grads;  // flat, in state_layout()
   Act* param(int i) { return params.data() + kOffsets.at[i]; }
   const Act* param(int i) const { return params.data() + kOffsets.at[i]; }
-  Grad* grad(int i) { return grads.data() + kOffsets.at[i]; }
+  // Tensor i's gradients from the first element this rank holds (all of a tensor, except an
+  // expert tensor's own block under an expert-block layout).
+  Grad* grad(int i) { return grads.data() + state_.at(i); }
+  // Tensor i's gradients from its element `from` on, which this rank must hold.
+  Grad* grad_from(int i, std::int64_t from) {
+    if (from < state_.first(i) || from > state_.first(i) + state_.held(i)) {
+      throw std::logic_error(std::string("the gradients of ") + kParams[i].name + " from element " +
+                             std::to_string(from) + " are not held on this rank");
+    }
+    return grads.data() + state_.at(i) + (from - state_.first(i));
+  }
+  // Where this rank keeps the gradients (model/state_layout.hpp; whole unless an engine under
+  // expert parallelism sets its expert block): the buffer is reallocated, zero.
+  const StateLayout& state_layout() const { return state_; }
+  void use_state_layout(const StateLayout& layout) {
+    state_ = layout;
+    grads = Buffer<Grad>();  // release the old array before allocating the new one
+    Backend::allocate(grads, state_.total());
+  }
 
   // Mean cross-entropy of next-token prediction plus the MoE balancing loss
   // (aux_loss(); 0 for a dense model): the objective backward() differentiates.
@@ -243,6 +246,7 @@ class BasicModel {
   }
 
   Backend ops_;
+  StateLayout state_ = StateLayout::whole();
   std::int64_t buffer_bytes_ = 0;
   int B_, T_, N_;
   int head_rows_;                    // rows of logits_ and dlogits_

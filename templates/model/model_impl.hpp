@@ -67,7 +67,7 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
   const std::int64_t N = N_, D = kDModel, F = kDff;
   ops_.prepare(batch, seq_len);
   Backend::allocate(params, kOffsets.at[kNumParams]);  // state, not counted in buffer_bytes()
-  Backend::allocate(grads, kOffsets.at[kNumParams]);
+  Backend::allocate(grads, state_.total());
   allocate(e_, N * D);
   allocate(e_norm_, N * D);
   if constexpr (kEmbeddingNorm) {
@@ -419,7 +419,8 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_backward(ops_, moe_[std::size_t(l)], moe_scratch_, dx_.data(), dm, L.b.data(), moe_params(l),
-                   [this](int i) { return param(i); }, [this](int i) { return grad(i); }, N, T_, loss_scale,
+                   [this](int i) { return param(i); }, [this](int i, std::int64_t from) { return grad_from(i, from); }, N,
+                   T_, loss_scale,
                    expert_exchange_);
     } else {
       dense_mlp_backward(L, P, dm);

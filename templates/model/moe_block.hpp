@@ -206,8 +206,12 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
     Backend::from_host(L.unperm.data(), L.route.unperm.data(), R);
   });
-  Backend::from_host(L.local_offsets.data(), L.route.local_offsets.data(), std::int64_t(kExperts) + 1);
+  // The owned experts [lo, hi): their rows' offsets (from 0), weights and gradients.
+  const auto [lo, hi] = L.route.block;
+  const int owned = hi - lo;
+  Backend::from_host(L.local_offsets.data(), L.route.local_offsets.data() + lo, std::int64_t(owned) + 1);
   const std::int64_t* off = L.local_offsets.data();
+  const std::int64_t skip = std::int64_t(lo) * kDModel * kExpertDff;  // elements of the experts before lo
   // dispatch
   profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
     x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
@@ -217,16 +221,16 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
     ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate), off, R, D, kExpertDff);
+    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate) + skip, off, owned, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up), off, R, D, kExpertDff);
+    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up) + skip, off, owned, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down), off, R, kExpertDff, D);
+    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down) + skip, off, owned, R, kExpertDff, D);
   });
   // source-major
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
@@ -248,7 +252,10 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   constexpr double kActBytes = sizeof(typename Backend::Act);
   const int D = kDModel;
   const std::int64_t R = L.route.received;
-  const std::int64_t* off = L.local_offsets.data();
+  const std::int64_t* off = L.local_offsets.data();  // the owned experts' (moe_experts_forward_exchanged)
+  const auto [lo, hi] = L.route.block;
+  const int owned = hi - lo;
+  const std::int64_t skip = std::int64_t(lo) * kDModel * kExpertDff;
   profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
     x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
   });
@@ -257,17 +264,19 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
     ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_backward(S.des.data(), G(P.down), S.ye.data(), L.es.data(), W(P.down), off, R, kExpertDff, D);
+    ops.grouped_linear_backward(S.des.data(), G(P.down, skip), S.ye.data(), L.es.data(), W(P.down) + skip, off, owned,
+                                R, kExpertDff, D);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.gate), S.deu.data(), L.xe.data(), W(P.gate), off, R, D, kExpertDff);
+    ops.grouped_linear_backward(S.dxe.data(), G(P.gate, skip), S.deu.data(), L.xe.data(), W(P.gate) + skip, off, owned,
+                                R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.up), S.dew.data(), L.xe.data(), W(P.up), off, R, D, kExpertDff,
-                                /*accumulate_dx=*/true);
+    ops.grouped_linear_backward(S.dxe.data(), G(P.up, skip), S.dew.data(), L.xe.data(), W(P.up) + skip, off, owned,
+                                R, D, kExpertDff, /*accumulate_dx=*/true);
   });
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
     ops.gather_rows(S.xr.data(), S.dxe.data(), L.unperm.data(), R, D);
@@ -307,7 +316,8 @@ void record_routing(Backend& ops, MoeLayer<Backend>& L, int N, int seq_len, cons
   });
 }
 
-// m = MoE(b) for N rows. W(i) and G(i) give parameter and gradient row i. The layer's balancing
+// m = MoE(b) for N rows. W(i) gives parameter row i, G(i, from) its gradient from element `from`
+// on (the model's grad_from: under expert parallelism a rank holds its experts' only). The layer's balancing
 // losses are added to *aux (backend memory, zeroed by the caller). With `exchange` (a training
 // forward under expert parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
@@ -358,16 +368,16 @@ void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typ
     moe_experts_forward_exchanged(ops, L, S, P, W, *exchange);
   } else {
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), R, D, kExpertDff);
+      ops.grouped_linear_forward(L.eu.data(), L.xs.data(), W(P.gate), L.offsets.data(), kExperts, R, D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), R, D, kExpertDff);
+      ops.grouped_linear_forward(L.ew.data(), L.xs.data(), W(P.up), L.offsets.data(), kExperts, R, D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
       ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
-      ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), R, kExpertDff, D);
+      ops.grouped_linear_forward(L.ys.data(), L.es.data(), W(P.down), L.offsets.data(), kExperts, R, kExpertDff, D);
     });
   }
   bool accumulate = false;
@@ -412,19 +422,19 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
     moe_experts_backward_exchanged(ops, L, S, P, W, G, *exchange);
   } else {
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
-      ops.grouped_linear_backward(S.des.data(), G(P.down), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
-                                  R, kExpertDff, D);
+      ops.grouped_linear_backward(S.des.data(), G(P.down, 0), S.dys.data(), L.es.data(), W(P.down), L.offsets.data(),
+                                  kExperts, R, kExpertDff, D);
     });
     profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
       ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_backward(S.dxs.data(), G(P.gate), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(), R,
-                                  D, kExpertDff);
+      ops.grouped_linear_backward(S.dxs.data(), G(P.gate, 0), S.deu.data(), L.xs.data(), W(P.gate), L.offsets.data(),
+                                  kExperts, R, D, kExpertDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-      ops.grouped_linear_backward(S.dxs.data(), G(P.up), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(), R,
-                                  D, kExpertDff, /*accumulate_dx=*/true);
+      ops.grouped_linear_backward(S.dxs.data(), G(P.up, 0), S.dew.data(), L.xs.data(), W(P.up), L.offsets.data(),
+                                  kExperts, R, D, kExpertDff, /*accumulate_dx=*/true);
     });
   }
   const core::MoeBalance balance = moe_balance(N, seq_len);
@@ -446,24 +456,24 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
                            aux_grad, aux_group_rows, lse, z_scale, N);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_router, kBwd, N, D, kExperts), [&] {
-    ops.router_backward(db, G(P.router), S.logits.data(), b, W(P.router), N);
+    ops.router_backward(db, G(P.router, 0), S.logits.data(), b, W(P.router), N);
   });
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "moe_scatter_add", kBwd, (double(R) + 2.0 * N) * D * kActBytes), [&] {
     ops.moe_scatter_add(db, S.dxs.data(), L.position.data(), N, D);
   });
   if constexpr (kSharedDff > 0) {
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, kSharedDff, D), [&] {
-      ops.linear_backward(S.dss.data(), G(P.shared_down), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
+      ops.linear_backward(S.dss.data(), G(P.shared_down, 0), dm, L.ss.data(), W(P.shared_down), N, kSharedDff, D);
     });
     profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(std::int64_t(N) * kSharedDff) * kActBytes), [&] {
       ops.swiglu_backward(S.dsu.data(), S.dsw.data(), S.dss.data(), L.su.data(), L.sw.data(),
                           std::int64_t(N) * kSharedDff);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, D, kSharedDff), [&] {
-      ops.linear_backward(db, G(P.shared_gate), S.dsu.data(), b, W(P.shared_gate), N, D, kSharedDff, true);
+      ops.linear_backward(db, G(P.shared_gate, 0), S.dsu.data(), b, W(P.shared_gate), N, D, kSharedDff, true);
     });
     profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, N, D, kSharedDff), [&] {
-      ops.linear_backward(db, G(P.shared_up), S.dsw.data(), b, W(P.shared_up), N, D, kSharedDff, true);
+      ops.linear_backward(db, G(P.shared_up, 0), S.dsw.data(), b, W(P.shared_up), N, D, kSharedDff, true);
     });
   }
 }

@@ -111,10 +111,19 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
              {"device_to_host_bytes", copied}});
 }
 
-// AdamW moments one rank holds as planned: the whole flat array, or rank 0's ZeRO-1 shard
-// of ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
-inline std::int64_t planned_optimizer_bytes(int ranks) {
-  return 8 * ((kStoredParams + ranks - 1) / ranks);
+// The slots of gradients and AdamW moments rank 0 holds as planned (model/state_layout.hpp):
+// the whole flat array, or with `expert_blocks` (expert parallelism over groups of G without
+// ZeRO-1, on the CPU backend) its expert block's: the experts' share divided by about G
+// (explain --world-size prints the same).
+inline std::int64_t planned_state_slots(int expert_parallel, bool expert_blocks) {
+  if (!expert_blocks || expert_parallel <= 1) return kStoredParams;
+  return StateLayout::of_expert_block(expert_block(0, expert_parallel)).total();
+}
+
+// AdamW moments one rank holds as planned: the slots above, or rank 0's ZeRO-1 shard of
+// ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
+inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kStoredParams) {
+  return 8 * ((slots + ranks - 1) / ranks);
 }
 
 // Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
@@ -146,6 +155,10 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
 // loop made after its first step (0: every buffer exists before training).
 inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   if (step_seconds_.empty()) return;
+  // Expert parallelism without ZeRO-1 splits the gradients and moments on the CPU backend (the
+  // CUDA engine keeps them whole); ZeRO-1 shards the moments over the world.
+  const bool expert_blocks = !host_.on_device() && kZeroStage == 0;
+  const int zero_ranks = kZeroStage == 1 ? comm_.size() : 1;
   std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
   std::sort(timed.begin(), timed.end());
   const double median = timed[timed.size() / 2];
@@ -159,10 +172,13 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"tokens_per_s_median", tokens_per_step / median},
             {"flops_per_token", kFlopsPerToken},
             {"model_buffer_bytes", engine_->model_buffer_bytes()},
-            // AdamW moments held by this process (rank 0): the whole state, or its ZeRO-1 shard.
+            // AdamW moments held by this process (rank 0): the whole state, its ZeRO-1 shard, or
+            // its expert block's; the planner's figure for the same (gcompile explain
+            // --world-size N); the same for the gradients.
             {"optimizer_bytes", engine_->optimizer_bytes()},
-            // The planner's figure for the same (gcompile explain --world-size N).
-            {"planned_optimizer_bytes", planned_optimizer_bytes(engine_->sharded() ? comm_.size() : 1)},
+            {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ranks, planned_state_slots(opt_.expert_parallel, expert_blocks))},
+            {"gradient_bytes", engine_->gradient_bytes()},
+            {"planned_gradient_bytes", 4 * planned_state_slots(opt_.expert_parallel, expert_blocks)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {

@@ -59,6 +59,9 @@ class ExpertParallel : public gc::test::MpiTreeTest {
 
 std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
+// The fixture's expert gradients in fp32: 2 MoE layers × 8 experts × (gate 16×32 + up 16×32 +
+// down 32×16) × 4 bytes (each expert tensor's block a whole number of aligned slots).
+constexpr std::int64_t kExpertGradientBytes = 2 * 8 * 3 * 16 * 32 * 4;
 const fs::path kStep10 = fs::path("checkpoints") / "step_000010";
 const fs::path kStep20 = fs::path("checkpoints") / "step_000020";
 
@@ -153,6 +156,9 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   const nlohmann::json routing_one = last_routing(dir_ / "one");
   ASSERT_TRUE(routing_one.contains("load")) << "no moe_routing record in the reference run";
   nlohmann::json state_one = state(dir_ / "one");
+  const nlohmann::json summary_one = read_jsonl(dir_ / "one" / "metrics.jsonl").back();
+  ASSERT_EQ(summary_one.value("event", ""), "summary") << summary_one.dump();
+  EXPECT_EQ(summary_one["gradient_bytes"], summary_one["planned_gradient_bytes"]) << summary_one.dump();
   ASSERT_TRUE(state_one.contains("extra") && state_one["extra"].contains("moe_bias")) << state_one.dump();
   ASSERT_FALSE(file_sizes(state_one).empty()) << state_one.dump();
   // The auxiliary losses are on: more than aux_free's zero, near their uniform-routing values
@@ -197,6 +203,14 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
     // The exchange buffers are sized from the capacity bound (exchange_capacity_rows), as planned.
     const nlohmann::json summary = read_jsonl(run / "metrics.jsonl").back();
     EXPECT_EQ(summary["model_buffer_bytes"], summary["planned_model_buffer_bytes"]) << summary.dump();
+    // Rank 0 holds the gradients and moments of its expert block only (model/state_layout.hpp),
+    // as planned: the experts' share of one process's divided by the group's size.
+    const int G = std::string(l.name) == "ep4" ? 4 : 2;
+    EXPECT_EQ(summary["gradient_bytes"], summary["planned_gradient_bytes"]) << summary.dump();
+    EXPECT_EQ(summary["optimizer_bytes"], summary["planned_optimizer_bytes"]) << summary.dump();
+    const std::int64_t saved = summary_one["gradient_bytes"].get<std::int64_t>() - summary["gradient_bytes"].get<std::int64_t>();
+    EXPECT_EQ(saved, kExpertGradientBytes - kExpertGradientBytes / G) << summary.dump();
+    EXPECT_EQ(summary["optimizer_bytes"].get<std::int64_t>(), 2 * summary["gradient_bytes"].get<std::int64_t>());
   }
 
   // EP 2 again (now named by the flag rather than the spec): the same losses and the same
