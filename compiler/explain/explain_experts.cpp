@@ -131,12 +131,18 @@ std::string explain_experts(const Plan& plan, int world_size) {
   if (s.distributed.zero_stage == 0) {
     // Each rank keeps the gradients and moments of its own expert block (group rank 0's, the
     // largest, here); the weights stay whole (evaluation, metrics and checkpoints read them).
+    // On GPUs the block's fp32 masters are apart from the working weights (bf16 or fp32) even
+    // under fp32 (planned_device_bytes in templates/train/trainer_metrics.hpp).
     const double slots = expert_block_slots(plan, G);
-    o << "  model state per process (CPU backend, fp32): weights " << format_bytes(4.0 * stored)
-      << " (whole on every rank) + gradients and AdamW moments " << format_bytes(12.0 * slots)
-      << " (its expert block's: " << std::llround(100.0 * slots / stored) << "% of the " << format_bytes(12.0 * stored)
-      << " one process holds) = " << format_bytes(4.0 * stored + 12.0 * slots) << "; on GPUs the gradients, masters "
-      << "and moments stay whole (" << format_bytes(stored * (s.train.precision == Precision::bf16 ? 18.0 : 16.0)) << ")\n";
+    const bool bf16 = s.train.precision == Precision::bf16;
+    o << "  model state per process: the weights stay whole on every rank; the gradients and AdamW moments (and on "
+         "GPUs the fp32 masters) are its expert block's, "
+      << std::llround(100.0 * slots / stored) << "% of one process's slots: CPU backend (fp32) "
+      << format_bytes(4.0 * stored) << " + " << format_bytes(12.0 * slots) << " = " << format_bytes(4.0 * stored + 12.0 * slots)
+      << " (one process: " << format_bytes(16.0 * stored) << "); GPU (" << (bf16 ? "bf16" : "fp32") << ") "
+      << format_bytes((bf16 ? 2.0 : 4.0) * stored) << " + " << format_bytes(16.0 * slots) << " = "
+      << format_bytes((bf16 ? 2.0 : 4.0) * stored + 16.0 * slots) << " (one GPU: "
+      << format_bytes(stored * (bf16 ? 18.0 : 16.0)) << ")\n";
   } else {
     o << "  model state per process: zero_stage 1 shards the moments over the world (as above); the gradients "
          "stay whole\n";

@@ -23,8 +23,10 @@
 //                 ncclReduce per owner, in a group), AdamW runs on the shard, and the parameters
 //                 are all-gathered (NCCL's equal blocks: the flat arrays get a zero tail).
 //   expert_parallel G  the MoE rows are exchanged inside groups (engine/nccl_expert_exchange.cuh);
-//                 under zero_stage 0 an expert tensor's own block is reduced over its owners,
-//                 updated here and sent to the rest of the group.
+//                 under zero_stage 0 a rank holds the gradients, fp32 masters and moments of its
+//                 own expert block only (model/state_layout.hpp): the block is reduced over its
+//                 owners, updated here, written into the whole working weights
+//                 (cuda/state_parts.cuh) and sent to the rest of the group.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -43,6 +45,7 @@
 #include "cuda/init.cuh"
 #include "cuda/metric_ops.cuh"
 #include "cuda/profile_clock.cuh"
+#include "cuda/state_parts.cuh"
 #include "cuda/update_ratio.cuh"
 #include "cuda/weight_stats.cuh"
 #include "model/model.hpp"
@@ -101,6 +104,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // same fp32 value a cast of the master would give).
   void initialize(std::uint64_t seed) override {
     allocate_state();
+    if (expert_blocks_) {
+      initialize_blocks(seed);
+      return;
+    }
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const auto [a, b] = shard_.overlap(i);
@@ -120,6 +127,14 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // params: the whole array on every rank; m and v: whole arrays, of which a ZeRO-1 rank keeps its shard.
   void upload(const float* params, const float* m, const float* v) override {
     allocate_state();
+    if (expert_blocks_) {
+      upload_working(model_.params, params);
+      for (auto [device, whole] : {std::pair{&master_, params}, std::pair{&m_, m}, std::pair{&v_, v}}) {
+        upload_layout(*device, whole);
+      }
+      GC_CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
     const std::size_t lo = std::size_t(shard_.lo), shard = std::size_t(shard_.size());
     upload_weights(model_.params, params);
     m_.upload(m + lo, shard);
@@ -131,7 +146,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   void download(float* params, float* m, float* v) override {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
     if (sharded()) {
-      gather_shard(params, master_shard());
+      gather_state(params, master_shard());
       return;
     }
     const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
@@ -141,8 +156,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   void gather_moments(float* m, float* v) override {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    gather_shard(m, m_.data());
-    gather_shard(v, v_.data());
+    gather_state(m, m_.data());
+    gather_state(v, v_.data());
   }
   void zero_grads() override {
     model_.zero_grads();
@@ -165,7 +180,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #ifdef GC_HAVE_NCCL
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 2, nullptr);  // [cross-entropy, balancing loss]
-      if (sharded()) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
+      if (zero1_) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
       if (split_gradients()) experts_->complete_device_sums(squares_.data());
     }
 #endif
@@ -173,21 +188,22 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (update_due_) {  // update ratios: the update below, summed before it is applied
       cuda::update_squares_per_tensor(update_sums_.data(), update_partial_.data(), master_shard(), m_.data(),
                                       v_.data(), model_.grads.data() + shard_.lo, update_tensors_.data(), kNumParams,
-                                      shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t, verdict_.data());
+                                      state_slots(), lr, kBeta1, kBeta2, kAdamEps, t, verdict_.data());
       update_due_ = false;
     }
     ComputeType* working = nullptr;
     if constexpr (kSeparateMaster) {
-      working = model_.params.data() + shard_.lo;
+      if (!expert_blocks_) working = model_.params.data() + shard_.lo;
     }
     cuda::adamw_step_judged(master_shard(), working, m_.data(), v_.data(), model_.grads.data() + shard_.lo,
-                            tensors_.data(), kNumParams, shard_.size(), lr, kBeta1, kBeta2, kAdamEps, t,
+                            tensors_.data(), kNumParams, state_slots(), lr, kBeta1, kBeta2, kAdamEps, t,
                             verdict_.data());
 #ifdef GC_HAVE_NCCL
-    if (sharded()) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
-    if (split_gradients()) {  // each rank updated its own blocks: the group's to every rank
-      experts_->share_blocks(master_shard(), nullptr);
-      if constexpr (kSeparateMaster) experts_->share_blocks(model_.params.data(), nullptr);
+    if (zero1_) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
+    if (expert_blocks_) {  // the block's masters into the working weights, then the group's blocks to every rank
+      cuda::copy_parts_to_whole(model_.params.data(), master_.data(), tensors_.data(), whole_offsets_.data(),
+                                kNumParams, layout_.total());
+      experts_->share_blocks(model_.params.data(), nullptr);
     }
 #endif
   }
@@ -233,7 +249,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                                             std::to_string(comm.size()) + " processes (see the tree's CMake output)");
 #endif
   }
-  bool sharded() const override { return zero1_; }
+  // ZeRO-1 shards the optimizer state over the world; expert parallelism without it keeps the
+  // expert block's (model/state_layout.hpp): either way rank 0 gathers what it saves.
+  bool sharded() const override { return zero1_ || expert_blocks_; }
   std::uint64_t replica_fingerprint() override {
     return fingerprint_.of(model_.params.data(), kOffsets.at[kNumParams]);
   }
@@ -244,16 +262,24 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #ifdef GC_HAVE_NCCL
   // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
   // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
+  // Without ZeRO-1 the gradients, masters and moments become the rank's expert block's (the
+  // state is allocated by the first initialize or upload, after this).
   void split_experts(int G, double receive_factor) override {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
     experts_->exchange().receive_factor = receive_factor;
     model_.attach_expert_exchange(&experts_->exchange());
     experts_->exchange().before_collective = [this] { order_after_reductions(); };
+    if (!zero1_) {
+      expert_blocks_ = true;
+      layout_ = experts_->layout();
+      model_.use_state_layout(layout_);
+      std::vector<std::int64_t> whole(static_cast<std::size_t>(kNumParams));
+      for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout_.whole_part(i).first;
+      whole_offsets_.resize(whole.size());
+      whole_offsets_.upload(whole.data(), whole.size());
+      plan_buckets();
+    }
     upload_tensor_table();
-  }
-  void assemble_moments() override {
-    if (!split_gradients()) return;
-    for (auto* moments : {&m_, &v_}) experts_->share_blocks(moments->data(), nullptr);
   }
   ExchangeTotals expert_exchange_totals() const override {
     return experts_ ? ExchangeTotals{experts_->exchange().bytes_sent, 0.0, experts_->exchange().exchanges}
@@ -268,12 +294,12 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   void reduce_grads() override {
 #ifdef GC_HAVE_NCCL
     if (!armed_) {  // no buckets: one collective after the backward pass
-      if (sharded()) {
+      if (zero1_) {
         nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
       } else if (split_gradients()) {
-        experts_->reduce(model_.grads.data(), 0, kOffsets.at[kNumParams], *nccl_, nullptr);
+        experts_->reduce(model_.grads.data(), 0, layout_.total(), *nccl_, nullptr);
       } else {
-        nccl_->all_reduce(model_.grads.data(), kOffsets.at[kNumParams], nullptr);
+        nccl_->all_reduce(model_.grads.data(), layout_.total(), nullptr);
       }
       reductions_ = 1;
       return;
@@ -282,7 +308,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     // stack (when the last bucket was not full), and, had the head's hook not come, the tensors
     // after the stack.
     reduce_on_side_stream(0, reduced_from_);
-    if (!head_reduced_) reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
+    if (!head_reduced_) reduce_on_side_stream(stack_end_, layout_.total());
     GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
     GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
     armed_ = head_reduced_ = false;
@@ -304,7 +330,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(metrics::WeightScratch::of_plan(top_tokens, every_metric),
                                                               model_.backend().blas());
     static_assert(sizeof(cuda::AdamWTensor) == 24, "metrics/device_scratch.hpp counts 24-byte table rows");
-    const metrics::UpdateScratch updates = metrics::UpdateScratch::of_range(shard_.lo, shard_.hi);
+    const metrics::UpdateScratch updates = expert_blocks_ ? metrics::UpdateScratch::of_range(0, layout_.total())
+                                                          : metrics::UpdateScratch::of_range(shard_.lo, shard_.hi);
     update_partial_.resize(std::size_t(updates.partial_doubles()));
     update_sums_.resize(2 * std::size_t(kNumParams));
     update_tensors_.resize(std::size_t(kNumParams));
@@ -342,7 +369,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (mask != update_mask_) throw gc::rt::RuntimeError("update_sums: the step measured other tensors");
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
     update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
-    if (sharded()) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
+    if (zero1_) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
 #ifdef GC_HAVE_NCCL
     if (split_gradients()) experts_->complete_host_sums(out.front().data(), 2);
 #endif
@@ -386,6 +413,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   float* master_shard() { return master_shard_of(model_.params); }
   template <typename Params>
   float* master_shard_of(Params& params) {
+    if (expert_blocks_) return master_.data();  // the block's masters, apart from the whole weights
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
       return params.data() + shard_.lo;
     } else {
@@ -396,15 +424,41 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // the masters (the working copy rounded on the host).
   template <typename Params>
   void upload_weights(Params& params, const float* host) {
+    if constexpr (!std::is_same_v<Params, DeviceBuffer<float>>) {
+      master_.upload(host + shard_.lo, std::size_t(shard_.size()));
+    }
+    upload_working(params, host);
+  }
+  // The whole host array into the working weights (rounded on the host under bf16).
+  template <typename Params>
+  void upload_working(Params& params, const float* host) {
     const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
       params.upload(host, n);
     } else {
-      master_.upload(host + shard_.lo, std::size_t(shard_.size()));
       staging_.resize(n);
       for (std::size_t j = 0; j < n; ++j) staging_[j] = cuda::from_float<ComputeType>(host[j]);
       params.upload(staging_.data(), n);
     }
+  }
+  // Expert blocks: this rank's part (layout_) of a whole host array into `device`.
+  void upload_layout(DeviceBuffer<float>& device, const float* whole) {
+    shard_host_.resize(std::size_t(layout_.total()));
+    keep_layout_part(layout_, shard_host_.data(), whole);
+    device.upload(shard_host_.data(), shard_host_.size());
+  }
+  // Expert blocks: each tensor's masters from its Philox stream at the held elements' places, and
+  // the whole working weights (under fp32 the same values).
+  void initialize_blocks(std::uint64_t seed) {
+    for (int i = 0; i < kNumParams; ++i) {
+      const ParamInfo& p = kParams[i];
+      cuda::init_tensor(master_.data() + layout_.at(i), layout_.held(i), p.init, kInitStd[i], p.cutoff, seed,
+                        std::uint32_t(i), layout_.first(i));
+      cuda::init_tensor(model_.params.data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed,
+                        std::uint32_t(i));
+    }
+    m_.zero();
+    v_.zero();
   }
   template <typename Params>
   const float* whole_fp32_weights(Params& params) {
@@ -420,10 +474,18 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   const float* gathered_master(int i) {
 #ifdef GC_HAVE_NCCL
     if (gathered_ == i) return gather_.data();
+    if (expert_blocks_ && !is_expert_tensor(i)) return master_.data() + layout_.at(i);  // whole here
     const std::int64_t n = kParams[i].numel;
     if (n > std::int64_t(gather_.size())) throw gc::rt::RuntimeError("weight metrics: no room to assemble " +
                                                                      std::string(kParams[i].name));
     GC_CUDA_CHECK(cudaMemsetAsync(gather_.data(), 0, std::size_t(n) * sizeof(float)));
+    if (expert_blocks_) {  // an expert tensor's blocks over the group
+      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + layout_.first(i), master_.data() + layout_.at(i),
+                                    std::size_t(layout_.held(i)) * sizeof(float), cudaMemcpyDeviceToDevice));
+      experts_->exchange().nccl().all_reduce(gather_.data(), n, nullptr);
+      gathered_ = i;
+      return gather_.data();
+    }
     const auto [a, b] = shard_.overlap(i);
     if (b > a) {
       GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo),
@@ -439,7 +501,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // squares_ = Σ g² per tensor over this rank's shard (queued on stream 0).
   void queue_gradient_squares() {
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
-                                 tensors_.data(), kNumParams, shard_.size());
+                                 tensors_.data(), kNumParams, state_slots());
   }
   void upload_update_table(const bool* mask) {
     const std::vector<cuda::AdamWTensor> table = adamw_table(mask);
@@ -449,10 +511,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
     if (!m_.empty()) return;
-    const std::size_t n = std::size_t(shard_.size());
-    if constexpr (kSeparateMaster) {
-      master_.resize(n);
-    }
+    const std::size_t n = std::size_t(state_slots());
+    if (kSeparateMaster || expert_blocks_) master_.resize(n);
     m_.resize(n);
     v_.resize(n);
     m_.zero();
@@ -461,28 +521,38 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   static void download_floats(float* host, const float* device, std::size_t n) {
     gc::rt::cuda::copy_to_host(host, device, n * sizeof(float));
   }
-  // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's shard of a device array.
-  void gather_shard(float* all, const float* shard_device) {
-    shard_host_.resize(std::size_t(shard_.size()));
-    download_floats(shard_host_.data(), shard_device, shard_host_.size());
+  // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's part of a device
+  // array of the optimizer state: its ZeRO-1 shard, or its expert block's (a collective of
+  // rank 0's group).
+  void gather_state(float* all, const float* part_device) {
+    shard_host_.resize(std::size_t(state_slots()));
+    download_floats(shard_host_.data(), part_device, shard_host_.size());
+#ifdef GC_HAVE_NCCL
+    if (expert_blocks_) {
+      experts_->gather_to_root(*comm_, all, shard_host_.data());
+      return;
+    }
+#endif
     comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
   }
-  // The part of tensor i this rank updates: its shard's (ZeRO-1), or under expert parallelism an
-  // expert tensor's own block (engine/nccl_expert_exchange.cuh), else all of it.
-  std::pair<std::int64_t, std::int64_t> updated_part(int i) const {
-#ifdef GC_HAVE_NCCL
-    if (split_gradients()) return experts_->own_part(i);
-#endif
-    return shard_.overlap(i);
-  }
-  // The AdamW (and Σ g²) table of the parts this rank updates, offsets from its shard's start;
-  // with `mask`, numel 0 for the tensors it leaves out (the update-ratio pass's table).
+  // The slots of gradients and optimizer state this rank updates: its expert block's layout, or
+  // its ZeRO-1 shard (everything without ZeRO-1).
+  std::int64_t state_slots() const { return expert_blocks_ ? layout_.total() : shard_.size(); }
+  // The AdamW (and Σ g²) table of the parts this rank updates: its expert block's layout, or the
+  // tensors' parts in its shard, offsets from the shard's start; with `mask`, numel 0 for the
+  // tensors it leaves out (the update-ratio pass's table).
   std::vector<cuda::AdamWTensor> adamw_table(const bool* mask = nullptr) const {
     std::vector<cuda::AdamWTensor> table;
     for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = updated_part(i);  // a = the tensor's first element clamped into the shard
-      const std::int64_t n = mask != nullptr && !mask[i] ? 0 : std::max<std::int64_t>(0, b - a);
-      table.push_back({std::min(a, shard_.hi) - shard_.lo, n, float(kParams[i].lr_mult), float(kParams[i].weight_decay)});
+      const bool left_out = mask != nullptr && !mask[i];
+      const float lr_mult = float(kParams[i].lr_mult), decay = float(kParams[i].weight_decay);
+      if (expert_blocks_) {
+        table.push_back({layout_.at(i), left_out ? 0 : layout_.held(i), lr_mult, decay});
+        continue;
+      }
+      const auto [a, b] = shard_.overlap(i);  // a = the tensor's first element clamped into the shard
+      const std::int64_t n = left_out ? 0 : std::max<std::int64_t>(0, b - a);
+      table.push_back({std::min(a, shard_.hi) - shard_.lo, n, lr_mult, decay});
     }
     return table;
   }
@@ -490,17 +560,19 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     const std::vector<cuda::AdamWTensor> table = adamw_table();
     tensors_.resize(table.size());
     tensors_.upload(table.data(), table.size());
-    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(shard_.size(), kNumParams));
+    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(state_slots(), kNumParams));
   }
 
 #ifdef GC_HAVE_NCCL
   // Buckets follow the layer stack (engine/layer_stack.hpp) where the layout allows; otherwise
   // everything is reduced after the backward pass.
+  // Called again when expert parallelism changes the gradients' layout.
   void plan_buckets() {
-    const std::optional<LayerStack> stack = contiguous_layer_stack();
+    const std::optional<LayerStack> stack = contiguous_layer_stack(layout_);
     if (!stack) return;
     layer_begin_ = stack->begin;
     stack_end_ = reduced_from_ = stack->end;
+    if (reduce_stream_ != nullptr) return;
     GC_CUDA_CHECK(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
     GC_CUDA_CHECK(cudaEventCreateWithFlags(&backward_queued_, cudaEventDisableTiming));
     GC_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
@@ -513,7 +585,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // bucket (layer 0 always ends one).
   void layer_grads_done(int l) {
     if (l == kLayers) {
-      reduce_on_side_stream(stack_end_, kOffsets.at[kNumParams]);
+      reduce_on_side_stream(stack_end_, layout_.total());
       head_reduced_ = true;
       return;
     }
@@ -530,7 +602,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (b <= a) return;
     GC_CUDA_CHECK(cudaEventRecord(backward_queued_, nullptr));
     GC_CUDA_CHECK(cudaStreamWaitEvent(reduce_stream_, backward_queued_, 0));
-    if (sharded()) {
+    if (zero1_) {
       nccl_->group_start();
       for (int r = 0; r < int(shard_.counts.size()); ++r) {
         const auto [lo, hi] = shard_.range_of(r);
@@ -577,6 +649,11 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   cuda::DeviceFingerprint fingerprint_;  // the working parameters' (replica_fingerprint)
   StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
+  // Expert parallelism without ZeRO-1 (split_experts): the gradients', masters' and moments'
+  // layout (whole otherwise), and each tensor's held part's first element in the whole weights.
+  bool expert_blocks_ = false;
+  StateLayout layout_ = StateLayout::whole();
+  DeviceBuffer<std::int64_t> whole_offsets_;
   std::vector<float> shard_host_;     // a shard on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join
   // Bucketed reduction (plan_buckets): each layer's first element, the end of the layer

@@ -105,8 +105,8 @@ class EngineState {
 // Under ZeRO-1 the state is sharded(): upload keeps the rank's shard, the
 // moments reach rank 0 through gather_moments, and on a GPU download(params,
 // nullptr, nullptr) and update_sums are collectives as well (download fills
-// rank 0's params only). On the CPU, expert parallelism without ZeRO-1 is
-// sharded() too: a rank holds its expert block's moments (split_experts).
+// rank 0's params only). Expert parallelism without ZeRO-1 is sharded() too:
+// a rank holds its expert block's moments (and on a GPU masters: split_experts).
 class EngineDistribution {
  public:
   virtual ~EngineDistribution() = default;
@@ -130,9 +130,6 @@ class EngineDistribution {
     throw gc::rt::RuntimeError("train", "this engine cannot split experts (distributed.expert_parallel): on GPUs "
                                         "it needs a tree built with NCCL");
   }
-  // Before a checkpoint, on every rank: the expert moments of the group's blocks on every rank
-  // (the CUDA engine, which holds whole moments under expert parallelism).
-  virtual void assemble_moments() {}
   // What the expert exchanges moved: bytes this rank sent to other ranks, seconds inside them,
   // how many (the summary record; zeros without expert parallelism).
   struct ExchangeTotals {

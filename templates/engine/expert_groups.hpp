@@ -67,6 +67,33 @@ inline void add_expert_sums_over_group(const gc::rt::Comm& group, double* sums, 
   }
 }
 
+// The elements of expert tensor i that each rank of a group of G holds, in group rank order.
+inline std::vector<int> expert_block_counts(int i, int G) {
+  const std::int64_t per = kParams[i].numel / kExperts;
+  std::vector<int> counts;
+  for (int q = 0; q < G; ++q) {
+    const auto [lo, hi] = expert_block(q, G);
+    counts.push_back(int((hi - lo) * per));
+  }
+  return counts;
+}
+
+// Host arrays in an expert-block layout (`mine`, this rank's) to rank 0's whole array (kOffsets
+// layout): every expert tensor's blocks from the ranks of rank 0's group (group 0), the rest
+// rank 0's own copy. A collective of group 0; the other groups hold the same and send nothing.
+inline void gather_layout_to_root(const gc::rt::Comm& world, const gc::rt::Comm& group, const StateLayout& layout,
+                                  float* whole, const float* mine) {
+  if (world.rank() >= group.size()) return;  // not group 0
+  for (int i = 0; i < kNumParams; ++i) {
+    const float* part = mine + layout.at(i);
+    if (is_expert_tensor(i)) {
+      group.gather_to_root(world.root() ? whole + kOffsets.at[i] : nullptr, part, expert_block_counts(i, group.size()));
+    } else if (world.root()) {
+      std::copy(part, part + layout.held(i), whole + kOffsets.at[i]);
+    }
+  }
+}
+
 // The transport of a group over MPI (Comm::alltoallv), counting what it moves.
 class MpiExpertExchange final : public ExpertExchange<float> {
  public:
@@ -127,46 +154,17 @@ class ExpertGroups {
   void share_expert_blocks(float* flat) const {
     const gc::rt::Comm& group = exchange_.group();
     for (int i = 0; i < kNumParams; ++i) {
-      if (is_expert_tensor(i)) group.allgather_inplace(flat + kOffsets.at[i], block_counts(i));
+      if (is_expert_tensor(i)) group.allgather_inplace(flat + kOffsets.at[i], expert_block_counts(i, group.size()));
     }
   }
-  // A checkpoint's moments: rank 0's `whole` (kOffsets layout) receives every expert tensor's
-  // blocks from the ranks of its group (group 0) and its own copy of the rest; `mine` is this
-  // rank's array (layout()). A collective of group 0; the other groups hold the same and send
-  // nothing.
+  // A checkpoint's moments: rank 0's `whole` receives them (gather_layout_to_root).
   void gather_to_root(float* whole, const float* mine) const {
-    const gc::rt::Comm& group = exchange_.group();
-    if (world_.rank() >= group.size()) return;  // not group 0
-    for (int i = 0; i < kNumParams; ++i) {
-      const float* part = mine + layout_.at(i);
-      if (is_expert_tensor(i)) {
-        group.gather_to_root(world_.root() ? whole + kOffsets.at[i] : nullptr, part, block_counts(i));
-      } else if (world_.root()) {
-        std::copy(part, part + layout_.held(i), whole + kOffsets.at[i]);
-      }
-    }
+    gather_layout_to_root(world_, exchange_.group(), layout_, whole, mine);
   }
   // A resume: this rank's part (layout()) of whole arrays.
-  void keep_own_part(float* mine, const float* whole) const {
-    for (int i = 0; i < kNumParams; ++i) {
-      const auto [a, b] = layout_.whole_part(i);
-      std::copy(whole + a, whole + b, mine + layout_.at(i));
-    }
-  }
+  void keep_own_part(float* mine, const float* whole) const { keep_layout_part(layout_, mine, whole); }
 
  private:
-  // The elements of expert tensor i that each group rank holds, in group rank order.
-  std::vector<int> block_counts(int i) const {
-    const int G = exchange_.group().size();
-    const std::int64_t per = kParams[i].numel / kExperts;
-    std::vector<int> counts;
-    for (int q = 0; q < G; ++q) {
-      const auto [lo, hi] = expert_block(q, G);
-      counts.push_back(int((hi - lo) * per));
-    }
-    return counts;
-  }
-
   const gc::rt::Comm& world_;
   MpiExpertExchange exchange_;  // the group: G consecutive ranks
   gc::rt::Comm owners_;         // the W/G ranks owning the same block

@@ -5,17 +5,19 @@
 // by MPI over the group's host communicator.
 //
 // DeviceExpertGroups (zero_stage 0; under ZeRO-1 the world's reduce-scatter already sums each
-// expert block's owners, the other ranks adding zeros, and nothing here runs): the step's
-// collectives as on the CPU (engine/expert_groups.hpp):
+// expert block's owners, the other ranks adding zeros, and nothing here runs): a rank holds the
+// gradients, fp32 masters and moments of its own expert block only (layout(): the expert-block
+// StateLayout of model/state_layout.hpp), and the step's collectives are the CPU's
+// (engine/expert_groups.hpp):
 //   gradients   outside the experts: all-reduced over the world (the engine's buckets); an expert
-//               tensor's own block: over the W/G ranks that own the same block (nothing at
-//               W = G); the other blocks are skipped (zero here)
+//               tensor's own block: over the W/G ranks that own the same block (nothing at W = G)
 //   Σ g², update sums   an expert tensor's own block's, added over the group in rank order (the
 //               same bits in every group: cuda/group_sums.cuh)
-//   AdamW       the engine's table holds an expert tensor's own block only (own_part)
-//   parameters  after the update each rank sends its blocks to the rest of its group
-//               (ncclSend/ncclRecv: blocks may be uneven), masters and bf16 working copy
-//   moments     the same, only before a checkpoint
+//   AdamW       on the layout's masters and moments; the held elements then go to the whole
+//               working weights (cuda/state_parts.cuh)
+//   parameters  after the update each rank sends its blocks of the working weights to the rest
+//               of its group (ncclSend/ncclRecv: blocks may be uneven)
+//   checkpoints the masters and moments reach rank 0 through its group (gather_layout_to_root)
 #pragma once
 
 #ifdef GC_HAVE_NCCL
@@ -82,7 +84,8 @@ class DeviceExpertGroups {
   DeviceExpertGroups(const gc::rt::Comm& world, int G, bool split_gradients)
       : exchange_(world.split(world.rank() / G)),
         split_gradients_(split_gradients),
-        block_(expert_block(world.rank() % G, G)) {
+        block_(expert_block(world.rank() % G, G)),
+        layout_(split_gradients ? StateLayout::of_expert_block(block_) : StateLayout::whole()) {
     if (!split_gradients_) return;
     gathered_.resize(std::size_t(G) * kNumParams);
     std::vector<std::uint8_t> summed(static_cast<std::size_t>(kNumParams));
@@ -91,20 +94,19 @@ class DeviceExpertGroups {
     summed_.upload(summed.data(), summed.size());
     owners_host_ = std::make_unique<gc::rt::Comm>(world.split(world.rank() % G));
     owners_ = std::make_unique<gc::rt::cuda::NcclComm>(*owners_host_);
-    world_runs_ = shared_tensor_runs(StateLayout::whole());  // the CUDA engine keeps whole gradients
+    world_runs_ = shared_tensor_runs(layout_);
     for (int i = 0; i < kNumParams; ++i) {
       if (!is_expert_tensor(i)) continue;
       expert_.push_back(i);
-      if (owners_host_->size() > 1) owner_runs_.push_back(own_part(i));
+      if (owners_host_->size() > 1) owner_runs_.push_back({layout_.at(i), layout_.at(i) + layout_.held(i)});
     }
   }
   NcclExpertExchange<Act>& exchange() { return exchange_; }
   bool splits_gradients() const { return split_gradients_; }
+  // Where this rank keeps gradients, masters and moments (whole under ZeRO-1).
+  const StateLayout& layout() const { return layout_; }
 
-  // This rank's part [a, b) of tensor i (all of a tensor outside the experts).
-  std::pair<std::int64_t, std::int64_t> own_part(int i) const { return expert_block_part(i, block_); }
-
-  // Σ over the ranks of grads[a, b) as the header says, on `stream`.
+  // Σ over the ranks of grads[a, b) (layout() slots) as the header says, on `stream`.
   void reduce(float* grads, std::int64_t a, std::int64_t b, gc::rt::cuda::NcclComm& world, cudaStream_t stream) {
     for (const auto& [x, y] : world_runs_) {
       const std::int64_t lo = std::max(a, x), hi = std::min(b, y);
@@ -129,6 +131,10 @@ class DeviceExpertGroups {
   }
   // The same on the host (the update sums, which the host reads anyway).
   void complete_host_sums(double* sums, int per) { add_expert_sums_over_group(exchange_.group(), sums, per, scratch_); }
+  // Host arrays in layout() to rank 0's whole array (a collective of group 0).
+  void gather_to_root(const gc::rt::Comm& world, float* whole, const float* mine) const {
+    gather_layout_to_root(world, exchange_.group(), layout_, whole, mine);
+  }
   // Every expert tensor's blocks of `flat` (kOffsets layout) to every rank of the group.
   template <typename T>
   void share_blocks(T* flat, cudaStream_t stream) {
@@ -151,6 +157,7 @@ class DeviceExpertGroups {
   NcclExpertExchange<Act> exchange_;                  // the group: G consecutive ranks
   bool split_gradients_;                              // zero_stage 0: the gradient path above
   std::pair<int, int> block_;                         // this rank's experts [lo, hi)
+  StateLayout layout_;                                // its gradients, masters and moments
   std::unique_ptr<gc::rt::Comm> owners_host_;         // the W/G ranks owning the same block
   std::unique_ptr<gc::rt::cuda::NcclComm> owners_;
   std::vector<std::pair<std::int64_t, std::int64_t>> world_runs_, owner_runs_;

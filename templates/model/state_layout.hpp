@@ -13,6 +13,7 @@
 // Each tensor's slots start on a multiple of kTensorAlign, as in the parameter array.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <utility>
@@ -76,5 +77,13 @@ class StateLayout {
   std::array<std::int64_t, kNumParams + 1> at_{};
   std::array<std::int64_t, kNumParams> first_{}, held_{};
 };
+
+// This rank's part (`layout`) of a whole host array (kOffsets layout: a resume).
+inline void keep_layout_part(const StateLayout& layout, float* mine, const float* whole) {
+  for (int i = 0; i < kNumParams; ++i) {
+    const auto [a, b] = layout.whole_part(i);
+    std::copy(whole + a, whole + b, mine + layout.at(i));
+  }
+}
 
 }  // namespace gcm

@@ -405,7 +405,6 @@ inline int Trainer::run() {
     }
     // Rank 0 saves and measures for every rank: the replicas must be equal (issue 41).
     if (comm_.distributed() && (save_due || last)) check_replicas(step + 1);
-    if (save_due) engine_->assemble_moments();  // expert parallelism: a collective of the group
     // A profiled step ends after the metrics due at it, except for the run's closing evaluation.
     if (profiler_ && last) profiler_->after_step(step);
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves

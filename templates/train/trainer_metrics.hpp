@@ -127,26 +127,38 @@ inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kSto
 }
 
 // Device bytes one rank holds as planned: kPlannedDeviceBytes (one GPU, compiler/plan) with the
-// model state re-counted for ZeRO-1 over `ranks` (explain --world-size prints the same): the
-// working weights and gradients padded to ranks × shard elements (NCCL moves equal blocks),
-// the fp32 masters (bf16) and the AdamW moments of one shard, the update-ratio pass's partials
-// over that shard, and under bf16 the scratch that assembles one tensor's masters for the weight
-// metrics (metrics/device_scratch.hpp).
+// model state re-counted (explain --world-size prints the same).
+//   ZeRO-1 over `ranks`: the working weights and gradients padded to ranks × shard elements
+//     (NCCL moves equal blocks), the fp32 masters (bf16) and the AdamW moments of one shard, the
+//     update-ratio pass's partials over that shard, and under bf16 the scratch that assembles one
+//     tensor's masters for the weight metrics (metrics/device_scratch.hpp).
+//   expert parallelism over groups of G without ZeRO-1: the whole working weights; the
+//     gradients, fp32 masters (also under fp32: the working weights are then a copy) and moments
+//     of rank 0's expert block (planned_state_slots), the update pass over them, the table of the
+//     held parts' places in the weights (cuda/state_parts.cuh), under bf16 the master-assembly
+//     scratch, and the group's per-tensor Σ g² gathered (G · tensors doubles) with which tensors
+//     are summed (one byte each): engine/nccl_expert_exchange.cuh.
+// Both add the expert exchange buffers (expert_parallel_buffer_bytes).
 inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, double exchange_factor = 0.0) {
-  const std::int64_t stored = kStoredParams, shard = (stored + ranks - 1) / ranks;
-  const std::int64_t padded = ranks == 1 ? stored : shard * ranks;
+  const std::int64_t stored = kStoredParams;
   const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4, master = kPrecision == Precision::bf16 ? 4 : 0;
   const std::int64_t whole_state = stored * (weight + master + 4 + 8);
-  const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
-                                   metrics::UpdateScratch::of_range(0, stored).bytes();
-  const std::int64_t gather = ranks > 1 && kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
   const std::int64_t experts =
       expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight), exchange_factor);
-  // Expert parallelism without ZeRO-1: the group's per-tensor Σ g² gathered (G · tensors doubles)
-  // and which tensors are summed (one byte each): engine/nccl_expert_exchange.cuh.
-  const std::int64_t group_sums = expert_parallel > 1 && kZeroStage == 0 ? expert_parallel * kNumParams * 8 + kNumParams : 0;
-  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy + gather +
-         experts + group_sums;
+  const std::int64_t gather = kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
+  if (expert_parallel > 1 && kZeroStage == 0) {
+    const std::int64_t slots = planned_state_slots(expert_parallel, true);
+    const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, slots).bytes() -
+                                     metrics::UpdateScratch::of_range(0, stored).bytes();
+    const std::int64_t group_sums = expert_parallel * kNumParams * 8 + kNumParams, places = kNumParams * 8;
+    return kPlannedDeviceBytes - whole_state + stored * weight + slots * (4 + 4 + 8) + update_copy + places + gather +
+           experts + group_sums;
+  }
+  const std::int64_t shard = (stored + ranks - 1) / ranks, padded = ranks == 1 ? stored : shard * ranks;
+  const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
+                                   metrics::UpdateScratch::of_range(0, stored).bytes();
+  return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy +
+         (ranks > 1 ? gather : 0) + experts;
 }
 
 // One closing record for benchmarks: the median step time over this
@@ -155,9 +167,9 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
 // loop made after its first step (0: every buffer exists before training).
 inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   if (step_seconds_.empty()) return;
-  // Expert parallelism without ZeRO-1 splits the gradients and moments on the CPU backend (the
-  // CUDA engine keeps them whole); ZeRO-1 shards the moments over the world.
-  const bool expert_blocks = !host_.on_device() && kZeroStage == 0;
+  // Expert parallelism without ZeRO-1 keeps the expert block's gradients and moments; ZeRO-1
+  // shards the moments over the world.
+  const bool expert_blocks = kZeroStage == 0;
   const int zero_ranks = kZeroStage == 1 ? comm_.size() : 1;
   std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
   std::sort(timed.begin(), timed.end());
@@ -210,7 +222,7 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   if (host_.on_device()) {
     r["peak_device_bytes"] = peak_device_bytes_;
     r["allocated_device_bytes_peak"] = engine_->device_allocated_peak();
-    r["planned_device_bytes"] = planned_device_bytes(engine_->sharded() ? comm_.size() : 1, opt_.expert_parallel,
+    r["planned_device_bytes"] = planned_device_bytes(zero_ranks, opt_.expert_parallel,
                                                      opt_.expert_exchange_factor);
     r["allocations_in_loop"] = engine_->device_allocations() - allocations_after_first_step_;
     // What measuring copied from the GPU (validation losses, the analyses, update ratios) over
