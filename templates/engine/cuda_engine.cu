@@ -57,7 +57,8 @@
 #include "runtime/error.hpp"
 #include "engine/device_choice.cuh"
 #include "engine/engine.hpp"
-#include "engine/layer_stack.hpp"
+#include "engine/gradient_buckets.cuh"
+#include "engine/update_parts.cuh"
 #include "engine/zero.hpp"
 
 namespace gcm {
@@ -82,13 +83,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     verdict_.upload(&readout_.verdict, 1);  // no step yet: nothing stopped
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  ~CudaEngine() override {
-    if (reduce_stream_ != nullptr) {
-      cudaStreamDestroy(reduce_stream_);
-      cudaEventDestroy(backward_queued_);
-      cudaEventDestroy(reduced_);
-    }
-  }
 
   std::string describe() const override {
     cudaDeviceProp prop{};
@@ -104,18 +98,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // same fp32 value a cast of the master would give).
   void initialize(std::uint64_t seed) override {
     allocate_state();
-    if (expert_blocks_) {
-      initialize_blocks(seed);
-      return;
-    }
+    const std::vector<cuda::AdamWTensor> table = parts().table();
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
-      const auto [a, b] = shard_.overlap(i);
-      if (b > a) {
-        cuda::init_tensor(master_shard() + (a - shard_.lo), b - a, p.init, kInitStd[i], p.cutoff, seed,
-                          std::uint32_t(i), a - kOffsets.at[i]);
-      }
-      if constexpr (kSeparateMaster) {
+      const cuda::AdamWTensor& held = table[std::size_t(i)];
+      cuda::init_tensor(master_shard() + held.offset, held.numel, p.init, kInitStd[i], p.cutoff, seed,
+                        std::uint32_t(i), parts().first(i));
+      if (kSeparateMaster || expert_blocks_) {
         cuda::init_tensor(model_.params.data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed,
                           std::uint32_t(i));
       }
@@ -268,7 +257,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
     experts_->exchange().receive_factor = receive_factor;
     model_.attach_expert_exchange(&experts_->exchange());
-    experts_->exchange().before_collective = [this] { order_after_reductions(); };
+    experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     if (!zero1_) {
       expert_blocks_ = true;
       layout_ = experts_->layout();
@@ -287,13 +276,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   bool split_gradients() const { return experts_ && experts_->splits_gradients(); }
 #endif
-  void overlap_next_backward() override {
-    armed_ = reduce_stream_ != nullptr;
-    reductions_ = reductions_ordered_ = 0;
-  }
+  void overlap_next_backward() override { buckets_.arm(); }
   void reduce_grads() override {
 #ifdef GC_HAVE_NCCL
-    if (!armed_) {  // no buckets: one collective after the backward pass
+    if (!buckets_.armed()) {  // no buckets: one collective after the backward pass
       if (zero1_) {
         nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
       } else if (split_gradients()) {
@@ -301,25 +287,17 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       } else {
         nccl_->all_reduce(model_.grads.data(), layout_.total(), nullptr);
       }
-      reductions_ = 1;
+      buckets_.note_single_reduction();
       return;
     }
-    // What the hooks left: the tensors before the layer stack (embedding) and the rest of the
-    // stack (when the last bucket was not full), and, had the head's hook not come, the tensors
-    // after the stack.
-    reduce_on_side_stream(0, reduced_from_);
-    if (!head_reduced_) reduce_on_side_stream(stack_end_, layout_.total());
-    GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
-    GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
-    armed_ = head_reduced_ = false;
-    reduced_from_ = stack_end_;
+    buckets_.finish();
 #endif
   }
   std::int64_t optimizer_bytes() const override {
     return std::int64_t((m_.size() + v_.size()) * sizeof(float));
   }
   std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
-  int last_step_reductions() const override { return reductions_; }
+  int last_step_reductions() const override { return buckets_.reductions(); }
 
   // The metrics' device scratch, sized for this model and the plan's tensors (after join: the
   // update-ratio pass covers this rank's shard). Sizes: metrics/device_scratch.hpp, as the
@@ -447,19 +425,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     keep_layout_part(layout_, shard_host_.data(), whole);
     device.upload(shard_host_.data(), shard_host_.size());
   }
-  // Expert blocks: each tensor's masters from its Philox stream at the held elements' places, and
-  // the whole working weights (under fp32 the same values).
-  void initialize_blocks(std::uint64_t seed) {
-    for (int i = 0; i < kNumParams; ++i) {
-      const ParamInfo& p = kParams[i];
-      cuda::init_tensor(master_.data() + layout_.at(i), layout_.held(i), p.init, kInitStd[i], p.cutoff, seed,
-                        std::uint32_t(i), layout_.first(i));
-      cuda::init_tensor(model_.params.data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed,
-                        std::uint32_t(i));
-    }
-    m_.zero();
-    v_.zero();
-  }
   template <typename Params>
   const float* whole_fp32_weights(Params& params) {
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
@@ -504,7 +469,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                                  tensors_.data(), kNumParams, state_slots());
   }
   void upload_update_table(const bool* mask) {
-    const std::vector<cuda::AdamWTensor> table = adamw_table(mask);
+    const std::vector<cuda::AdamWTensor> table = parts().table(mask);
     update_tensors_.upload(table.data(), table.size());
     update_mask_ = mask;
   }
@@ -535,97 +500,39 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
     comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
   }
-  // The slots of gradients and optimizer state this rank updates: its expert block's layout, or
-  // its ZeRO-1 shard (everything without ZeRO-1).
-  std::int64_t state_slots() const { return expert_blocks_ ? layout_.total() : shard_.size(); }
-  // The AdamW (and Σ g²) table of the parts this rank updates: its expert block's layout, or the
-  // tensors' parts in its shard, offsets from the shard's start; with `mask`, numel 0 for the
-  // tensors it leaves out (the update-ratio pass's table).
-  std::vector<cuda::AdamWTensor> adamw_table(const bool* mask = nullptr) const {
-    std::vector<cuda::AdamWTensor> table;
-    for (int i = 0; i < kNumParams; ++i) {
-      const bool left_out = mask != nullptr && !mask[i];
-      const float lr_mult = float(kParams[i].lr_mult), decay = float(kParams[i].weight_decay);
-      if (expert_blocks_) {
-        table.push_back({layout_.at(i), left_out ? 0 : layout_.held(i), lr_mult, decay});
-        continue;
-      }
-      const auto [a, b] = shard_.overlap(i);  // a = the tensor's first element clamped into the shard
-      const std::int64_t n = left_out ? 0 : std::max<std::int64_t>(0, b - a);
-      table.push_back({std::min(a, shard_.hi) - shard_.lo, n, lr_mult, decay});
-    }
-    return table;
-  }
+  // The parts of the gradients and optimizer state this rank updates (engine/update_parts.cuh).
+  UpdateParts parts() const { return {shard_, expert_blocks_ ? &layout_ : nullptr}; }
+  std::int64_t state_slots() const { return parts().slots(); }
   void upload_tensor_table() {
-    const std::vector<cuda::AdamWTensor> table = adamw_table();
+    const std::vector<cuda::AdamWTensor> table = parts().table();
     tensors_.resize(table.size());
     tensors_.upload(table.data(), table.size());
     squares_scratch_.resize(cuda::sum_squares_scratch_doubles(state_slots(), kNumParams));
   }
 
 #ifdef GC_HAVE_NCCL
-  // Buckets follow the layer stack (engine/layer_stack.hpp) where the layout allows; otherwise
-  // everything is reduced after the backward pass.
-  // Called again when expert parallelism changes the gradients' layout.
+  // engine/gradient_buckets.cuh: the buckets of the gradients' layout (again when expert
+  // parallelism changes it), reported by the model's backward pass.
   void plan_buckets() {
-    const std::optional<LayerStack> stack = contiguous_layer_stack(layout_);
-    if (!stack) return;
-    layer_begin_ = stack->begin;
-    stack_end_ = reduced_from_ = stack->end;
-    if (reduce_stream_ != nullptr) return;
-    GC_CUDA_CHECK(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
-    GC_CUDA_CHECK(cudaEventCreateWithFlags(&backward_queued_, cudaEventDisableTiming));
-    GC_CUDA_CHECK(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
-    model_.on_layer_grads_done = [this](int l) {
-      if (armed_) layer_grads_done(l);
-    };
+    if (buckets_.plan(layout_)) model_.on_layer_grads_done = [this](int l) { buckets_.layer_done(l); };
   }
-  // l = L: the tensors after the layer stack (final norm, untied LM head) are final: one bucket
-  // of their own, at once. Else layers l … L−1 are final: reduce them once they make a full
-  // bucket (layer 0 always ends one).
-  void layer_grads_done(int l) {
-    if (l == kLayers) {
-      reduce_on_side_stream(stack_end_, layout_.total());
-      head_reduced_ = true;
-      return;
-    }
-    const std::int64_t from = layer_begin_[std::size_t(l)];
-    const double bytes = double(reduced_from_ - from) * sizeof(float);
-    if (l > 0 && bytes < kBucketMb * double(1 << 20)) return;
-    reduce_on_side_stream(from, reduced_from_);
-    reduced_from_ = from;
-  }
-  // Σ over ranks of grads[a, b) on the reduction stream, after the work queued so far: on every
-  // rank, or under ZeRO-1 on the rank whose shard holds each part (one ncclReduce per owner, in
-  // one group: together a reduce-scatter of the bucket).
-  void reduce_on_side_stream(std::int64_t a, std::int64_t b) {
-    if (b <= a) return;
-    GC_CUDA_CHECK(cudaEventRecord(backward_queued_, nullptr));
-    GC_CUDA_CHECK(cudaStreamWaitEvent(reduce_stream_, backward_queued_, 0));
+  // Σ over ranks of grads[a, b) on `stream`: on every rank, or under ZeRO-1 on the rank whose
+  // shard holds each part (one ncclReduce per owner, in one group: together a reduce-scatter of
+  // the bucket), or under expert parallelism the runs of engine/nccl_expert_exchange.cuh.
+  void reduce_range(std::int64_t a, std::int64_t b, cudaStream_t stream) {
     if (zero1_) {
       nccl_->group_start();
       for (int r = 0; r < int(shard_.counts.size()); ++r) {
         const auto [lo, hi] = shard_.range_of(r);
         const std::int64_t x = std::max(a, lo), y = std::min(b, hi);
-        if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, reduce_stream_);
+        if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, stream);
       }
       nccl_->group_end();
     } else if (split_gradients()) {
-      experts_->reduce(model_.grads.data(), a, b, *nccl_, reduce_stream_);
+      experts_->reduce(model_.grads.data(), a, b, *nccl_, stream);
     } else {
-      nccl_->all_reduce(model_.grads.data() + a, b - a, reduce_stream_);
+      nccl_->all_reduce(model_.grads.data() + a, b - a, stream);
     }
-    ++reductions_;
-  }
-  // Issue 41: an expert exchange (its group's communicator, on the compute stream) starts after
-  // the bucket reductions queued before it (the world's, on reduce_stream_), and each later
-  // reduction waits for the compute stream (backward_queued_): every rank runs its collectives
-  // in program order, so no rank holds one communicator while waiting on the other.
-  void order_after_reductions() {
-    if (!armed_ || reductions_ == reductions_ordered_) return;
-    GC_CUDA_CHECK(cudaEventRecord(reduced_, reduce_stream_));
-    GC_CUDA_CHECK(cudaStreamWaitEvent(nullptr, reduced_, 0));
-    reductions_ordered_ = reductions_;
   }
   std::unique_ptr<gc::rt::cuda::NcclComm> nccl_;
   std::unique_ptr<DeviceExpertGroups<ComputeType>> experts_;  // distributed.expert_parallel > 1
@@ -656,17 +563,14 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   DeviceBuffer<std::int64_t> whole_offsets_;
   std::vector<float> shard_host_;     // a shard on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join
-  // Bucketed reduction (plan_buckets): each layer's first element, the end of the layer
-  // stack, the start of what the current step has already reduced, the side stream and events.
-  std::vector<std::int64_t> layer_begin_;
-  std::int64_t stack_end_ = 0, reduced_from_ = 0;
-  bool armed_ = false;  // the backward pass being queued is the step's last on this rank
-  bool head_reduced_ = false;  // this step's tensors after the layer stack are being reduced
   bool zero1_ = false;  // distributed.zero_stage = 1 over several ranks
-  int reductions_ = 0;  // gradient reductions issued in the current (or last) step
-  int reductions_ordered_ = 0;  // of them, those an expert exchange already waited for
-  cudaStream_t reduce_stream_ = nullptr;
-  cudaEvent_t backward_queued_ = nullptr, reduced_ = nullptr;
+  GradientBuckets buckets_{[this](std::int64_t a, std::int64_t b, cudaStream_t stream) {
+#ifdef GC_HAVE_NCCL
+    reduce_range(a, b, stream);
+#else
+    (void)a, (void)b, (void)stream;
+#endif
+  }};
 };
 
 }  // namespace
