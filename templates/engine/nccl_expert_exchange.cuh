@@ -69,7 +69,7 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
   std::int64_t bytes_sent = 0;  // to other ranks, over the run
   std::int64_t exchanges = 0;
   // Run before each exchange is queued: the engine orders it after the gradient reductions
-  // queued on its other stream (engine/cuda_engine.cu's order_after_reductions).
+  // queued on its other stream (engine/gradient_buckets.cuh's order_before_collective).
   std::function<void()> before_collective;
 
  private:

@@ -1,9 +1,12 @@
 // CUDA emulator: events and created streams (gc_emu/runtime.hpp). A created stream is a queue of
-// operations that run, in order, only when something waits for them; an event remembers where in
+// operations that run, in order, only when something waits for them (or as they are queued:
+// GC_EMU_STREAMS below); an event remembers where in
 // its stream (or in the deferred-copy sequence of the default stream) it was recorded.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <string>
@@ -16,6 +19,7 @@
 struct CUstream_st {
   unsigned magic = 0x7374726d;  // "strm": a live stream
   bool blocking = true;         // synchronizes with the legacy default stream
+  bool eager = false;           // runs each operation as it is queued (GC_EMU_STREAMS)
   std::deque<std::function<void()>> queue;
   std::uint64_t queued = 0, done = 0;  // operations ever queued / run
 };
@@ -58,6 +62,38 @@ void run_until(cudaStream_t s, std::uint64_t position) {
 
 void run_all(cudaStream_t s) { run_until(s, s->queued); }
 
+// GC_EMU_STREAMS: when a created stream runs its work. "lazy" (unset): when something waits for
+// it (below). "eager": as it is queued, in program order, as a GPU that starts a stream's kernel
+// at once would. "mixed": eager on even MPI ranks, lazy on odd ones. "random:SEED": each stream
+// eager or lazy, drawn from SEED, the rank and the stream's creation count. The rank is Open
+// MPI's OMPI_COMM_WORLD_RANK (or Slurm's PMI_RANK). The last two make the ranks of one job run
+// their streams' work in different orders, as GPUs may (issue 41, hazard 3).
+bool next_stream_is_eager() {
+  static const std::string mode = [] {
+    const char* m = std::getenv("GC_EMU_STREAMS");
+    return std::string(m != nullptr && *m != '\0' ? m : "lazy");
+  }();
+  static std::uint64_t created = 0;
+  ++created;
+  const char* rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank_text == nullptr) rank_text = std::getenv("PMI_RANK");
+  const std::uint64_t rank = rank_text != nullptr ? std::uint64_t(std::atoll(rank_text)) : 0;
+  if (mode == "lazy") return false;
+  if (mode == "eager") return true;
+  if (mode == "mixed") return rank % 2 == 0;
+  if (mode.rfind("random:", 0) != 0) {
+    std::fprintf(stderr, "cuda emulator: GC_EMU_STREAMS=%s is not lazy, eager, mixed or random:SEED\n",
+                 mode.c_str());
+    std::abort();
+  }
+  std::uint64_t h = std::strtoull(mode.c_str() + 7, nullptr, 10) * 0x9e3779b97f4a7c15ull;
+  for (std::uint64_t v : {rank, created}) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9ull;
+  }
+  return (h >> 29) % 2 == 1;
+}
+
 cudaError_t bad_stream(const char* call) {
   return record_error(cudaErrorInvalidResourceHandle, std::string(call) + ": not a live stream");
 }
@@ -96,6 +132,7 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> op) {
   if (!is_live(stream)) return bad_stream("enqueue");
   stream->queue.push_back(std::move(op));
   ++stream->queued;
+  if (stream->eager) run_all(stream);
   return cudaSuccess;
 }
 
@@ -106,6 +143,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   *stream = new CUstream_st;
   (*stream)->blocking = (flags & cudaStreamNonBlocking) == 0;
+  (*stream)->eager = gc_emu::next_stream_is_eager();
   gc_emu::live_streams().push_back(*stream);
   return cudaSuccess;
 }
