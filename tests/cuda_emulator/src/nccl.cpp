@@ -1,6 +1,8 @@
 // CUDA emulator: NCCL over MPI (nccl.h). Each collective copies its input when it runs (so the
-// in-place forms NCCL allows work) and calls the matching MPI collective on the communicator's
-// MPI communicator (MPI_Comm_split of MPI_COMM_WORLD by unique id: the ranks that share an id).
+// in-place forms NCCL allows work), checks that every rank of the communicator runs the same
+// collective (call, bytes, root: check_same_collective) and calls the matching MPI collective on
+// the communicator's MPI communicator (MPI_Comm_split of MPI_COMM_WORLD by unique id: the ranks
+// that share an id).
 // Point-to-point sends and receives between ncclGroupStart and ncclGroupEnd run together at the
 // group's end (MPI_Isend / MPI_Irecv, then MPI_Waitall), as NCCL requires of a pairwise exchange.
 #include "nccl.h"
@@ -154,18 +156,51 @@ void all_reduce_shuffled(const std::vector<char>& in, void* recv, std::size_t co
   }
 }
 
-ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op) {
+// What one rank's collective is, which every rank of the communicator must agree on: the call,
+// the bytes each rank contributes and the root (-1: none). Point-to-point groups pass none (their
+// sizes differ by peer: the receive check below compares them).
+struct Signature {
+  const char* call = nullptr;
+  std::uint64_t bytes = 0;
+  std::int64_t root = -1;
+};
+
+// Before a collective runs, its ranks compare their signatures (an MPI_Allgather on the
+// communicator): NCCL does not check that they match, and a mismatch (another call, count or
+// root) hangs or corrupts on GPUs; here it stops the job naming both ranks' calls.
+void check_same_collective(ncclComm_t comm, const Signature& mine) {
+  const std::uint64_t call_hash = std::hash<std::string>{}(mine.call);
+  const std::uint64_t local[3] = {call_hash, mine.bytes, std::uint64_t(mine.root)};
+  std::vector<std::uint64_t> all(3 * std::size_t(comm->size));
+  MPI_Allgather(local, 3, MPI_UINT64_T, all.data(), 3, MPI_UINT64_T, comm->mpi);
+  for (int r = 0; r < comm->size; ++r) {
+    const std::uint64_t* theirs = all.data() + 3 * std::size_t(r);
+    if (theirs[0] == local[0] && theirs[1] == local[1] && theirs[2] == local[2]) continue;
+    fail(comm, ncclInvalidUsage,
+         std::string("collective mismatch: rank ") + std::to_string(comm->rank) + " runs " + mine.call + " of " +
+             std::to_string(mine.bytes) + " bytes" + (mine.root >= 0 ? " to root " + std::to_string(mine.root) : "") +
+             " where rank " + std::to_string(r) + " runs " + (theirs[0] == call_hash ? mine.call : "another call") +
+             " of " + std::to_string(theirs[1]) + " bytes" +
+             (std::int64_t(theirs[2]) >= 0 ? " to root " + std::to_string(std::int64_t(theirs[2])) : "") +
+             " (a GPU would hang or corrupt)");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::function<void()> op,
+                   Signature signature = {}) {
   static std::atomic<long> issued{0}, ran{0};
   if (comm != nullptr && comm->aborted.load()) return fail(comm, ncclInvalidUsage, std::string(call) + ": aborted");
   if (comm != nullptr) ++comm->collectives;
   const long number = issued++;
   const int ranks = comm != nullptr ? comm->size : 0;
-  op = [op = std::move(op), number, call, ranks, comm] {
+  op = [op = std::move(op), number, call, ranks, comm, signature] {
     // ncclCommAbort cancels what the communicator had queued: it never runs (a peer that died
     // would leave it waiting forever; ncclCommDestroy runs the streams before it frees comm).
     if (comm != nullptr && comm->aborted.load()) return;
     trace(number, call, ranks);
     stall_if_asked(ran++);
+    if (signature.call != nullptr && comm != nullptr && comm->size > 1) check_same_collective(comm, signature);
     op();
   };
   if (gc_emu::enqueue(stream, std::move(op)) != cudaSuccess) {
@@ -283,7 +318,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, std::size_t cou
       return;
     }
     MPI_Allreduce(in.data(), recvbuff, int(count), type, MPI_SUM, comm->mpi);
-  });
+  }, {"ncclAllReduce", bytes});
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t datatype,
@@ -300,7 +335,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, std::size_t count,
   return queue(comm, "ncclReduce", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
     MPI_Reduce(in.data(), at_root ? recvbuff : nullptr, int(count), type, MPI_SUM, root, comm->mpi);
-  });
+  }, {"ncclReduce", bytes, root});
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t recvcount, ncclDataType_t datatype,
@@ -313,7 +348,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, std::size_t
   return queue(comm, "ncclReduceScatter", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + send_bytes);
     MPI_Reduce_scatter_block(in.data(), recvbuff, int(recvcount), type, MPI_SUM, comm->mpi);
-  });
+  }, {"ncclReduceScatter", send_bytes});
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sendcount, ncclDataType_t datatype,
@@ -325,7 +360,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, std::size_t sen
   return queue(comm, "ncclAllGather", stream, [=] {
     std::vector<char> in(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
     MPI_Allgather(in.data(), int(bytes), MPI_BYTE, recvbuff, int(bytes), MPI_BYTE, comm->mpi);
-  });
+  }, {"ncclAllGather", bytes});
 }
 
 namespace {
