@@ -270,8 +270,10 @@ void add_distributed(Builder& b) {
                                       "computing it for the whole group's tokens through all-to-all exchanges "
                                       "(MPI on the CPU backend, NCCL send/recv on GPUs); expert gradients are "
                                       "reduced over the ranks that own the same block, the rest over all ranks. "
-                                      "Must divide the world size and not exceed moe.n_experts; train "
-                                      "--expert-parallel N overrides it."),
+                                      "Under zero_stage = 0 a rank holds the gradients, AdamW moments (and on "
+                                      "GPUs fp32 masters) of its own block only; the weights stay whole and "
+                                      "checkpoints consolidated. Must divide the world size and not exceed "
+                                      "moe.n_experts; train --expert-parallel N overrides it."),
                                 Value::integer(1)),
                    1),
           "8");

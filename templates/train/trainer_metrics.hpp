@@ -120,6 +120,13 @@ inline std::int64_t planned_state_slots(int expert_parallel, bool expert_blocks)
   return StateLayout::of_expert_block(expert_block(0, expert_parallel)).total();
 }
 
+// The gradient slots one rank holds as planned: planned_state_slots, except that on a GPU
+// under ZeRO-1 over `zero_ranks` the array is padded to equal shards (NCCL moves equal blocks).
+inline std::int64_t Trainer::planned_gradient_slots(bool expert_blocks, int zero_ranks) const {
+  if (host_.on_device() && zero_ranks > 1) return (kStoredParams + zero_ranks - 1) / zero_ranks * zero_ranks;
+  return planned_state_slots(opt_.expert_parallel, expert_blocks);
+}
+
 // AdamW moments one rank holds as planned: the slots above, or rank 0's ZeRO-1 shard of
 // ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
 inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kStoredParams) {
@@ -190,7 +197,7 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"optimizer_bytes", engine_->optimizer_bytes()},
             {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ranks, planned_state_slots(opt_.expert_parallel, expert_blocks))},
             {"gradient_bytes", engine_->gradient_bytes()},
-            {"planned_gradient_bytes", 4 * planned_state_slots(opt_.expert_parallel, expert_blocks)},
+            {"planned_gradient_bytes", 4 * planned_gradient_slots(expert_blocks, zero_ranks)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {

@@ -194,7 +194,11 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   ASSERT_EQ(one.status, 0) << one.output;
   const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
   ASSERT_EQ(two.status, 0) << two.output;
-  const Outcome again = train(tree, "--out " + (dir_ / "again").string(), 2);
+  // Again with each rank running its streams eagerly or lazily at random (GC_EMU_STREAMS; issue
+  // 41): the same checkpoint bytes.
+  ::setenv("GC_EMU_STREAMS", "random:3", 1);
+  const Outcome again = train(tree, "--watchdog-s 120 --out " + (dir_ / "again").string(), 2);
+  ::unsetenv("GC_EMU_STREAMS");
   ASSERT_EQ(again.status, 0) << again.output;
 
   const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
@@ -322,7 +326,11 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
-  const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
+  // Rank 0 runs its streams' collectives as they are queued, rank 1 when waited for
+  // (GC_EMU_STREAMS=mixed; issue 41): the ZeRO-1 reductions and gathers still pair up.
+  ::setenv("GC_EMU_STREAMS", "mixed", 1);
+  const Outcome two = train(tree, "--watchdog-s 120 --out " + (dir_ / "two").string(), 2);
+  ::unsetenv("GC_EMU_STREAMS");
   ASSERT_EQ(two.status, 0) << two.output;
 
   // bf16 working weights: the two runs round the same fp32 masters, so they agree to fp32 sums.
@@ -352,6 +360,8 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   const auto s1 = summary(dir_ / "one"), s2 = summary(dir_ / "two");
   EXPECT_EQ(s2["optimizer_bytes"], s2["planned_optimizer_bytes"]);
   EXPECT_NEAR(s2["optimizer_bytes"].get<double>() / s1["optimizer_bytes"].get<double>(), 0.5, 0.01);
+  // The gradients stay whole, padded to equal shards for NCCL, as planned.
+  for (const auto* s : {&s1, &s2}) EXPECT_EQ((*s)["gradient_bytes"], (*s)["planned_gradient_bytes"]) << s->dump();
   EXPECT_LT(s2["planned_device_bytes"].get<double>(), s1["planned_device_bytes"].get<double>());
   EXPECT_LT(s2["allocated_device_bytes_peak"].get<double>(), s1["allocated_device_bytes_peak"].get<double>());
   // Planned vs allocated, per rank: what the engine allocated stays within the plan for its world
