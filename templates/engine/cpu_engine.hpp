@@ -68,8 +68,8 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     // Every tensor's part in the gradients' layout: under expert parallelism an expert tensor's
     // own block only (its owners update the rest).
     const StateLayout& layout = model_.state_layout();
-    float* m = split_ ? block_m_.data() : m_.data();
-    float* v = split_ ? block_v_.data() : v_.data();
+    float* m = split() ? block_m_.data() : m_.data();
+    float* v = split() ? block_v_.data() : v_.data();
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
@@ -85,7 +85,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
   void upload(const float*, const float* m, const float* v) override {
     if (zero_) zero_->keep_shard(m, v);
-    if (split_) {
+    if (split()) {
       experts_->keep_own_part(block_m_.data(), m);
       experts_->keep_own_part(block_v_.data(), v);
     }
@@ -125,7 +125,6 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       experts_->exchange().receive_factor = receive_factor;
       model_.attach_expert_exchange(&experts_->exchange());
       if (zero_) return;
-      split_ = true;
       model_.use_state_layout(experts_->layout());
       block_m_.assign(std::size_t(experts_->layout().total()), 0.0f);
       block_v_.assign(block_m_.size(), 0.0f);
@@ -136,7 +135,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     const MpiExpertExchange& x = experts_->exchange();
     return {x.bytes_sent, x.seconds, x.exchanges};
   }
-  bool sharded() const override { return zero_ != nullptr || split_; }
+  bool sharded() const override { return zero_ != nullptr || split(); }
   std::uint64_t replica_fingerprint() override {
     return core::fingerprint_of(model_.params.data(), kOffsets.at[kNumParams]);
   }
@@ -172,7 +171,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   }
   std::int64_t optimizer_bytes() const override {
     if (zero_) return zero_->moment_bytes();
-    return std::int64_t(2 * (split_ ? block_m_.size() : m_.size()) * sizeof(float));
+    return std::int64_t(2 * (split() ? block_m_.size() : m_.size()) * sizeof(float));
   }
   std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
 
@@ -188,6 +187,8 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     const StateLayout& layout = model_.state_layout();
     for (int i = 0; i < kNumParams; ++i) out[i] = cpu::sum_of_squares(model_.grad(i), layout.held(i));
   }
+  // Expert parallelism without ZeRO-1: the gradients and moments in the expert-block layout.
+  bool split() const { return experts_ != nullptr && zero_ == nullptr; }
   Model<float>& model_;
   std::vector<float>& m_;
   std::vector<float>& v_;
@@ -200,8 +201,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
   std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
   std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1 (not under ZeRO-1's steps)
-  bool split_ = false;                      // expert parallelism without ZeRO-1: the expert-block layout
-  std::vector<float> block_m_, block_v_;    // then the rank's moments (experts_->layout())
+  std::vector<float> block_m_, block_v_;    // split(): the rank's moments (experts_->layout())
 };
 
 }  // namespace gcm

@@ -170,7 +170,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 2, nullptr);  // [cross-entropy, balancing loss]
       if (zero1_) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
-      if (split_gradients()) experts_->complete_device_sums(squares_.data());
+      if (expert_blocks_) experts_->complete_device_sums(squares_.data());
     }
 #endif
     cuda::judge_step_on_device(verdict_.data(), loss, squares_.data(), kNumParams, kGradClip, t);
@@ -191,7 +191,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (zero1_) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
     if (expert_blocks_) {  // the block's masters into the working weights, then the group's blocks to every rank
       cuda::copy_parts_to_whole(model_.params.data(), master_.data(), tensors_.data(), whole_offsets_.data(),
-                                kNumParams, layout_.total());
+                                kNumParams, layout().total());
       experts_->share_blocks(model_.params.data(), nullptr);
     }
 #endif
@@ -260,10 +260,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     if (!zero1_) {
       expert_blocks_ = true;
-      layout_ = experts_->layout();
-      model_.use_state_layout(layout_);
+      model_.use_state_layout(experts_->layout());
       std::vector<std::int64_t> whole(static_cast<std::size_t>(kNumParams));
-      for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout_.whole_part(i).first;
+      for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout().whole_part(i).first;
       whole_offsets_.resize(whole.size());
       whole_offsets_.upload(whole.data(), whole.size());
       plan_buckets();
@@ -274,7 +273,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     return experts_ ? ExchangeTotals{experts_->exchange().bytes_sent, 0.0, experts_->exchange().exchanges}
                     : ExchangeTotals{};
   }
-  bool split_gradients() const { return experts_ && experts_->splits_gradients(); }
 #endif
   void overlap_next_backward() override { buckets_.arm(); }
   void reduce_grads() override {
@@ -282,10 +280,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (!buckets_.armed()) {  // no buckets: one collective after the backward pass
       if (zero1_) {
         nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
-      } else if (split_gradients()) {
-        experts_->reduce(model_.grads.data(), 0, layout_.total(), *nccl_, nullptr);
+      } else if (expert_blocks_) {
+        experts_->reduce(model_.grads.data(), 0, layout().total(), *nccl_, nullptr);
       } else {
-        nccl_->all_reduce(model_.grads.data(), layout_.total(), nullptr);
+        nccl_->all_reduce(model_.grads.data(), layout().total(), nullptr);
       }
       buckets_.note_single_reduction();
       return;
@@ -308,8 +306,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     weight_stats_ = std::make_unique<cuda::DeviceWeightStats>(metrics::WeightScratch::of_plan(top_tokens, every_metric),
                                                               model_.backend().blas());
     static_assert(sizeof(cuda::AdamWTensor) == 24, "metrics/device_scratch.hpp counts 24-byte table rows");
-    const metrics::UpdateScratch updates = expert_blocks_ ? metrics::UpdateScratch::of_range(0, layout_.total())
-                                                          : metrics::UpdateScratch::of_range(shard_.lo, shard_.hi);
+    const metrics::UpdateScratch updates = metrics::UpdateScratch::of_range(shard_.lo, shard_.lo + state_slots());
     update_partial_.resize(std::size_t(updates.partial_doubles()));
     update_sums_.resize(2 * std::size_t(kNumParams));
     update_tensors_.resize(std::size_t(kNumParams));
@@ -349,7 +346,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
     if (zero1_) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
 #ifdef GC_HAVE_NCCL
-    if (split_gradients()) experts_->complete_host_sums(out.front().data(), 2);
+    if (expert_blocks_) experts_->complete_host_sums(out.front().data(), 2);
 #endif
     for (int i = 0; i < kNumParams; ++i) {
       if (!mask[i]) out[std::size_t(i)] = {0.0, 0.0};
@@ -419,10 +416,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       params.upload(staging_.data(), n);
     }
   }
-  // Expert blocks: this rank's part (layout_) of a whole host array into `device`.
+  // Expert blocks: this rank's part (layout()) of a whole host array into `device`.
   void upload_layout(DeviceBuffer<float>& device, const float* whole) {
-    shard_host_.resize(std::size_t(layout_.total()));
-    keep_layout_part(layout_, shard_host_.data(), whole);
+    shard_host_.resize(std::size_t(layout().total()));
+    keep_layout_part(layout(), shard_host_.data(), whole);
     device.upload(shard_host_.data(), shard_host_.size());
   }
   template <typename Params>
@@ -439,14 +436,14 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   const float* gathered_master(int i) {
 #ifdef GC_HAVE_NCCL
     if (gathered_ == i) return gather_.data();
-    if (expert_blocks_ && !is_expert_tensor(i)) return master_.data() + layout_.at(i);  // whole here
+    if (expert_blocks_ && !is_expert_tensor(i)) return master_.data() + layout().at(i);  // whole here
     const std::int64_t n = kParams[i].numel;
     if (n > std::int64_t(gather_.size())) throw gc::rt::RuntimeError("weight metrics: no room to assemble " +
                                                                      std::string(kParams[i].name));
     GC_CUDA_CHECK(cudaMemsetAsync(gather_.data(), 0, std::size_t(n) * sizeof(float)));
     if (expert_blocks_) {  // an expert tensor's blocks over the group
-      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + layout_.first(i), master_.data() + layout_.at(i),
-                                    std::size_t(layout_.held(i)) * sizeof(float), cudaMemcpyDeviceToDevice));
+      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + layout().first(i), master_.data() + layout().at(i),
+                                    std::size_t(layout().held(i)) * sizeof(float), cudaMemcpyDeviceToDevice));
       experts_->exchange().nccl().all_reduce(gather_.data(), n, nullptr);
       gathered_ = i;
       return gather_.data();
@@ -501,7 +498,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
   }
   // The parts of the gradients and optimizer state this rank updates (engine/update_parts.cuh).
-  UpdateParts parts() const { return {shard_, expert_blocks_ ? &layout_ : nullptr}; }
+  UpdateParts parts() const { return {shard_, expert_blocks_ ? &layout() : nullptr}; }
+  // Where this rank keeps its gradients, masters and moments: the model's gradient layout.
+  const StateLayout& layout() const { return model_.state_layout(); }
   std::int64_t state_slots() const { return parts().slots(); }
   void upload_tensor_table() {
     const std::vector<cuda::AdamWTensor> table = parts().table();
@@ -514,7 +513,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // engine/gradient_buckets.cuh: the buckets of the gradients' layout (again when expert
   // parallelism changes it), reported by the model's backward pass.
   void plan_buckets() {
-    if (buckets_.plan(layout_)) model_.on_layer_grads_done = [this](int l) { buckets_.layer_done(l); };
+    if (buckets_.plan(layout())) model_.on_layer_grads_done = [this](int l) { buckets_.layer_done(l); };
   }
   // Σ over ranks of grads[a, b) on `stream`: on every rank, or under ZeRO-1 on the rank whose
   // shard holds each part (one ncclReduce per owner, in one group: together a reduce-scatter of
@@ -528,7 +527,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
         if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, stream);
       }
       nccl_->group_end();
-    } else if (split_gradients()) {
+    } else if (expert_blocks_) {
       experts_->reduce(model_.grads.data(), a, b, *nccl_, stream);
     } else {
       nccl_->all_reduce(model_.grads.data() + a, b - a, stream);
@@ -556,10 +555,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   cuda::DeviceFingerprint fingerprint_;  // the working parameters' (replica_fingerprint)
   StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
-  // Expert parallelism without ZeRO-1 (split_experts): the gradients', masters' and moments'
-  // layout (whole otherwise), and each tensor's held part's first element in the whole weights.
+  // Expert parallelism without ZeRO-1 (split_experts): the gradients, masters and moments are in
+  // the expert-block layout (layout()); each tensor's held part's first element in the whole weights.
   bool expert_blocks_ = false;
-  StateLayout layout_ = StateLayout::whole();
   DeviceBuffer<std::int64_t> whole_offsets_;
   std::vector<float> shard_host_;     // a shard on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join

@@ -14,7 +14,7 @@
 //   parameters  each expert tensor's blocks all-gathered inside the group, so every rank holds
 //               the whole current model (checkpoints, metrics, evaluation and the sample read it)
 //   moments     gathered to rank 0 by its group only when a checkpoint is saved
-//               (ExpertBlockMoments); a resume keeps the rank's blocks of the whole arrays
+//               (gather_layout_to_root); a resume keeps the rank's blocks of the whole arrays
 // Under ZeRO-1 none of this runs: the layout stays whole, the world's reduce-scatter already sums
 // each block's owners (the others add zeros) and its all-gather replicates every parameter
 // (engine/zero.hpp).

@@ -102,7 +102,6 @@ class DeviceExpertGroups {
     }
   }
   NcclExpertExchange<Act>& exchange() { return exchange_; }
-  bool splits_gradients() const { return split_gradients_; }
   // Where this rank keeps gradients, masters and moments (whole under ZeRO-1).
   const StateLayout& layout() const { return layout_; }
 

@@ -7,27 +7,12 @@
 #include <cstdio>
 #include <cstring>
 
-#include <mpi.h>
-
-#include "cuda_runtime.h"
-#include "nccl.h"
+#include "two_ranks.hpp"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2 || argc != 2 || (std::strcmp(argv[1], "abort") != 0 && std::strcmp(argv[1], "free") != 0)) {
-    std::fprintf(stderr, "usage: mpirun -np 2 abort_teardown abort|free\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  ncclUniqueId id;
-  if (rank == 0) ncclGetUniqueId(&id);
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) MPI_Abort(MPI_COMM_WORLD, 3);
-  float* buffer = nullptr;
-  if (cudaMalloc(reinterpret_cast<void**>(&buffer), 8 * sizeof(float)) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 4);
+  const auto [rank, comm, buffer] = start_two_ranks(argc, argv, "abort_teardown abort|free", 8, [](const char* mode) {
+    return std::strcmp(mode, "abort") == 0 || std::strcmp(mode, "free") == 0;
+  });
   if (rank == 0) {
     cudaStream_t side = nullptr;
     if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 5);

@@ -6,28 +6,14 @@
 #include <cstdio>
 #include <cstring>
 
-#include <mpi.h>
-
-#include "cuda_runtime.h"
-#include "nccl.h"
+#include "two_ranks.hpp"
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2 || argc != 2) {
-    std::fprintf(stderr, "usage: mpirun -np 2 collective_match same|count|call\n");
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  const auto valid = [](const char* mode) {
+    return std::strcmp(mode, "same") == 0 || std::strcmp(mode, "count") == 0 || std::strcmp(mode, "call") == 0;
+  };
+  const auto [rank, comm, buffer] = start_two_ranks(argc, argv, "collective_match same|count|call", 64, valid);
   const bool other_count = std::strcmp(argv[1], "count") == 0, other_call = std::strcmp(argv[1], "call") == 0;
-  ncclUniqueId id;
-  if (rank == 0) ncclGetUniqueId(&id);
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) MPI_Abort(MPI_COMM_WORLD, 3);
-  float* buffer = nullptr;
-  if (cudaMalloc(reinterpret_cast<void**>(&buffer), 64 * sizeof(float)) != cudaSuccess) MPI_Abort(MPI_COMM_WORLD, 4);
   ncclResult_t rc = ncclSuccess;
   if (rank == 1 && other_call) {
     rc = ncclAllGather(buffer, buffer + 16, 8, ncclFloat, comm, nullptr);
