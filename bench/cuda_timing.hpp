@@ -10,7 +10,7 @@
 
 #include "runtime/cuda/check.hpp"
 
-namespace gcm::bench {
+namespace gc::tree::bench {
 
 template <class F>
 double median_ms(int iters, int warmup, F&& run) {
@@ -34,4 +34,4 @@ double median_ms(int iters, int warmup, F&& run) {
   return ms[ms.size() / 2];
 }
 
-}  // namespace gcm::bench
+}  // namespace gc::tree::bench

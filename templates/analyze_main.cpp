@@ -41,7 +41,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using gc::rt::RuntimeError;
-using gcm::Json;
+using gc::tree::Json;
 
 const char* const kUsage =
     "usage: analyze metrics CHECKPOINT [-o FILE.jsonl] [--images DIR] [--batches N] [--val-data P] [--train-data P]\n"
@@ -65,7 +65,7 @@ const char* const kUsage =
     "                  compare the whole validation set, at most 2^20 tokens)\n";
 
 struct Args {
-  std::string command, out, images, val_data = gcm::kValData, train_data = gcm::kTrainData, tokens_out;
+  std::string command, out, images, val_data = gc::tree::kValData, train_data = gc::tree::kTrainData, tokens_out;
   std::string device = "auto";
   std::string label_a, label_b;
   std::vector<std::string> inputs;
@@ -91,7 +91,7 @@ Args parse(int argc, char** argv) {
   if (a.command != "metrics" && a.command != "tokens" && a.command != "compare" && a.command != "anchor") {
     throw UsageError("unknown command '" + a.command + "' (metrics, tokens, compare or anchor)");
   }
-  if (a.command == "anchor" && !gcm::kAnchorTask) {
+  if (a.command == "anchor" && !gc::tree::kAnchorTask) {
     throw UsageError("'anchor' needs a tree of data.format = \"anchor\" (this experiment's data is not the anchor task)");
   }
   for (int i = 2; i < argc; ++i) {
@@ -141,21 +141,24 @@ Args parse(int argc, char** argv) {
 }
 
 // Whole batches available in the validation shards without wrapping around.
-std::int64_t available_batches(const gc::rt::ShardSet& val) { return val.whole_sequences(gcm::kSeqLen) / gcm::kMicroBatch; }
+std::int64_t available_batches(const gc::rt::ShardSet& val) {
+  return val.whole_sequences(gc::tree::kSeqLen) / gc::tree::kMicroBatch;
+}
 
 std::vector<gc::rt::Batch> validation(const Args& a, std::int64_t default_batches) {
-  gc::rt::ShardSet val(a.val_data, gcm::kVocab, gcm::sequence_layout());
+  gc::rt::ShardSet val(a.val_data, gc::tree::kVocab, gc::tree::sequence_layout());
   const std::int64_t available = available_batches(val);
   if (available == 0) {
-    throw RuntimeError(a.val_data, "too little validation data for one batch of " + std::to_string(gcm::kMicroBatch) +
-                                       " sequences of " + std::to_string(gcm::kSeqLen + 1) + " tokens");
+    throw RuntimeError(a.val_data, "too little validation data for one batch of " +
+                                       std::to_string(gc::tree::kMicroBatch) + " sequences of " +
+                                       std::to_string(gc::tree::kSeqLen + 1) + " tokens");
   }
   const std::int64_t n = a.batches > 0 ? a.batches : std::min(default_batches, available);
   if (n > available) {
     throw RuntimeError(a.val_data, "--batches " + std::to_string(n) + " exceeds the " + std::to_string(available) +
                                        " batches the validation data holds");
   }
-  return val.validation_batches(gcm::kMicroBatch, gcm::kSeqLen, n);
+  return val.validation_batches(gc::tree::kMicroBatch, gc::tree::kSeqLen, n);
 }
 
 void emit(const std::string& out, const std::string& text) {
@@ -170,46 +173,46 @@ void emit(const std::string& out, const std::string& text) {
 // cuda/weight_stats.cuh) or the CPU engine over a host model, both holding the checkpoint's
 // weights; the measurements below are the same code for both.
 struct Measurer {
-  std::unique_ptr<gcm::Model<float>> host;  // the CPU engine's model
+  std::unique_ptr<gc::tree::Model<float>> host;  // the CPU engine's model
   std::vector<float> params, m, v;           // the weights on the host (the CUDA engine's upload), zero moments
-  std::unique_ptr<gcm::Engine> engine;
+  std::unique_ptr<gc::tree::Engine> engine;
   std::int64_t step = 0;
 };
 
 Measurer open_measurer(const Args& a) {
   Measurer out;
-  const bool on_gpu = gcm::runs_on_gpu(a.device);
+  const bool on_gpu = gc::tree::runs_on_gpu(a.device);
   if (on_gpu) {  // the weights go to the device: a host copy of the parameters, no host model
-    out.params.assign(std::size_t(gcm::kOffsets.at[gcm::kNumParams]), 0.0f);
+    out.params.assign(std::size_t(gc::tree::kOffsets.at[gc::tree::kNumParams]), 0.0f);
     std::vector<std::vector<float>> biases;
-    out.step = gcm::load_weights(a.inputs[0], out.params.data(), biases);
-    out.engine = gcm::make_engine(true, {});
+    out.step = gc::tree::load_weights(a.inputs[0], out.params.data(), biases);
+    out.engine = gc::tree::make_engine(true, {});
     out.m.assign(out.params.size(), 0.0f);
     out.engine->upload(out.params.data(), out.m.data(), out.m.data());
     if (!biases.empty()) out.engine->set_moe_biases(biases);
     out.engine->prepare_metrics(/*every_metric=*/true);
     return out;
   }
-  out.host = std::make_unique<gcm::Model<float>>(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
+  out.host = std::make_unique<gc::tree::Model<float>>(gc::tree::kMicroBatch, gc::tree::kSeqLen, gc::tree::kKeepLogits);
   out.step = load_weights(a.inputs[0], *out.host);
-  out.engine = gcm::make_engine(false, [&] { return gcm::HostEngineState{out.host.get(), &out.m, &out.v}; });
+  out.engine = gc::tree::make_engine(false, [&] { return gc::tree::HostEngineState{out.host.get(), &out.m, &out.v}; });
   return out;
 }
 
 int run_metrics(const Args& a) {
   Measurer measurer = open_measurer(a);
-  gcm::Engine& engine = *measurer.engine;
+  gc::tree::Engine& engine = *measurer.engine;
   const std::int64_t step = measurer.step;
-  const auto batches = validation(a, gcm::kEvalBatches);
-  gcm::metrics::MetricsDue due = gcm::metrics::MetricsDue::all();
+  const auto batches = validation(a, gc::tree::kEvalBatches);
+  gc::tree::metrics::MetricsDue due = gc::tree::metrics::MetricsDue::all();
   due.cosine_images = !a.images.empty();
   std::vector<int> top_tokens;  // embedding_cosine ranks tokens by their frequency in the training data
   try {
-    top_tokens = gcm::metrics::most_frequent_tokens(a.train_data, gcm::kEmbeddingTopTokens);
+    top_tokens = gc::tree::metrics::most_frequent_tokens(a.train_data, gc::tree::kEmbeddingTopTokens);
   } catch (const RuntimeError& e) {
     std::fprintf(stderr, "analyze: note: no embedding_cosine (training data unreadable: %s)\n", e.what());
   }
-  gcm::metrics::ActivationMetrics activations(due);
+  gc::tree::metrics::ActivationMetrics activations(due);
   double loss = 0.0;
   engine.zero_grads();
   engine.track_logit_moments(activations.needs_logit_moments());
@@ -224,23 +227,25 @@ int run_metrics(const Args& a) {
     engine.moe_accumulate_window();
     engine.forward_backward(inputs.data(), targets.data(), 1.0 / double(batches.size()));
   }
-  std::vector<Json> records = {{{"step", step}, {"val_loss", loss}, {"tokens", std::int64_t(batches.size()) *
-                                                                                    gcm::kMicroBatch * gcm::kSeqLen}}};
-  if constexpr (gcm::kMoe && gcm::kMoeRoutingOn) {
+  std::vector<Json> records = {{{"step", step},
+                                {"val_loss", loss},
+                                {"tokens", std::int64_t(batches.size()) * gc::tree::kMicroBatch * gc::tree::kSeqLen}}};
+  if constexpr (gc::tree::kMoe && gc::tree::kMoeRoutingOn) {
     // Routing over the validation batches, the last batch's entropy.
-    Json routing = gcm::moe_record(engine.moe_take_stats(), step, engine.last_aux_loss());
+    Json routing = gc::tree::moe_record(engine.moe_take_stats(), step, engine.last_aux_loss());
     routing["data"] = "validation";
     records.push_back(routing);
   }
   for (auto& r : activations.records(step)) records.push_back(r);
   // Gradient norms per class of the validation loss (training logs them per step instead).
   const std::vector<double> squares = engine.gradient_squares();
-  const Json grads = gcm::metrics::per_class_norm(gcm::kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
+  const Json grads =
+      gc::tree::metrics::per_class_norm(gc::tree::kGradNormTensors, [&](int i) { return squares[std::size_t(i)]; });
   records.push_back({{"step", step}, {"metric", "grad_norm"}, {"values", grads}, {"data", "validation"}});
   if (due.cosine_images) fs::create_directories(a.images);
-  gcm::metrics::HostWeightStats on_host(measurer.host ? measurer.host->params.data() : measurer.params.data());
-  gcm::metrics::WeightStats* on_device = engine.weight_stats();
-  for (auto& r : gcm::metrics::weight_records(step, on_device ? *on_device : on_host, due, top_tokens, a.images)) {
+  gc::tree::metrics::HostWeightStats on_host(measurer.host ? measurer.host->params.data() : measurer.params.data());
+  gc::tree::metrics::WeightStats* on_device = engine.weight_stats();
+  for (auto& r : gc::tree::metrics::weight_records(step, on_device ? *on_device : on_host, due, top_tokens, a.images)) {
     records.push_back(r);
   }
   if (measurer.host == nullptr) {
@@ -261,8 +266,8 @@ struct TokenLogProbs {
 };
 
 std::string vocab_hash() {
-  if (std::string(gcm::kVocabFile).empty()) return "";
-  const std::string bytes = gc::rt::read_file(gcm::kVocabFile);
+  if (std::string(gc::tree::kVocabFile).empty()) return "";
+  const std::string bytes = gc::rt::read_file(gc::tree::kVocabFile);
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
   char buf[20];
@@ -271,22 +276,22 @@ std::string vocab_hash() {
 }
 
 TokenLogProbs evaluate_tokens(const Args& a, const std::string& checkpoint) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
+  gc::tree::Model<float> model(gc::tree::kMicroBatch, gc::tree::kSeqLen, gc::tree::kKeepLogits);
   TokenLogProbs out;
   out.step = load_weights(checkpoint, model);
   out.source = checkpoint;
-  out.label = gcm::kExperimentName;
-  out.vocab = gcm::kVocab;
-  out.seq_len = gcm::kSeqLen;
+  out.label = gc::tree::kExperimentName;
+  out.vocab = gc::tree::kVocab;
+  out.seq_len = gc::tree::kSeqLen;
   out.vocab_hash = vocab_hash();
-  for (const auto& batch : validation(a, (std::int64_t(1) << 20) / (gcm::kMicroBatch * gcm::kSeqLen))) {
+  for (const auto& batch : validation(a, (std::int64_t(1) << 20) / (gc::tree::kMicroBatch * gc::tree::kSeqLen))) {
     const auto inputs = batch.inputs(), targets = batch.targets();
     model.forward(inputs.data(), targets.data());
     const float* loss = model.token_losses();
     for (int i = 0; i < model.rows(); ++i) out.logp.push_back(-double(loss[i]));
     out.inputs.insert(out.inputs.end(), inputs.begin(), inputs.end());
     out.targets.insert(out.targets.end(), targets.begin(), targets.end());
-    out.sequences += gcm::kMicroBatch;
+    out.sequences += gc::tree::kMicroBatch;
   }
   return out;
 }
@@ -300,7 +305,7 @@ void write_token_file(const std::string& path, const TokenLogProbs& t) {
                             {{"format", "pt"},
                              {"gcompile.kind", "token_logp"},
                              {"experiment", t.label},
-                             {"spec_hash", gcm::kSpecHash},
+                             {"spec_hash", gc::tree::kSpecHash},
                              {"checkpoint", t.source},
                              {"step", std::to_string(t.step)},
                              {"vocab_size", std::to_string(t.vocab)},
@@ -397,16 +402,17 @@ std::vector<double> logp_at(const TokenLogProbs& t, const std::vector<std::size_
 // delta_sym[j] belongs to position kept[j].
 Json top_gains(const Args& a, const TokenLogProbs& A, const std::vector<double>& delta_sym,
                const std::vector<std::size_t>& kept) {
-  const bool text = !std::string(gcm::kVocabFile).empty();
-  const std::vector<std::string> pieces = text ? gcm::load_vocab(gcm::kVocabFile) : std::vector<std::string>();
+  const bool text = !std::string(gc::tree::kVocabFile).empty();
+  const std::vector<std::string> pieces =
+      text ? gc::tree::load_vocab(gc::tree::kVocabFile) : std::vector<std::string>();
   auto show = [&](std::vector<std::int32_t> ids) {
-    if (text) return gcm::decode(pieces, ids);
+    if (text) return gc::tree::decode(pieces, ids);
     std::string s;
     for (auto id : ids) s += "<" + std::to_string(id) + ">";
     return s;
   };
   Json out = Json::array();
-  for (std::size_t j : gcm::analysis::largest_gains(delta_sym, std::size_t(a.top))) {
+  for (std::size_t j : gc::tree::analysis::largest_gains(delta_sym, std::size_t(a.top))) {
     const std::size_t i = kept[j];
     const std::size_t seq = i / std::size_t(A.seq_len), pos = i % std::size_t(A.seq_len);
     const std::size_t from = seq * std::size_t(A.seq_len) + (pos + 1 > std::size_t(a.context) ? pos + 1 - a.context : 0);
@@ -422,7 +428,7 @@ int run_compare(const Args& a) {
   const TokenLogProbs B = load_side(a, a.inputs[1]);
   check_comparable(A, B);
   const std::vector<std::size_t> kept = scored_positions(A.targets);
-  const auto c = gcm::analysis::compare_tokens(logp_at(A, kept), logp_at(B, kept));
+  const auto c = gc::tree::analysis::compare_tokens(logp_at(A, kept), logp_at(B, kept));
   Json deciles = Json::array();
   for (const auto& d : c.deciles) {
     deciles.push_back({{"decile", d.index}, {"count", d.count}, {"difficulty_min", d.difficulty_min},
@@ -461,19 +467,20 @@ int run_compare(const Args& a) {
 
 // The anchor task's accuracies at one checkpoint, as the training loop records them.
 int run_anchor(const Args& a) {
-  gcm::Model<float> model(gcm::kMicroBatch, gcm::kSeqLen, gcm::kKeepLogits);
+  gc::tree::Model<float> model(gc::tree::kMicroBatch, gc::tree::kSeqLen, gc::tree::kKeepLogits);
   const std::int64_t step = load_weights(a.inputs[0], model);
   const gc::rt::anchor::Scores scores =
-      gcm::anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+      gc::tree::anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
         model.forward(inputs, targets);
         return model.logits();
       });
-  emit(a.out, gc::rt::metrics_line(gcm::anchor_record(step, scores)) + "\n");
+  emit(a.out, gc::rt::metrics_line(gc::tree::anchor_record(step, scores)) + "\n");
   std::fprintf(stderr,
                "analyze: step %lld, %lld sequences per set: train %.3f, test %.3f; held-out pair [%d, %d]: "
                "inferential %.3f, symmetric %.3f\n",
                (long long)step, (long long)scores.test.total, scores.train.value(), scores.test.value(),
-               gcm::kAnchorHeldFirst, gcm::kAnchorHeldSecond, scores.inferential.value(), scores.symmetric.value());
+               gc::tree::kAnchorHeldFirst, gc::tree::kAnchorHeldSecond, scores.inferential.value(),
+               scores.symmetric.value());
   return 0;
 }
 

@@ -9,7 +9,7 @@
 #include "gc/knob.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // --- experiment identity, seed, data and provenance: defined in experiment.cpp,
 // the one source file (with plan_init.cpp) that differs between trees of an
@@ -155,5 +155,4 @@ static_assert(kHeads % kKvHeads == 0, "n_heads must be divisible by n_kv_heads")
 static_assert(kTopK >= 1 && kTopK <= kExperts, "moe.top_k must be between 1 and moe.n_experts");
 static_assert(kSeqLen <= kMaxSeqLen, "seq_len exceeds max_seq_len");
 
-}  // namespace gcm
-
+}  // namespace gc::tree

@@ -5,7 +5,7 @@
 #include "config.hpp"
 #include "gc/knob.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // --- experiment
 constexpr const char* kExperimentName = gc::knob<const char*>("experiment.name", "template");
@@ -19,4 +19,4 @@ constexpr const char* kSpecHash = gc::knob<const char*>("plan.spec_hash", "");
 constexpr const char* kGcompileVersion = gc::knob<const char*>("plan.gcompile_version", "");
 constexpr std::uint64_t kAnchorSeed = gc::knob<std::uint64_t>("plan.anchor_seed", 0);
 
-}  // namespace gcm
+}  // namespace gc::tree

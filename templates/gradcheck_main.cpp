@@ -19,7 +19,7 @@
 namespace {
 
 constexpr int kBatch = 2;
-constexpr int kLen = gcm::kSeqLen < 6 ? gcm::kSeqLen : 6;
+constexpr int kLen = gc::tree::kSeqLen < 6 ? gc::tree::kSeqLen : 6;
 constexpr int kEntriesPerTensor = 6;
 constexpr int kHeadRows = 5;  // three chunks of 12 rows (kLen = 6), the last one short
 constexpr double kSamePathTolerance = 1e-12;
@@ -31,7 +31,7 @@ constexpr double kAbsoluteFloor = 1e-9;
 
 // Deterministic pseudo-random integer in [0, n) from the Philox stream.
 std::int64_t pick(std::uint64_t stream, std::uint64_t i, std::int64_t n) {
-  const double u = gcm::core::philox_uniform(0x6772616463686b, std::uint32_t(stream), i);
+  const double u = gc::tree::core::philox_uniform(0x6772616463686b, std::uint32_t(stream), i);
   return std::min<std::int64_t>(n - 1, std::int64_t(u * double(n)));
 }
 
@@ -45,12 +45,13 @@ double relative_max_difference(const std::vector<double>& a, const std::vector<d
   return scale > 0.0 ? diff / scale : diff;
 }
 
-void initialize(gcm::Model<double>& model) {
-  gcm::init_parameters(model.params.data(), gcm::kSeed);
-  for (int i = 0; i < gcm::kNumParams; ++i) {
-    if (gcm::kParams[i].init != gcm::InitKind::ones) continue;
+void initialize(gc::tree::Model<double>& model) {
+  gc::tree::init_parameters(model.params.data(), gc::tree::kSeed);
+  for (int i = 0; i < gc::tree::kNumParams; ++i) {
+    if (gc::tree::kParams[i].init != gc::tree::InitKind::ones) continue;
     double* g = model.param(i);
-    for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) g[j] += 0.3 * (gcm::core::philox_uniform(7, i, j) - 0.5);
+    for (std::int64_t j = 0; j < gc::tree::kParams[i].numel; ++j)
+      g[j] += 0.3 * (gc::tree::core::philox_uniform(7, i, j) - 0.5);
   }
 }
 
@@ -58,7 +59,7 @@ void initialize(gcm::Model<double>& model) {
 // plain forward + backward, against `fused` (forward_backward). Returns false on a mismatch.
 bool same_gradients_on_every_head_path(const std::vector<double>& fused, const std::int32_t* tokens,
                                        const std::int32_t* targets) {
-  gcm::Model<double> kept(kBatch, kLen, gcm::kKeepLogits), recomputed(kBatch, kLen, kHeadRows);
+  gc::tree::Model<double> kept(kBatch, kLen, gc::tree::kKeepLogits), recomputed(kBatch, kLen, kHeadRows);
   bool ok = true;
   for (auto* m : {&kept, &recomputed}) {
     initialize(*m);
@@ -77,15 +78,15 @@ bool same_gradients_on_every_head_path(const std::vector<double>& fused, const s
 // The logit moments a chunked forward tracks (the logit_std metric) against the sums over a kept
 // model's logits. Returns false on a mismatch.
 bool chunked_logit_moments_match(const std::int32_t* tokens, const std::int32_t* targets) {
-  gcm::Model<double> kept(kBatch, kLen, gcm::kKeepLogits), chunked(kBatch, kLen, kHeadRows);
+  gc::tree::Model<double> kept(kBatch, kLen, gc::tree::kKeepLogits), chunked(kBatch, kLen, kHeadRows);
   initialize(kept);
   initialize(chunked);
   kept.forward(tokens, targets);
   chunked.track_logit_moments(true);
   chunked.forward(tokens, targets);
   double sum = 0.0, sum_sq = 0.0;
-  for (std::int64_t i = 0; i < std::int64_t(kept.rows()) * gcm::kVocab; ++i) {
-    const double z = double(gcm::kLogitScale) * kept.logits()[i];
+  for (std::int64_t i = 0; i < std::int64_t(kept.rows()) * gc::tree::kVocab; ++i) {
+    const double z = double(gc::tree::kLogitScale) * kept.logits()[i];
     sum += z;
     sum_sq += z * z;
   }
@@ -100,22 +101,22 @@ bool chunked_logit_moments_match(const std::int32_t* tokens, const std::int32_t*
 }  // namespace
 
 int main() {
-  gcm::Model<double> model(kBatch, kLen, kHeadRows);
+  gc::tree::Model<double> model(kBatch, kLen, kHeadRows);
   initialize(model);
   std::vector<std::int32_t> tokens(kBatch * kLen), targets(kBatch * kLen);
   for (std::size_t j = 0; j < tokens.size(); ++j) {
-    tokens[j] = std::int32_t(pick(1, j, gcm::kVocab));
-    targets[j] = std::int32_t(pick(2, j, gcm::kVocab));
+    tokens[j] = std::int32_t(pick(1, j, gc::tree::kVocab));
+    targets[j] = std::int32_t(pick(2, j, gc::tree::kVocab));
   }
   model.zero_grads();
   const double loss = model.forward_backward(tokens.data(), targets.data(), 1.0);
   const bool same_paths = same_gradients_on_every_head_path(model.grads, tokens.data(), targets.data()) &&
                           chunked_logit_moments_match(tokens.data(), targets.data());
-  std::printf("gradcheck: loss %.6f, %d tensors, %d entries each, step %g\n", loss, gcm::kNumParams,
+  std::printf("gradcheck: loss %.6f, %d tensors, %d entries each, step %g\n", loss, gc::tree::kNumParams,
               kEntriesPerTensor, kStep);
   double worst = 0.0;
-  for (int i = 0; i < gcm::kNumParams; ++i) {
-    const gcm::ParamInfo& p = gcm::kParams[i];
+  for (int i = 0; i < gc::tree::kNumParams; ++i) {
+    const gc::tree::ParamInfo& p = gc::tree::kParams[i];
     double* w = model.param(i);
     double num_sq = 0.0, diff_sq = 0.0;
     for (int e = 0; e < kEntriesPerTensor; ++e) {
@@ -127,7 +128,7 @@ int main() {
       const double down = model.forward(tokens.data(), targets.data());
       w[j] = saved;
       const double numeric = (up - down) / (2.0 * kStep);
-      const double analytic = model.grads[std::size_t(gcm::kOffsets.at[i] + j)];
+      const double analytic = model.grads[std::size_t(gc::tree::kOffsets.at[i] + j)];
       num_sq += numeric * numeric;
       diff_sq += (numeric - analytic) * (numeric - analytic);
     }

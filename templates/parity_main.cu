@@ -26,25 +26,26 @@
 
 namespace {
 
-using ComputeType = std::conditional_t<gcm::kPrecision == gcm::Precision::bf16, gcm::cuda::bf16, float>;
+using ComputeType = std::conditional_t<gc::tree::kPrecision == gc::tree::Precision::bf16, gc::tree::cuda::bf16, float>;
 
 int run(double tolerance) {
-  const std::string unusable = gcm::cuda::unusable_device_reason();
+  const std::string unusable = gc::tree::cuda::unusable_device_reason();
   if (!unusable.empty()) {
     std::fprintf(stderr, "parity: error: %s\n", unusable.c_str());
     return 1;
   }
-  const int batch = 2, seq_len = gcm::kSeqLen < 96 ? gcm::kSeqLen : 96;
-  const gcm::cuda::ParityReport r = gcm::cuda::model_parity<ComputeType>(batch, seq_len);
+  const int batch = 2, seq_len = gc::tree::kSeqLen < 96 ? gc::tree::kSeqLen : 96;
+  const gc::tree::cuda::ParityReport r = gc::tree::cuda::model_parity<ComputeType>(batch, seq_len);
   const bool pass = r.pass(tolerance);
   std::printf(
       "{\"precision\": \"%s\", \"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"loss_cuda_chunked\": %.9g, "
       "\"max_rel_logits\": %.3g, "
       "\"worst_row_logits\": %.3g, \"max_rel_grad\": %.3g, \"worst_tensor\": \"%s\", \"metrics_compared\": %d, "
-      "\"metrics_worst\": %.3g, \"metrics_worst_at\": \"%s\", \"metrics_worst_values\": [%.9g, %.9g], \"heatmap_worst_level\": %.0f, \"tolerance\": %g, "
+      "\"metrics_worst\": %.3g, \"metrics_worst_at\": \"%s\", \"metrics_worst_values\": [%.9g, %.9g], "
+      "\"heatmap_worst_level\": %.0f, \"tolerance\": %g, "
       "\"pass\": %s}\n",
       r.precision, r.loss_cpu, r.loss_cuda, r.loss_cuda_chunked, r.rel_logits, r.worst_row_logits, r.max_rel_grad(),
-      gcm::kParams[r.worst_grad()].name, r.metrics.numbers, r.metrics.worst, r.metrics.where.c_str(),
+      gc::tree::kParams[r.worst_grad()].name, r.metrics.numbers, r.metrics.worst, r.metrics.where.c_str(),
       r.metrics.got, r.metrics.ref, r.metrics.worst_level, tolerance, pass ? "true" : "false");
   return pass ? 0 : 1;
 }
@@ -52,7 +53,7 @@ int run(double tolerance) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  double tolerance = gcm::cuda::parity_tolerance<ComputeType>();
+  double tolerance = gc::tree::cuda::parity_tolerance<ComputeType>();
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) {
       char* end = nullptr;

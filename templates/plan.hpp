@@ -9,7 +9,7 @@
 #include <array>
 #include <cstdint>
 
-namespace gcm {
+namespace gc::tree {
 
 enum class InitKind { normal, trunc_normal, uniform, ones };
 
@@ -123,4 +123,4 @@ inline constexpr bool kAttentionEntropyLayers[kNumLayers] = {true, true};
 // Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps).
 inline constexpr std::array<std::int64_t, 0> kCosineImageSteps = {};
 
-}  // namespace gcm
+}  // namespace gc::tree

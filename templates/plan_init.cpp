@@ -5,7 +5,7 @@
 // the spec gives a std expression; trunc_normal: σ of the untruncated normal).
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 const double kInitStd[kNumParams] = {
     0.125,  // model.embed_tokens.weight
@@ -31,4 +31,4 @@ const double kInitStd[kNumParams] = {
     0.125,  // lm_head.weight
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -33,7 +33,7 @@
 namespace {
 
 constexpr int kBatch = 2;
-constexpr int kLen = gcm::kSeqLen < 16 ? gcm::kSeqLen : 16;
+constexpr int kLen = gc::tree::kSeqLen < 16 ? gc::tree::kSeqLen : 16;
 constexpr std::uint64_t kBatchKey = 0x70726f6265;  // "probe"
 
 std::string exact(double x) {
@@ -43,9 +43,9 @@ std::string exact(double x) {
 }
 
 std::int32_t pick(std::uint32_t stream, std::uint64_t i) {
-  const double u = gcm::core::philox_uniform(kBatchKey, stream, i);
-  const std::int64_t v = std::int64_t(u * double(gcm::kVocab));
-  return std::int32_t(v < gcm::kVocab ? v : gcm::kVocab - 1);
+  const double u = gc::tree::core::philox_uniform(kBatchKey, stream, i);
+  const std::int64_t v = std::int64_t(u * double(gc::tree::kVocab));
+  return std::int32_t(v < gc::tree::kVocab ? v : gc::tree::kVocab - 1);
 }
 
 int usage(const char* message) {
@@ -124,22 +124,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    gcm::Model<float> model(kBatch, kLen, gcm::kKeepLogits);
-    gcm::init_parameters(model.params.data(), gcm::kSeed);
+    gc::tree::Model<float> model(kBatch, kLen, gc::tree::kKeepLogits);
+    gc::tree::init_parameters(model.params.data(), gc::tree::kSeed);
     std::int64_t checkpoint_step = -1;
     if (!checkpoint.empty()) {
-      checkpoint_step = gcm::load_weights(checkpoint, model);
+      checkpoint_step = gc::tree::load_weights(checkpoint, model);
     }
     if (!init_from.empty()) {
-      gcm::load_export_weights(init_from, model);
+      gc::tree::load_export_weights(init_from, model);
     }
     if (perturb) {
-      for (int i = 0; i < gcm::kNumParams; ++i) {
-        if (gcm::kParams[i].init != gcm::InitKind::ones) {
+      for (int i = 0; i < gc::tree::kNumParams; ++i) {
+        if (gc::tree::kParams[i].init != gc::tree::InitKind::ones) {
           continue;
         }
-        for (std::int64_t j = 0; j < gcm::kParams[i].numel; ++j) {
-          model.param(i)[j] += float(0.3 * (gcm::core::philox_uniform(kBatchKey, 100 + i, std::uint64_t(j)) - 0.5));
+        for (std::int64_t j = 0; j < gc::tree::kParams[i].numel; ++j) {
+          model.param(i)[j] +=
+              float(0.3 * (gc::tree::core::philox_uniform(kBatchKey, 100 + i, std::uint64_t(j)) - 0.5));
         }
       }
     }
@@ -154,46 +155,46 @@ int main(int argc, char** argv) {
     model.backward();
 
     const std::int64_t rows = model.rows();
-    std::vector<float> logits(static_cast<std::size_t>(rows * gcm::kVocab));
+    std::vector<float> logits(static_cast<std::size_t>(rows * gc::tree::kVocab));
     for (std::size_t j = 0; j < logits.size(); ++j) {
-      logits[j] = model.logits()[j] * gcm::kLogitScale;
+      logits[j] = model.logits()[j] * gc::tree::kLogitScale;
     }
     const float loss_f = float(loss);
 
-    std::vector<std::string> grad_names(static_cast<std::size_t>(gcm::kNumParams));
+    std::vector<std::string> grad_names(static_cast<std::size_t>(gc::tree::kNumParams));
     std::vector<gc::rt::TensorView> views;
-    for (int i = 0; i < gcm::kNumParams; ++i) {
-      const gcm::ParamInfo& p = gcm::kParams[i];
+    for (int i = 0; i < gc::tree::kNumParams; ++i) {
+      const gc::tree::ParamInfo& p = gc::tree::kParams[i];
       const std::vector<std::int64_t> shape(p.shape, p.shape + p.rank);
       views.push_back({p.name, gc::rt::Dtype::F32, shape, model.param(i)});
       grad_names[std::size_t(i)] = std::string("grad.") + p.name;
     }
-    for (int i = 0; i < gcm::kNumParams; ++i) {
-      const gcm::ParamInfo& p = gcm::kParams[i];
+    for (int i = 0; i < gc::tree::kNumParams; ++i) {
+      const gc::tree::ParamInfo& p = gc::tree::kParams[i];
       views.push_back({grad_names[std::size_t(i)], gc::rt::Dtype::F32,
                        std::vector<std::int64_t>(p.shape, p.shape + p.rank), model.grad(i)});
     }
-    views.push_back({"logits", gc::rt::Dtype::F32, {rows, gcm::kVocab}, logits.data()});
+    views.push_back({"logits", gc::rt::Dtype::F32, {rows, gc::tree::kVocab}, logits.data()});
     views.push_back({"loss", gc::rt::Dtype::F32, {1}, &loss_f});
     views.push_back({"tokens", gc::rt::Dtype::I32, {kBatch, kLen}, tokens.data()});
     views.push_back({"targets", gc::rt::Dtype::I32, {kBatch, kLen}, targets.data()});
 
     const std::map<std::string, std::string> metadata = {
         {"format", "pt"},
-        {"experiment", gcm::kExperimentName},
-        {"seed", std::to_string(gcm::kSeed)},
+        {"experiment", gc::tree::kExperimentName},
+        {"seed", std::to_string(gc::tree::kSeed)},
         {"batch", std::to_string(kBatch)},
         {"seq_len", std::to_string(kLen)},
         {"loss", exact(loss)},
-        {"norm_eps", exact(double(gcm::kNormEps))},
-        {"embedding_scale", exact(double(gcm::kEmbeddingScale))},
-        {"attn_scale", exact(double(gcm::kAttnScale))},
-        {"logit_scale", exact(double(gcm::kLogitScale))},
+        {"norm_eps", exact(double(gc::tree::kNormEps))},
+        {"embedding_scale", exact(double(gc::tree::kEmbeddingScale))},
+        {"attn_scale", exact(double(gc::tree::kAttnScale))},
+        {"logit_scale", exact(double(gc::tree::kLogitScale))},
         {"perturbed_norms", perturb ? "true" : "false"},
         {"checkpoint_step", std::to_string(checkpoint_step)},
     };
     gc::rt::write_safetensors(out, views, metadata);
-    std::printf("probe: loss %.6f, %d tensors, batch %dx%d -> %s\n", loss, gcm::kNumParams, kBatch, kLen,
+    std::printf("probe: loss %.6f, %d tensors, batch %dx%d -> %s\n", loss, gc::tree::kNumParams, kBatch, kLen,
                 out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "probe: error: %s\n", e.what());

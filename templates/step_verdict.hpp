@@ -17,7 +17,7 @@
 
 #include "core/host_device.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 struct StepVerdict {
   double loss = 0.0;       // the step's mean cross-entropy over the global batch
@@ -52,4 +52,4 @@ GC_HD inline void judge_step(StepVerdict& v, double loss, const double* squares,
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -25,7 +25,7 @@ namespace {
 std::atomic<std::int64_t> g_host_allocations{0};
 }  // namespace
 
-std::int64_t gcm::host_allocations() { return g_host_allocations.load(std::memory_order_relaxed); }
+std::int64_t gc::tree::host_allocations() { return g_host_allocations.load(std::memory_order_relaxed); }
 
 void* operator new(std::size_t bytes) {
   g_host_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -116,7 +116,7 @@ bool parse_steps(const std::string& s, std::int64_t& out) {
 // which regenerating replaces. create_directory is atomic: two trainings started
 // at once get different numbers.
 std::string new_run_dir() {
-  const fs::path parent = fs::path("runs") / gcm::kExperimentName;
+  const fs::path parent = fs::path("runs") / gc::tree::kExperimentName;
   std::error_code ec;
   fs::create_directories(parent, ec);
   if (ec) throw gc::rt::RuntimeError(parent.string(), "cannot create the runs directory: " + ec.message());
@@ -156,7 +156,7 @@ void prepare_fresh_run(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gcm::TrainOptions options;
+  gc::tree::TrainOptions options;
   std::string device = "auto", out, resume;
   bool steps_given = false;
   for (int i = 1; i < argc; ++i) {
@@ -178,8 +178,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--steps") {
       if (!value(v) || !parse_steps(v, options.steps)) return usage_error("--steps needs a positive integer");
       steps_given = true;
-      if (options.steps > gcm::kTotalSteps) {
-        return usage_error("--steps " + v + " exceeds the schedule's " + std::to_string(gcm::kTotalSteps) +
+      if (options.steps > gc::tree::kTotalSteps) {
+        return usage_error("--steps " + v + " exceeds the schedule's " + std::to_string(gc::tree::kTotalSteps) +
                            " steps (change train.steps in the spec to train longer)");
       }
     } else if (arg == "--out") {
@@ -245,11 +245,11 @@ int main(int argc, char** argv) {
   if (options.profile_steps > 0) {
     if (!resume.empty()) return usage_error("--profile starts a new run; it cannot --resume one");
     if (steps_given) return usage_error("--profile sets the steps itself (2 warm-up + N timed); drop --steps");
-    options.steps = gcm::StepProfiler::kWarmup + options.profile_steps;
-    if (options.steps > gcm::kTotalSteps) {
+    options.steps = gc::tree::StepProfiler::kWarmup + options.profile_steps;
+    if (options.steps > gc::tree::kTotalSteps) {
       return usage_error("--profile " + std::to_string(options.profile_steps) + " needs " +
                          std::to_string(options.steps) + " steps, more than the schedule's " +
-                         std::to_string(gcm::kTotalSteps));
+                         std::to_string(gc::tree::kTotalSteps));
     }
     options.checkpoints = false;  // a timing run
   }
@@ -283,21 +283,22 @@ int main(int argc, char** argv) {
   }
   options.run_dir = chosen;
   try {
-    gcm::Trainer trainer(options);
+    gc::tree::Trainer trainer(options);
     if (root) {
       const std::string world =
           comm->distributed() ? ", data-parallel over " + std::to_string(comm->size()) + " processes (" +
                                     (trainer.on_device() ? "NCCL" : "MPI") +
-                                    (gcm::kZeroStage == 1 ? ", ZeRO-1" : "") +
+                                    (gc::tree::kZeroStage == 1 ? ", ZeRO-1" : "") +
                                     (options.expert_parallel > 1
                                          ? ", experts over groups of " + std::to_string(options.expert_parallel)
                                          : std::string()) +
                                     ")"
                               : "";
-      std::fprintf(stderr, "train: %s, %lld parameters, %s%s, run directory %s\n", gcm::kExperimentName,
-                   (long long)gcm::kTotalParams, trainer.describe().c_str(), world.c_str(), options.run_dir.c_str());
+      std::fprintf(stderr, "train: %s, %lld parameters, %s%s, run directory %s\n", gc::tree::kExperimentName,
+                   (long long)gc::tree::kTotalParams, trainer.describe().c_str(), world.c_str(),
+                   options.run_dir.c_str());
     }
-    if constexpr (gcm::kPrecision == gcm::Precision::bf16) {
+    if constexpr (gc::tree::kPrecision == gc::tree::Precision::bf16) {
       if (root && !trainer.on_device()) {
         std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
                              "computes in fp32\n");

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace gcm {
+namespace gc::tree {
 
 // ---- one enum per spec key ----------------------------------------------------------------
 enum class NormPlacement { pre, sandwich };                // model.norm_placement
@@ -58,4 +58,4 @@ void rope_table(T* cos_table, T* sin_table, int seq_len, int head_dim, double th
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

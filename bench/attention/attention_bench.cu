@@ -25,7 +25,7 @@
 
 namespace {
 
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 struct Shape01b {
   static constexpr int kHeads = 12, kKvHeads = 12, kHeadDim = 64;
@@ -44,7 +44,7 @@ struct Options {
 // Median milliseconds of `run` over opt.iters timed calls, after opt.warmup untimed ones.
 template <class F>
 double median_ms(const Options& opt, F&& run) {
-  return gcm::bench::median_ms(opt.iters, opt.warmup, run);
+  return gc::tree::bench::median_ms(opt.iters, opt.warmup, run);
 }
 
 template <class S>
@@ -55,12 +55,12 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
   std::vector<bf16> host(q_n);
   std::mt19937 gen(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& x : host) x = gcm::cuda::from_float<bf16>(normal(gen));
+  for (auto& x : host) x = gc::tree::cuda::from_float<bf16>(normal(gen));
   DeviceBuffer<bf16> q(q_n), k(kv_n), v(kv_n), out(q_n), dout(q_n), dq(q_n), dk(kv_n), dv(kv_n);
   for (auto* b : {&q, &dout}) b->upload(host.data(), q_n);
   for (auto* b : {&k, &v}) b->upload(host.data(), kv_n);
   DeviceBuffer<float> lse(std::size_t(batch) * S::kHeads * seq_len);
-  DeviceBuffer<float> scratch(gcm::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
+  DeviceBuffer<float> scratch(gc::tree::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
   // Causal: half of the T×T scores; forward 2 products, backward 5 (FlashAttention-2's count).
   const double fwd_flops = 4.0 * batch * S::kHeads * double(seq_len) * seq_len * S::kHeadDim / 2.0;
   const double fwd_bwd_flops = fwd_flops * 3.5;
@@ -74,34 +74,34 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
   };
   {
     const auto fwd = [&] {
-      gcm::cuda::flash_attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::flash_attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     const auto fwd_bwd = [&] {
       fwd();
-      gcm::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
-                                             lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
+                                                  out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     report("gcompile_tensor_core", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }
   {
     const auto fwd = [&] {
-      gcm::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     const auto fwd_bwd = [&] {
       fwd();
-      gcm::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
-                                             lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
+                                                  out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     report("gcompile_sm90_wgmma_fwd", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }
   if (opt.reference) {
     const auto fwd = [&] {
-      gcm::cuda::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     const auto fwd_bwd = [&] {
       fwd();
-      gcm::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
-                                       lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
+                                            lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     report("gcompile_reference", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }

@@ -34,7 +34,7 @@
 namespace {
 
 using gc::rt::cuda::BlasLt;
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 struct Options {
   int iters = 10, warmup = 2;
@@ -60,7 +60,7 @@ struct Device {
   std::size_t n = 0;
   explicit Device(std::size_t count, unsigned seed) : n(count) {
     GC_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
-    gcm::cuda::launch(fill_random_kernel<T>, dim3(1024), dim3(256), 0, p, n, seed);
+    gc::tree::cuda::launch(fill_random_kernel<T>, dim3(1024), dim3(256), 0, p, n, seed);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   Device(const Device&) = delete;
@@ -69,7 +69,7 @@ struct Device {
 };
 
 double median_ms(const Options& opt, const std::function<void()>& run) {
-  return gcm::bench::median_ms(opt.iters, opt.warmup, run);
+  return gc::tree::bench::median_ms(opt.iters, opt.warmup, run);
 }
 
 void emit(const char* candidate, const char* shape, const std::string& variant, const char* gemm, double ms,

@@ -40,7 +40,7 @@ namespace {
 
 using gc::rt::cuda::BlasLt;
 using gc::rt::cuda::DeviceBuffer;
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 constexpr int kDModel = 768, kExpertDff = 512, kExperts = 145, kTopK = 9, kTokens = 2 * 4096;
 constexpr std::int64_t kRows = std::int64_t(kTokens) * kTopK;  // 73,728
@@ -67,7 +67,7 @@ struct Options {
 std::vector<bf16> random_bf16(std::size_t n, float scale, std::mt19937& gen) {
   std::normal_distribution<float> normal(0.0f, scale);
   std::vector<bf16> v(n);
-  for (auto& x : v) x = gcm::cuda::from_float<bf16>(normal(gen));
+  for (auto& x : v) x = gc::tree::cuda::from_float<bf16>(normal(gen));
   return v;
 }
 
@@ -97,19 +97,19 @@ template <int IN, int OUT, bool SM90>
 struct Grouped {
   static void forward(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
     if constexpr (SM90) {
-      gcm::cuda::grouped::sm90::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+      gc::tree::cuda::grouped::sm90::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
     } else {
-      gcm::cuda::grouped::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
+      gc::tree::cuda::grouped::forward<IN, OUT>(p.y.data(), p.x.data(), p.w.data(), offsets, kExperts, tiles);
     }
   }
   static void backward(Projection& p, const std::int64_t* offsets, std::int64_t tiles) {
     if constexpr (SM90) {
-      gcm::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts, tiles,
-                                                     false);
-      gcm::cuda::grouped::sm90::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
+      gc::tree::cuda::grouped::sm90::backward_dx<IN, OUT>(p.dx.data(), p.dy.data(), p.w.data(), offsets, kExperts,
+                                                          tiles, false);
+      gc::tree::cuda::grouped::sm90::backward_dw<IN, OUT>(p.dw.data(), p.dy.data(), p.x.data(), offsets, kExperts);
     } else {
-      gcm::cuda::grouped::backward<IN, OUT>(p.dx.data(), p.dw.data(), p.dy.data(), p.x.data(), p.w.data(), offsets,
-                                            kExperts, tiles, false);
+      gc::tree::cuda::grouped::backward<IN, OUT>(p.dx.data(), p.dw.data(), p.dy.data(), p.x.data(), p.w.data(), offsets,
+                                                 kExperts, tiles, false);
     }
   }
 };
@@ -141,7 +141,7 @@ std::vector<float> download(const DeviceBuffer<T>& b) {
   std::vector<T> h(b.size());
   GC_CUDA_CHECK(cudaMemcpy(h.data(), b.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost));
   std::vector<float> f(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) f[i] = gcm::cuda::to_float(h[i]);
+  for (std::size_t i = 0; i < h.size(); ++i) f[i] = gc::tree::cuda::to_float(h[i]);
   return f;
 }
 
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   for (int e = 0; e < kExperts; ++e) offsets[e + 1] = offsets[e] + rows[e];
   DeviceBuffer<std::int64_t> device_offsets(offsets.size());
   device_offsets.upload(offsets.data(), offsets.size());
-  const std::int64_t tiles = gcm::cuda::grouped::row_tiles(offsets.data(), kExperts);
+  const std::int64_t tiles = gc::tree::cuda::grouped::row_tiles(offsets.data(), kExperts);
 
   std::mt19937 gen(39);
   DeviceBuffer<bf16> x(std::size_t(kRows) * kDModel), h(std::size_t(kRows) * kExpertDff);
@@ -262,20 +262,20 @@ int main(int argc, char** argv) {
         fwd_flop / fwd_ms * 1e-9, 3.0 * fwd_flop / fwd_bwd_ms * 1e-9, diff_name, diff);
     std::fflush(stdout);
   };
-  const double g_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, grouped_fwd);
-  const double g_all = gcm::bench::median_ms(opt.iters, opt.warmup, [&] {
+  const double g_fwd = gc::tree::bench::median_ms(opt.iters, opt.warmup, grouped_fwd);
+  const double g_all = gc::tree::bench::median_ms(opt.iters, opt.warmup, [&] {
     grouped_fwd();
     grouped_bwd();
   });
   report("gcompile_grouped", g_fwd, g_all, "max_rel_diff_grouped_vs_cublaslt", worst);
-  const double b_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, blas_fwd);
-  const double b_all = gcm::bench::median_ms(opt.iters, opt.warmup, [&] {
+  const double b_fwd = gc::tree::bench::median_ms(opt.iters, opt.warmup, blas_fwd);
+  const double b_all = gc::tree::bench::median_ms(opt.iters, opt.warmup, [&] {
     blas_fwd();
     blas_bwd();
   });
   report("cublaslt_per_expert", b_fwd, b_all, "max_rel_diff_grouped_vs_cublaslt", worst);
-  const double h_fwd = gcm::bench::median_ms(opt.iters, opt.warmup, sm90_fwd);
-  const double h_all = gcm::bench::median_ms(opt.iters, opt.warmup, [&] {
+  const double h_fwd = gc::tree::bench::median_ms(opt.iters, opt.warmup, sm90_fwd);
+  const double h_all = gc::tree::bench::median_ms(opt.iters, opt.warmup, [&] {
     sm90_fwd();
     sm90_bwd();
   });

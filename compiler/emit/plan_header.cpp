@@ -149,10 +149,10 @@ std::string plan_init_source(const Plan& plan, const std::string& banner) {
   o << banner;
   o << "// σ of every parameter's init rule, in kParams order (seed 000 §4.2: σ = fan^-γ unless\n"
        "// the spec gives a std expression; trunc_normal: σ of the untruncated normal).\n"
-       "#include \"plan.hpp\"\n\nnamespace gcm {\n\n"
+       "#include \"plan.hpp\"\n\nnamespace gc::tree {\n\n"
        "const double kInitStd[kNumParams] = {\n";
   for (const auto& p : plan.params) o << "    " << literal(p.std) << ",  // " << p.name << "\n";
-  o << "};\n\n}  // namespace gcm\n";
+  o << "};\n\n}  // namespace gc::tree\n";
   return o.str();
 }
 
@@ -162,7 +162,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   o << "// The parameter table: every trainable tensor with its init rule (seed 000\n"
        "// §4.2: σ = fan^-γ unless the spec gives a std expression) and optimizer\n"
        "// settings. Row order is the order of the checkpoint and of the optimizer.\n"
-       "#pragma once\n\n#include <array>\n#include <cstdint>\n\nnamespace gcm {\n\n";
+       "#pragma once\n\n#include <array>\n#include <cstdint>\n\nnamespace gc::tree {\n\n";
   o << "enum class InitKind { normal, trunc_normal, uniform, ones };\n\n";
   o << "struct ParamInfo {\n"
        "  const char* name;      // HF Llama-style name\n"
@@ -207,7 +207,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
        "extern const double kInitStd[kNumParams];\n\n";
   layer_index_tables(o, plan);
   metric_tables(o, plan);
-  o << "}  // namespace gcm\n";
+  o << "}  // namespace gc::tree\n";
   return o.str();
 }
 

@@ -16,7 +16,7 @@
 #include "runtime/anchor.hpp"
 #include "runtime/token_shard.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // How the data's sequences lie in the shards: the anchor task's are whole examples.
 inline gc::rt::SequenceLayout sequence_layout() {
@@ -80,4 +80,4 @@ inline nlohmann::json anchor_record(std::int64_t step, const gc::rt::anchor::Sco
           {"sequences", s.test.total}};
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

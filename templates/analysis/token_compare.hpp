@@ -15,7 +15,7 @@
 #include <numeric>
 #include <vector>
 
-namespace gcm::analysis {
+namespace gc::tree::analysis {
 
 inline double delta_sym_p(double pa, double pb) { return pa + pb > 0.0 ? 2.0 * (pa - pb) / (pa + pb) : 0.0; }
 
@@ -126,4 +126,4 @@ inline std::vector<std::size_t> largest_gains(const std::vector<double>& delta_s
   return order;
 }
 
-}  // namespace gcm::analysis
+}  // namespace gc::tree::analysis

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace gcm::core {
+namespace gc::tree::core {
 
 namespace blas {
 
@@ -133,4 +133,4 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
 
 }  // namespace blas
 
-}  // namespace gcm::core
+}  // namespace gc::tree::core

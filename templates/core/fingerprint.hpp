@@ -11,7 +11,7 @@
 
 #include "core/host_device.hpp"
 
-namespace gcm::core {
+namespace gc::tree::core {
 
 GC_HD inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -38,4 +38,4 @@ inline uint64_t fingerprint_of(const float* x, int64_t n) {
   return sum;
 }
 
-}  // namespace gcm::core
+}  // namespace gc::tree::core

@@ -15,7 +15,7 @@
 
 #include "core/host_device.hpp"
 
-namespace gcm::core {
+namespace gc::tree::core {
 
 // One MoE layer's micro-batch: N rows of k assignments in G sequences of T rows, and the
 // balancing losses' coefficients (0: off).
@@ -105,4 +105,4 @@ GC_HD inline void close_step(int experts, const double* step_tally, double* wind
   }
 }
 
-}  // namespace gcm::core
+}  // namespace gc::tree::core

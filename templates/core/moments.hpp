@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace gcm::core {
+namespace gc::tree::core {
 
 // acc[0] += Σ scale·x, acc[1] += Σ (scale·x)² over x[0, n), summed serially in double (the same
 // sums whatever the thread count) before they are added.
@@ -20,4 +20,4 @@ void add_scaled_moments(double* acc, const T* x, std::int64_t n, double scale) {
   acc[1] += sq;
 }
 
-}  // namespace gcm::core
+}  // namespace gc::tree::core

@@ -27,7 +27,7 @@
 
 #include "core/host_device.hpp"
 
-namespace gcm::core {
+namespace gc::tree::core {
 
 struct PhiloxCounter {
   uint32_t x[4];
@@ -160,4 +160,4 @@ void fill_uniform(T* out, std::int64_t n, double std_dev, std::uint64_t seed, st
   }
 }
 
-}  // namespace gcm::core
+}  // namespace gc::tree::core

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 struct AdamWHyper {
   double lr;  // η_t
@@ -75,4 +75,4 @@ double sum_of_squares(const T* x, std::int64_t n) {
   return total;
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

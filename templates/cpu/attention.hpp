@@ -35,7 +35,7 @@
 #include "exp.hpp"
 #include "linear.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 inline double default_attention_scale(int head_dim) { return 1.0 / std::sqrt(double(head_dim)); }
 
@@ -211,4 +211,4 @@ void attention_entropy(double* entropy, const T* q, const T* k, const T* lse, co
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

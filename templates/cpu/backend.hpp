@@ -27,7 +27,7 @@
 #include "cpu/swiglu.hpp"
 #include "profile/step_profile.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 template <typename T>
 class Backend {
@@ -298,4 +298,4 @@ class Backend {
   std::vector<T> cos_, sin_;
 };
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 // Per-thread scratch that only grows: kernels allocate nothing once the first
 // step has sized it (OpenMP's worker threads persist between calls). Slot
@@ -34,4 +34,4 @@ struct NonDeduced {
 template <typename T>
 using non_deduced_t = typename NonDeduced<T>::type;
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -21,7 +21,7 @@
 #include "exp.hpp"
 #include "runtime/token_shard.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 namespace detail {
 
@@ -122,4 +122,4 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 inline constexpr int kEmbeddingColumnBlock = 64;
 
@@ -43,4 +43,4 @@ void embedding_backward(T* dE, const std::int32_t* tokens, const T* dout, int N,
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 namespace detail {
 
@@ -68,4 +68,4 @@ inline double exp_fixed(double x) {
   return x != x ? x : result;
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

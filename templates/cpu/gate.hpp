@@ -17,7 +17,7 @@
 #include "exp.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 inline double sigmoid(double z) { return 1.0 / (1.0 + exp_fixed(-z)); }
 
@@ -70,4 +70,4 @@ void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, st
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -14,7 +14,7 @@
 #include "common.hpp"
 #include "core/blas.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 // y = x · W^T (+ bias). bias may be (a plain) nullptr.
 template <typename T>
@@ -85,4 +85,4 @@ void linear_backward(non_deduced_t<T>* dx, T* dW, non_deduced_t<T>* db, const T*
   linear_backward_params(dW, db, dy, x, N, in, out);
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -11,7 +11,7 @@
 #include "metrics/activation_stats.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 struct MetricOps {
   // Per head: the mean over queries of seed 000 eq. 5's sink score / the attention entropy.
@@ -43,4 +43,4 @@ struct MetricOps {
   }
 };
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

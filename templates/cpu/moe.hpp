@@ -34,7 +34,7 @@
 
 #include "common.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 struct MoeShape {
   int experts;
@@ -373,4 +373,4 @@ void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

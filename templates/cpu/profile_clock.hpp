@@ -7,7 +7,7 @@
 
 #include "profile/step_profile.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 class WallClock final : public profile::Clock {
  public:
@@ -24,4 +24,4 @@ class WallClock final : public profile::Clock {
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 inline constexpr int kRmsNormColumnBlock = 32;
 
@@ -121,4 +121,4 @@ void rmsnorm_heads_backward(T* dx, T* dg, const T* dy, const T* x, const T* g, c
   rmsnorm_backward(dx, dg, dy, x, g, rstd, N * heads, head_dim, accumulate_dx, RowLayout{heads, x_stride});
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

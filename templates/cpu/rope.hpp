@@ -19,7 +19,7 @@
 
 #include "vocabulary.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 // Rotates every head vector by +angle (direction = +1) or −angle (direction = −1); the rows
 // [B, seq_len] hold positions first_position + (row mod seq_len).
@@ -125,4 +125,4 @@ void qkv_v_backward(T* dqkv, const T* dv, std::int64_t rows, int heads, int kv_h
   copy_rows(dqkv + w.v, w.row, dv, w.kv, w.kv, rows);
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

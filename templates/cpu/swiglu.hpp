@@ -15,7 +15,7 @@
 
 #include "exp.hpp"
 
-namespace gcm::cpu {
+namespace gc::tree::cpu {
 
 namespace detail {
 
@@ -73,4 +73,4 @@ void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows, i
   }
 }
 
-}  // namespace gcm::cpu
+}  // namespace gc::tree::cpu

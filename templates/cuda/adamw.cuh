@@ -45,7 +45,7 @@
 #include "common.cuh"
 #include "step_verdict.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 struct AdamWTensor {
   std::int64_t offset;
@@ -368,4 +368,4 @@ void cast_copy(T* out, const float* in, std::int64_t n) {
   launch(detail::cast_copy_kernel<T>, blocks_for(n, detail::kCastThreads), detail::kCastThreads, 0, out, in, n);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -26,7 +26,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 namespace aligned {
 
@@ -181,4 +181,4 @@ class AlignedLinear {
   gc::rt::cuda::DeviceBuffer<float> grad_;
 };
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

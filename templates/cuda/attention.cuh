@@ -61,7 +61,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the attention of this experiment (gcompile folds the spec's values into these knobs) ---
 struct AttentionShape {
@@ -420,4 +420,4 @@ void attention_backward(T* dq, T* dk, T* dv, float* scratch, const T* dout, cons
   launch(attention_backward_dq_kernel<T, S>, q_grid, ReferenceConfig<S>::kThreads, 0, dq, dout, lse, scratch, q, k, v, seq_len);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -30,7 +30,7 @@
 #include "cuda/hopper.cuh"
 #include "cuda/wgmma.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 template <class S, typename T>
 constexpr bool attention_sm90_supported() {
@@ -230,4 +230,4 @@ void attention_sm90_forward(bf16* out, float* lse, const bf16* q, const bf16* k,
   launch(sm90::forward_kernel<S>, grid, sm90::kThreads, kSmem, out, lse, q, k, v, seq_len);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

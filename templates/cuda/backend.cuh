@@ -37,7 +37,7 @@
 #include "runtime/cuda/pinned_upload.hpp"
 #include "runtime/token_shard.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 using gc::rt::cuda::BlasLt;
 using gc::rt::cuda::DeviceBuffer;
@@ -593,4 +593,4 @@ class Backend {
   DeviceBuffer<T> moe_router_grad_;  // bf16: the router's logit gradient as GEMM operand
 };
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -15,7 +15,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 using bf16 = __nv_bfloat16;
 
@@ -43,7 +43,7 @@ inline constexpr int kWarp = 32;
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, Args&&... args) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::launch(kernel, grid, block, smem, std::forward<Args>(args)...);
+  gc::emu::launch(kernel, grid, block, smem, std::forward<Args>(args)...);
 #else
   kernel<<<grid, block, smem>>>(std::forward<Args>(args)...);
 #endif
@@ -188,4 +188,4 @@ __device__ inline float block_max(float v, float* scratch) {
   return block_reduce(v, scratch, -INFINITY, MaxOp{});
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

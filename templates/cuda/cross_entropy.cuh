@@ -26,7 +26,7 @@
 #include "common.cuh"
 #include "gc/knob.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the output layer of this experiment (gcompile folds the spec's values in) ---------------
 struct LogitShape {
@@ -229,4 +229,4 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int32_t* tar
          targets, N, coef);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

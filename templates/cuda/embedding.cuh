@@ -21,7 +21,7 @@
 #include "common.cuh"
 #include "gc/knob.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the embedding of this experiment (gcompile folds the spec's values in) ------------------
 struct EmbeddingShape {
@@ -111,4 +111,4 @@ void embedding_backward(float* dE, const std::int32_t* unique_tokens, const std:
   launch(embedding_backward_kernel<S, T>, grid, kEmbeddingThreads, 0, dE, unique_tokens, offsets, positions, dout);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

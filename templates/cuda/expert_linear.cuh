@@ -21,7 +21,7 @@
 #include "cuda/common.cuh"
 #include "cuda/grouped_gemm.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // The expert that owns row r: the e with offsets[e] <= r < offsets[e+1] (binary search over E+1
 // ascending offsets; r < offsets[E]).
@@ -158,4 +158,4 @@ void expert_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* 
   expert_rows_backward(dx, dW, dy, x, W, offsets, experts, rows, in, out, accumulate_dx);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

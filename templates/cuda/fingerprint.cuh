@@ -9,7 +9,7 @@
 #include "cuda/common.cuh"
 #include "runtime/cuda/check.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 inline constexpr int kFingerprintThreads = 256, kFingerprintBlocks = 256;
 
@@ -64,4 +64,4 @@ class DeviceFingerprint {
   gc::rt::cuda::DeviceBuffer<std::uint64_t> scratch_;
 };
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

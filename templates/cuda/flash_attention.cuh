@@ -39,7 +39,7 @@
 #include "cuda/hopper.cuh"
 #include "cuda/mma.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // Whether the tensor-core kernels take attention shape S in element type T.
 template <class S, typename T>
@@ -485,4 +485,4 @@ void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, cons
                                                           seq_len);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

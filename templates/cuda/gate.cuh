@@ -25,7 +25,7 @@
 #include "gc/knob.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the gate of this experiment (gcompile folds the spec's values in) -----------------------
 struct GateShape {
@@ -141,4 +141,4 @@ void gate_backward(T* dattn, T* dz, const T* dout, const T* attn, const T* z, st
   }
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

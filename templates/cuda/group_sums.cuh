@@ -10,7 +10,7 @@
 
 #include "cuda/common.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // out[j] = Σ_{r < G} all[r·n + j] (r ascending) where summed[j], else all[j] (rank 0's).
 template <int = 0>
@@ -30,4 +30,4 @@ inline void add_rows_in_rank_order(double* out, const double* all, const std::ui
   launch(add_rows_in_rank_order_kernel<>, blocks_for(n, 128), 128u, 0, out, all, summed, G, n);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

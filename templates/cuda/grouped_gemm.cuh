@@ -28,7 +28,7 @@
 #include "cuda/hopper.cuh"
 #include "cuda/mma.cuh"
 
-namespace gcm::cuda::grouped {
+namespace gc::tree::cuda::grouped {
 
 inline constexpr int kThreads = 128;  // 4 warps, 2×2 over the output tile
 inline constexpr int kTileRows = 128;  // rows of the activations per row tile (forward, dx)
@@ -321,4 +321,4 @@ void backward(bf16* dx, float* dw, const bf16* dy, const bf16* x, const bf16* w,
   backward_dw<IN, OUT>(dw, dy, x, offsets, experts);
 }
 
-}  // namespace gcm::cuda::grouped
+}  // namespace gc::tree::cuda::grouped

@@ -33,7 +33,7 @@
 #include "cuda/mma.cuh"
 #include "cuda/wgmma.cuh"
 
-namespace gcm::cuda::grouped::sm90 {
+namespace gc::tree::cuda::grouped::sm90 {
 
 inline constexpr int kThreads = 256;                    // two warpgroups, 64 rows each
 inline constexpr int kTileCols = 128;                   // the wgmma's N
@@ -254,4 +254,4 @@ void backward_dw(float* dw, const bf16* dy, const bf16* x, const std::int64_t* o
                                                           kThreads, kSmemBytes, dw, dy, x, offsets);
 }
 
-}  // namespace gcm::cuda::grouped::sm90
+}  // namespace gc::tree::cuda::grouped::sm90

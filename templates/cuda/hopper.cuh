@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks for the attention kernels of issue 38: dynamic shared memory,
 // mbarriers, bulk copies global → shared that complete on an mbarrier, and setmaxnreg; the
 // warpgroup MMA is cuda/wgmma.cuh. Under the CUDA emulator (-DGC_CUDA_EMULATOR) each calls its
-// gc_emu:: stand-in (tests/cuda_emulator/gc_emu/hopper.hpp, with the PTX ISA's rules as we read
+// gc::emu:: stand-in (tests/cuda_emulator/gc_emu/hopper.hpp, with the PTX ISA's rules as we read
 // them); tests/cuda/hopper_test.cu runs the same kernels on a GPU and under the emulator.
 //
 // The pattern (one producer thread, a phase per tile):
@@ -19,14 +19,14 @@
 #include "gc_emu/hopper.hpp"
 #endif
 
-namespace gcm::cuda::hopper {
+namespace gc::tree::cuda::hopper {
 
 // The launch's dynamic shared memory (kernel<<<grid, block, bytes>>>), 1024-byte aligned (a
 // 128-byte-swizzled tile needs it); more than 48 KiB needs
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), 227 KiB at most.
 __device__ __forceinline__ unsigned char* dynamic_shared() {
 #ifdef GC_CUDA_EMULATOR
-  return gc_emu::dynamic_shared_memory();
+  return gc::emu::dynamic_shared_memory();
 #else
   extern __shared__ __align__(1024) unsigned char gc_dynamic_shared[];
   return gc_dynamic_shared;
@@ -43,7 +43,7 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // thread initializes; a __syncthreads makes it visible to the block.
 __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned count) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mbarrier_init(bar, count);
+  gc::emu::mbarrier_init(bar, count);
 #else
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
 #endif
@@ -52,7 +52,7 @@ __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, unsigned count
 // mbarrier.inval: before the word is used as ordinary memory again.
 __device__ __forceinline__ void mbarrier_inval(std::uint64_t* bar) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mbarrier_inval(bar);
+  gc::emu::mbarrier_inval(bar);
 #else
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
 #endif
@@ -61,7 +61,7 @@ __device__ __forceinline__ void mbarrier_inval(std::uint64_t* bar) {
 // mbarrier.arrive: one arrival in the current phase.
 __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mbarrier_arrive(bar);
+  gc::emu::mbarrier_arrive(bar);
 #else
   asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(shared_address(bar))
                : "memory");
@@ -72,7 +72,7 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
 // one arrival.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mbarrier_arrive_expect_tx(bar, bytes);
+  gc::emu::mbarrier_arrive_expect_tx(bar, bytes);
 #else
   asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
                    shared_address(bar)),
@@ -84,7 +84,7 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, un
 // Whether the phase of parity `parity` has completed (mbarrier.try_wait.parity, one test).
 __device__ __forceinline__ bool mbarrier_try_wait(std::uint64_t* bar, unsigned parity) {
 #ifdef GC_CUDA_EMULATOR
-  return gc_emu::mbarrier_try_wait_parity(bar, parity);
+  return gc::emu::mbarrier_try_wait_parity(bar, parity);
 #else
   unsigned done;
   asm volatile(
@@ -100,7 +100,7 @@ __device__ __forceinline__ bool mbarrier_try_wait(std::uint64_t* bar, unsigned p
 // stage waits with parity (i / stages) % 2).
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parity) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mbarrier_wait_parity(bar, parity);
+  gc::emu::mbarrier_wait_parity(bar, parity);
 #else
   while (!mbarrier_try_wait(bar, parity)) {
   }
@@ -111,7 +111,7 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, unsigned parit
 // completing `bytes` transactions on `bar` (announced there with mbarrier_arrive_expect_tx).
 __device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, unsigned bytes, std::uint64_t* bar) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::bulk_copy_global_to_shared(smem, gmem, bytes, bar);
+  gc::emu::bulk_copy_global_to_shared(smem, gmem, bytes, bar);
 #else
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    shared_address(smem)),
@@ -134,7 +134,7 @@ template <unsigned REGISTERS, bool INCREASE>
 __device__ __forceinline__ void set_max_registers() {
   static_assert(REGISTERS % 8 == 0 && REGISTERS >= 24 && REGISTERS <= 256, "setmaxnreg: a multiple of 8 in [24, 256]");
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::setmaxnreg(REGISTERS);
+  gc::emu::setmaxnreg(REGISTERS);
 #else
   if constexpr (INCREASE) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
@@ -144,4 +144,4 @@ __device__ __forceinline__ void set_max_registers() {
 #endif
 }
 
-}  // namespace gcm::cuda::hopper
+}  // namespace gc::tree::cuda::hopper

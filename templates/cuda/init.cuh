@@ -27,7 +27,7 @@
 #include "plan.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 namespace detail {
 
@@ -82,4 +82,4 @@ void init_tensor(T* out, std::int64_t n, InitKind kind, double std_dev, double c
          half_width, cutoff, seed, tensor_id, first);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -29,7 +29,7 @@
 #include "runtime/error.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 namespace detail {
 
@@ -332,4 +332,4 @@ class MetricOps {
   gc::rt::cuda::DeviceBuffer<double> totals_;  // the reduction's few numbers
 };
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -1,8 +1,8 @@
 // Tensor-core building blocks (compute capability 8.0+): the bf16 warp-wide matrix multiply
 // mma.sync.m16n8k16 with fp32 accumulation, fragments loaded from shared memory with ldmatrix,
 // bf16 pairs packed in 32-bit registers, and tiles copied global → shared with cp.async. Under the
-// CUDA emulator (-DGC_CUDA_EMULATOR) the three instructions run as gc_emu::mma_m16n8k16_bf16,
-// gc_emu::ldmatrix and gc_emu::cp_async_* (tests/cuda_emulator/gc_emu/mma.hpp; cp.async's copies
+// CUDA emulator (-DGC_CUDA_EMULATOR) the three instructions run as gc::emu::mma_m16n8k16_bf16,
+// gc::emu::ldmatrix and gc::emu::cp_async_* (tests/cuda_emulator/gc_emu/mma.hpp; cp.async's copies
 // land only at the wait); tests/cuda/mma_test.cu checks them against scalar products.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), for
@@ -21,7 +21,7 @@
 
 #include "cuda/common.cuh"
 
-namespace gcm::cuda::mma {
+namespace gc::tree::cuda::mma {
 
 // Two bf16 (round to nearest even) in one register, `lo` in the low half.
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
@@ -33,7 +33,7 @@ __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
 // d += A·B (16×16 times 16×8, fp32 accumulators); all 32 lanes of the warp call it together.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::mma_m16n8k16_bf16(d, a, b);
+  gc::emu::mma_m16n8k16_bf16(d, a, b);
 #else
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -62,7 +62,7 @@ struct alignas(16) Words4 {
 template <int COUNT, bool TRANS>
 __device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[COUNT], const void* row) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::ldmatrix<COUNT, TRANS>(r, row);
+  gc::emu::ldmatrix<COUNT, TRANS>(r, row);
 #else
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   if constexpr (COUNT == 4 && !TRANS) {
@@ -88,7 +88,7 @@ __device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[COUNT], const void* 
 // once cp_async_wait lets their group complete. Both addresses 16-byte aligned.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::cp_async_16(smem, gmem);
+  gc::emu::cp_async_16(smem, gmem);
 #else
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
@@ -97,7 +97,7 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
 // Closes the group of this thread's cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::cp_async_commit();
+  gc::emu::cp_async_commit();
 #else
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
@@ -107,7 +107,7 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::cp_async_wait(PENDING);
+  gc::emu::cp_async_wait(PENDING);
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
 #endif
@@ -218,4 +218,4 @@ __device__ __forceinline__ void load_tile(SmemTile<ROWS, DIM>& dst, const bf16* 
   cp_async_wait<0>();
 }
 
-}  // namespace gcm::cuda::mma
+}  // namespace gc::tree::cuda::mma

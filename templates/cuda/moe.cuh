@@ -31,7 +31,7 @@
 #include "runtime/cuda/check.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the mixture of experts of this experiment (gcompile folds the spec's values in) ---------
 struct MoeLayout {
@@ -551,4 +551,4 @@ void moe_route_backward(T* dlogits, const T* dweight, const T* scores, const std
          weight, aux_grad, aux_group_rows, lse, z_scale, N);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

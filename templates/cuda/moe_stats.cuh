@@ -9,7 +9,7 @@
 #include "core/moe_balance.hpp"
 #include "cuda/common.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 template <int = 0>
 __global__ void moe_record_routing_kernel(core::MoeBalance b, const std::int64_t* offsets, const std::int64_t* dropped,
@@ -63,4 +63,4 @@ inline void add_weighted_sum(double* acc, const double* values, int n, double we
   launch(add_weighted_sum_kernel<>, 1u, 1u, 0, acc, values, n, weight);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

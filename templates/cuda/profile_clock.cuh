@@ -10,7 +10,7 @@
 #include "profile/step_profile.hpp"
 #include "runtime/cuda/check.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 class EventClock final : public profile::Clock {
  public:
@@ -42,4 +42,4 @@ class EventClock final : public profile::Clock {
   std::vector<cudaEvent_t> events_;
 };
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -32,7 +32,7 @@
 #include "common.cuh"
 #include "gc/knob.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the norms of this experiment (gcompile folds the spec's values into these knobs) -------
 
@@ -322,4 +322,4 @@ void rmsnorm_backward(T* dx, float* dg, float* dg_scratch, const T* dy, const T*
   }
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

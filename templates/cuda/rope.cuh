@@ -9,7 +9,7 @@
 //             dx_{i+hd/2} = dy_{i+hd/2} · cos − dy_i · sin
 //
 // Layout: x [B, seq_len, heads, hd]; the tables cos_t/sin_t are fp32 [seq_len, hd/2], computed on
-// the host by gcm::rope_table<float> and uploaded once. One thread per kVec consecutive pairs
+// the host by gc::tree::rope_table<float> and uploaded once. One thread per kVec consecutive pairs
 // (i .. i+kVec−1 with their partners i+hd/2 ..), read and written in packs of up to 16 bytes of T
 // (the widest that divides hd/2); it reads all its values before writing any, so out may alias
 // x (in place).
@@ -23,7 +23,7 @@
 #include "common.cuh"
 #include "gc/knob.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the rotary embedding of this experiment (gcompile folds the spec's values in) ----------
 struct RopeShape {
@@ -223,4 +223,4 @@ void qkv_v_backward(T* dqkv, const T* dv, int B, int seq_len) {
   qkv_v<-1, kHeadDim, kHeads, kKvHeads>(dqkv, const_cast<T*>(dv), B, seq_len);  // reads dv only
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -13,7 +13,7 @@
 #include "cuda/adamw.cuh"
 #include "cuda/common.cuh"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 template <typename T>
 __global__ void copy_parts_to_whole_kernel(T* __restrict__ whole, const float* __restrict__ local,
@@ -38,4 +38,4 @@ void copy_parts_to_whole(T* whole, const float* local, const AdamWTensor* parts,
          tensors, total);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

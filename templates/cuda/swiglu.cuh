@@ -19,7 +19,7 @@
 #include "common.cuh"
 #include "gc/knob.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 // ---- the MLP widths of this experiment (gcompile folds the spec's values in) ------------------
 struct SwigluShape {
@@ -151,4 +151,4 @@ void swiglu_pair_backward(T* dab, const T* dh, const T* ab, std::int64_t rows) {
          ab, packs);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

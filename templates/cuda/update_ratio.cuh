@@ -13,7 +13,7 @@
 #include "cuda/common.cuh"
 #include "step_verdict.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 namespace detail {
 
@@ -77,4 +77,4 @@ inline void update_squares_per_tensor(double* out_device, double* partial, const
          tensors_device, num_tensors);
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -31,7 +31,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 namespace detail {
 
@@ -379,4 +379,4 @@ inline metrics::CosineStats DeviceWeightStats::row_cosine(int tensor, int matrix
   return out;
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -1,6 +1,6 @@
 // Hopper's warpgroup MMA (sm_90a): wgmma.mma_async m64nNk16, bf16 operands in shared memory named
 // by matrix descriptors, fp32 accumulators in registers, with its fence / commit / wait. Under the
-// CUDA emulator (-DGC_CUDA_EMULATOR) each calls its gc_emu:: stand-in
+// CUDA emulator (-DGC_CUDA_EMULATOR) each calls its gc::emu:: stand-in
 // (tests/cuda_emulator/gc_emu/wgmma.hpp, where the layouts are written out as the emulator reads
 // them); tests/cuda/wgmma_test.cu checks both against scalar products, on a GPU against the real
 // instruction (the GPU kit's kernels row).
@@ -28,7 +28,7 @@
 #include "gc_emu/wgmma.hpp"
 #endif
 
-namespace gcm::cuda::wgmma {
+namespace gc::tree::cuda::wgmma {
 
 enum class Swizzle : unsigned { none = 0, b128 = 1, b64 = 2, b32 = 3 };
 
@@ -37,7 +37,7 @@ enum class Swizzle : unsigned { none = 0, b128 = 1, b64 = 2, b32 = 3 };
 __device__ __forceinline__ std::uint64_t descriptor(const void* smem, Swizzle swizzle, unsigned lbo_bytes,
                                                     unsigned sbo_bytes) {
 #ifdef GC_CUDA_EMULATOR
-  const unsigned address = gc_emu::shared_window_address(smem);
+  const unsigned address = gc::emu::shared_window_address(smem);
 #else
   const unsigned address = hopper::shared_address(smem);
 #endif
@@ -48,7 +48,7 @@ __device__ __forceinline__ std::uint64_t descriptor(const void* smem, Swizzle sw
 // wgmma.fence: before the first MMA, and after this thread touched the accumulators otherwise.
 __device__ __forceinline__ void fence() {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_fence();
+  gc::emu::wgmma_fence();
 #else
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
@@ -57,7 +57,7 @@ __device__ __forceinline__ void fence() {
 // wgmma.commit_group: the MMAs issued since the last commit become one group.
 __device__ __forceinline__ void commit() {
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_commit_group();
+  gc::emu::wgmma_commit_group();
 #else
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
@@ -69,7 +69,7 @@ template <int PENDING>
 __device__ __forceinline__ void wait() {
   static_assert(PENDING >= 0 && PENDING <= 7, "wgmma.wait_group: 0..7");
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_wait_group(PENDING);
+  gc::emu::wgmma_wait_group(PENDING);
 #else
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 #endif
@@ -84,7 +84,7 @@ template <int N, bool TRANS_A = false, bool TRANS_B = false>
 __device__ __forceinline__ void mma_bf16(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128 (add the others when needed)");
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_bf16(d, N, desc_a, nullptr, desc_b, accumulate, 1, 1, TRANS_A, TRANS_B);
+  gc::emu::wgmma_bf16(d, N, desc_a, nullptr, desc_b, accumulate, 1, 1, TRANS_A, TRANS_B);
 #else
   if constexpr (N == 16) {
     asm volatile(
@@ -148,7 +148,7 @@ __device__ __forceinline__ void mma_bf16_rs(float (&d)[N / 2], const std::uint32
                                             bool accumulate) {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma: N of 16, 32, 64 or 128 (add the others when needed)");
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::wgmma_bf16(d, N, 0, a, desc_b, accumulate, 1, 1, false, TRANS_B);
+  gc::emu::wgmma_bf16(d, N, 0, a, desc_b, accumulate, 1, 1, false, TRANS_B);
 #else
   if constexpr (N == 16) {
     asm volatile(
@@ -202,4 +202,4 @@ __device__ __forceinline__ void mma_bf16_rs(float (&d)[N / 2], const std::uint32
 #endif
 }
 
-}  // namespace gcm::cuda::wgmma
+}  // namespace gc::tree::cuda::wgmma

@@ -28,7 +28,7 @@
 #include "runtime/comm.hpp"
 #include "step_verdict.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
  public:
@@ -204,4 +204,4 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   std::vector<float> block_m_, block_v_;    // split(): the rank's moments (experts_->layout())
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -6,9 +6,9 @@
 #include "cpu/backend.hpp"
 #include "model/model.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 template <typename T>
 using Model = BasicModel<cpu::Backend<T>>;
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -61,7 +61,7 @@
 #include "engine/update_parts.cuh"
 #include "engine/zero.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 namespace {
 
@@ -592,4 +592,4 @@ std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len) {
   return std::make_unique<CudaEngine>(micro_batch, seq_len);
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

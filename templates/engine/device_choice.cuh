@@ -19,7 +19,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 namespace detail {
 
@@ -109,4 +109,4 @@ inline void choose_device(const gc::rt::Comm& world) {
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

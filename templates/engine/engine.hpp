@@ -34,7 +34,7 @@
 #include "runtime/error.hpp"
 #include "step_verdict.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // What read_step returns: the last finished step's verdict (loss, gradient norm, clip, stop) and
 // each tensor's Σ g² over the global batch before clipping (kParams order).
@@ -255,8 +255,10 @@ class ModelEngine : public Engine {
   void moe_allreduce_loads(const gc::rt::Comm& comm) override {
     sum_moe_loads(model(), [&](double* tally, std::int64_t n) { comm.allreduce_sum(tally, n); });
   }
-  std::vector<std::vector<float>> moe_biases() const override { return gcm::moe_biases(model()); }
-  void set_moe_biases(const std::vector<std::vector<float>>& biases) override { gcm::set_moe_biases(model(), biases); }
+  std::vector<std::vector<float>> moe_biases() const override { return gc::tree::moe_biases(model()); }
+  void set_moe_biases(const std::vector<std::vector<float>>& biases) override {
+    gc::tree::set_moe_biases(model(), biases);
+  }
 
  protected:
   virtual M& model() = 0;
@@ -276,4 +278,4 @@ bool cuda_has_nccl();
 // newer, with kernels built for it: GC_CUDA_ARCHITECTURES) is present.
 bool cuda_available();
 
-}  // namespace gcm
+}  // namespace gc::tree

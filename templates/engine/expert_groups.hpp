@@ -33,7 +33,7 @@
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Runs [a, b) of consecutive slots of `layout` outside the expert tensors, alignment gaps
 // included (zeros): one all-reduce over the world each.
@@ -174,4 +174,4 @@ class ExpertGroups {
   std::vector<double> expert_squares_;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

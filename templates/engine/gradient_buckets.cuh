@@ -20,7 +20,7 @@
 #include "model/state_layout.hpp"
 #include "runtime/cuda/check.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 class GradientBuckets {
  public:
@@ -121,4 +121,4 @@ class GradientBuckets {
   cudaEvent_t backward_queued_ = nullptr, reduced_ = nullptr;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

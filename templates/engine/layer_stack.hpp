@@ -12,7 +12,7 @@
 #include "model/state_layout.hpp"
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 struct LayerStack {
   std::vector<std::int64_t> begin;  // each layer's first element
@@ -38,4 +38,4 @@ inline std::optional<LayerStack> contiguous_layer_stack(const StateLayout& layou
   return LayerStack{begin, end.back()};
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -18,7 +18,7 @@
 #include "engine/engine.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Whether a run with --device `device` trains or measures on the GPU.
 inline bool runs_on_gpu(const std::string& device) {
@@ -53,4 +53,4 @@ inline std::unique_ptr<Engine> make_engine(bool on_gpu, const std::function<Host
   return std::make_unique<CpuEngine>(*state.model, *state.m, *state.v);
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -26,7 +26,7 @@
 #include "metrics/weight_stats.hpp"
 #include "plan.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 struct MetricsParity {
   double worst = 0.0;     // the largest error of any number (see the top comment)
@@ -161,4 +161,4 @@ MetricsParity metrics_parity(const Model<float>& cpu, const GpuModel& gpu, const
   return out;
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -38,7 +38,7 @@
 #include "runtime/cuda/check.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 template <typename Act>
 class NcclExpertExchange final : public ExpertExchange<Act> {
@@ -168,6 +168,6 @@ class DeviceExpertGroups {
   gc::rt::cuda::DeviceBuffer<std::uint8_t> summed_;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree
 
 #endif  // GC_HAVE_NCCL

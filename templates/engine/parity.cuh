@@ -25,7 +25,7 @@
 #include "plan.hpp"
 #include "runtime/cuda/check.hpp"
 
-namespace gcm::cuda {
+namespace gc::tree::cuda {
 
 struct ParityReport {
   const char* precision = "";   // "fp32" or "bf16"
@@ -165,4 +165,4 @@ ParityReport model_parity(int batch, int seq_len) {
   return report;
 }
 
-}  // namespace gcm::cuda
+}  // namespace gc::tree::cuda

@@ -15,7 +15,7 @@
 #include "model/state_layout.hpp"
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 struct UpdateParts {
   const ZeroShards& shard;
@@ -47,4 +47,4 @@ struct UpdateParts {
   }
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -26,7 +26,7 @@
 #include "plan.hpp"
 #include "runtime/comm.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // The flat array of `total` elements cut into one consecutive shard per rank:
 // ⌈total / ranks⌉ elements each (the last ones shorter or empty). Both
@@ -126,4 +126,4 @@ class ZeroOneOptimizer {
   std::vector<double> squares_;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -18,11 +18,11 @@
 #include "plan.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm {
+namespace gc::tree {
 using Json = nlohmann::json;
-}  // namespace gcm
+}  // namespace gc::tree
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 // Which metrics one measurement computes.
 struct MetricsDue {
@@ -175,4 +175,4 @@ class ActivationMetrics {
   std::map<std::string, double> seconds_;
 };
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

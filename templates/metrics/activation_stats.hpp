@@ -14,7 +14,7 @@
 
 #include "core/moments.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 // A running mean of per-token values.
 struct Mean {
@@ -97,4 +97,4 @@ inline double router_entropy(const float* scores, std::int64_t rows, int experts
   return rows > 0 ? total / double(rows) : 0.0;
 }
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

@@ -28,7 +28,7 @@
 #include "plan.hpp"
 #include "runtime/token_shard.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 // Experts whose matrices are also recorded one by one, beside the mean over all.
 inline constexpr int kNamedExperts = 2;
@@ -165,4 +165,4 @@ inline std::vector<int> most_frequent_tokens(const std::string& source, int k,
   return ids;
 }
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

@@ -15,7 +15,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 inline constexpr int kLanczosSteps = 300;      // spectral_norm's max_steps, on both backends
 inline constexpr int kCosineBlockRows = 512;   // rows of a cosine matrix per GEMM on the device
@@ -119,4 +119,4 @@ inline std::int64_t metrics_scratch_bytes(std::int64_t tokens, std::int64_t lo, 
          UpdateScratch::of_range(lo, hi).bytes();
 }
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

@@ -11,7 +11,7 @@
 
 #include "runtime/png.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 // RGB of value c in [-1, 1].
 inline void diverging_color(double c, std::uint8_t* rgb) {
@@ -78,4 +78,4 @@ inline void write_heatmap_png(const std::string& path, const std::vector<std::ui
   gc::rt::write_png_indexed(path, side, side, palette, levels);
 }
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

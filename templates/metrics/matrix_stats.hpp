@@ -20,7 +20,7 @@
 
 #include "core/blas.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 namespace detail {
 
@@ -287,4 +287,4 @@ CosineStats row_cosine_stats(const T* W, int cols, const std::vector<int>& rows,
   return out;
 }
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

@@ -15,7 +15,7 @@
 #include "model/model.hpp"
 #include "plan.hpp"
 
-namespace gcm::metrics {
+namespace gc::tree::metrics {
 
 // A parameter's matrix view: [shape[0], numel / shape[0]].
 inline int matrix_rows(const ParamInfo& p) { return int(p.shape[0]); }
@@ -103,4 +103,4 @@ class TimedWeightStats final : public WeightStats {
   WeightStats& inner_;
 };
 
-}  // namespace gcm::metrics
+}  // namespace gc::tree::metrics

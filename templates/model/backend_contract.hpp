@@ -26,7 +26,7 @@
 #include "profile/step_profile.hpp"
 #include "vocabulary.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 struct ContractBackend {
   using Act = float;
@@ -159,4 +159,4 @@ struct ContractBackend {
   } calls;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

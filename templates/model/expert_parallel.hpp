@@ -21,7 +21,7 @@
 #include "plan.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Rank r of `ranks` owns experts [lo, hi): ⌊E/ranks⌋ each, the first E mod ranks one more
 // (145 experts on 8 ranks: 19, 18, ..., 18).
@@ -160,4 +160,4 @@ void plan_expert_route(ExpertRoute& route, const std::int64_t* offsets, ExpertEx
   route.active = true;
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

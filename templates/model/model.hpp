@@ -36,7 +36,7 @@
 #include "profile/step_profile.hpp"
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 static_assert(kNumLayers == kLayers, "plan.hpp and config.hpp disagree on n_layers");
 
@@ -273,6 +273,6 @@ class BasicModel {
   Buffer<Act> dh_, dx_, dd_, dqkv_, dq_, dk_, dv_, dqr_, dkr_, do_, dz_, dff_ab_, dff_s_, dlogits_;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree
 
 #include "model/model_impl.hpp"

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-namespace gcm {
+namespace gc::tree {
 
 namespace detail {
 inline constexpr bool kGated = kGatedAttention != GatedAttention::none;
@@ -552,4 +552,4 @@ void BasicModel<Backend>::backward(double loss_scale) {
            [&] { ops_.embedding_backward(grad(kParamEmbed), tokens_, de, N, D, double(kEmbeddingScale)); });
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

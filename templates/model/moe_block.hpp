@@ -28,7 +28,7 @@
 #include "profile/step_profile.hpp"
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Row indices of one MoE layer's tensors (kParams; shared_* are -1 without shared experts).
 struct MoeParams {
@@ -478,4 +478,4 @@ void moe_backward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, ty
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

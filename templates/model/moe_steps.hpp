@@ -16,7 +16,7 @@
 #include "config.hpp"
 #include "model/moe_block.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // ---- the engine's view of a model's MoE layers (host side, any backend) ----
 
@@ -118,4 +118,4 @@ void set_moe_biases(Model& model, const std::vector<std::vector<float>>& biases)
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

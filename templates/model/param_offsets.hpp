@@ -6,7 +6,7 @@
 
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Offsets of each tensor in the flat parameter (and gradient) array. Each
 // tensor starts on a multiple of kTensorAlign elements (256 bytes in bf16,
@@ -27,4 +27,4 @@ inline constexpr ParamOffsets kOffsets{};
 static_assert(kOffsets.at[kNumParams] == kStoredParams,
               "the flat parameter array differs from the planner's (compiler/plan: ParamCounts::stored)");
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -23,7 +23,7 @@
 #include "model/param_offsets.hpp"
 #include "plan.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Whether tensor i is a stacked expert tensor [E, out, in] (an MoE layer's gate, up or down).
 inline bool is_expert_tensor(int i) {
@@ -86,4 +86,4 @@ inline void keep_layout_part(const StateLayout& layout, float* mine, const float
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

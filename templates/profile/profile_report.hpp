@@ -13,7 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "profile/step_profile.hpp"
 
-namespace gcm::profile {
+namespace gc::tree::profile {
 
 struct ReportInfo {
   std::string implementation = "gcompile";
@@ -178,4 +178,4 @@ inline std::string profile_table(const Recorder& r, const ReportInfo& info) {
   return out;
 }
 
-}  // namespace gcm::profile
+}  // namespace gc::tree::profile

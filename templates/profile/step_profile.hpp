@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-namespace gcm::profile {
+namespace gc::tree::profile {
 
 // What an op does, as the tables group it. GEMMs by projection; lm_head_ce is the LM head's
 // GEMMs and the cross-entropy together (the unit PyTorch's fused kernels make of them).
@@ -229,4 +229,4 @@ void timed(Recorder* r, const OpTag& tag, F&& call) {
   call();
 }
 
-}  // namespace gcm::profile
+}  // namespace gc::tree::profile

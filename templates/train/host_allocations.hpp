@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-namespace gcm {
+namespace gc::tree {
 
 std::int64_t host_allocations();
 
-}  // namespace gcm
+}  // namespace gc::tree

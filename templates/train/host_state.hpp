@@ -17,7 +17,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/comm.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 class HostState {
  public:
@@ -96,4 +96,4 @@ class HostState {
   bool moments_fresh_ = false;  // and the host moments (m_, v_) too
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

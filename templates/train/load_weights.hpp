@@ -16,7 +16,7 @@
 #include "runtime/hf_import.hpp"
 #include "train/moe_state.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // A flat fp32 parameter array (kOffsets) as checkpoint buffers (weights only).
 inline std::vector<gc::rt::ParamBuffers> weight_buffers(float* params) {
@@ -84,4 +84,4 @@ inline void load_export_weights(const std::string& dir, Model<float>& model) {
   }
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -9,7 +9,7 @@
 #include "config.hpp"
 #include "metrics/collector.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // Which metrics are due after s completed steps: every metric at s = 0, then
 // each at multiples of its interval; cosine matrices also at the image steps.
@@ -65,4 +65,4 @@ struct StepRecordSchedule {
   bool any_due(std::int64_t s) const { return grad_norm_due(s) || update_ratio_due(s) || moe_routing_due(s); }
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -13,7 +13,7 @@
 #include "model/moe_block.hpp"
 #include "runtime/error.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // One record per logged step, keyed by MoE layer: the assignments each expert
 // received since the previous record (training batches; a window of several
@@ -76,4 +76,4 @@ inline std::vector<std::vector<float>> moe_bias_from_json(const Json& state, con
   return out;
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

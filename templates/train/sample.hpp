@@ -14,7 +14,7 @@
 #include "engine/cpu_model.hpp"
 #include "train/utf8.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 inline std::vector<std::string> load_vocab(const std::string& path) {
   std::vector<std::string> pieces(static_cast<std::size_t>(kVocab));
@@ -70,4 +70,4 @@ inline std::vector<std::int32_t> greedy_continue(const std::vector<float>& param
   return prompt;
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

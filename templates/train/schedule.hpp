@@ -9,7 +9,7 @@
 
 #include "config.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 inline double learning_rate(std::int64_t step) {
   if (step < kWarmupSteps) return kLr * double(step + 1) / double(kWarmupSteps);
@@ -24,4 +24,4 @@ inline double learning_rate(std::int64_t step) {
   return kLr * factor;
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

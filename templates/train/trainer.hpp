@@ -45,7 +45,7 @@
 #include "train/trainer_profile.hpp"
 #include "train/schedule.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 // The watchdog's default limit (runtime/watchdog.hpp): longer than any legitimate step, evaluation or
 // checkpoint of the specs this project trains, short of a job's wall time.
@@ -150,7 +150,7 @@ class Trainer {
   void write_profile() const;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree
 
 #include "train/trainer_checkpoint.hpp"
 #include "train/trainer_impl.hpp"

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-namespace gcm {
+namespace gc::tree {
 
 // The checkpoint --resume continues from: `name` (step_N, or N) when given,
 // else the one `latest` names. Errors list the run's complete checkpoints.
@@ -104,4 +104,4 @@ inline void Trainer::save(std::int64_t step) {
   gc::rt::save_checkpoint(opt_.run_dir, host_.buffers(), state, 2);
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

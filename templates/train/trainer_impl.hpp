@@ -10,8 +10,7 @@
 #include <filesystem>
 #include <string>
 
-namespace gcm {
-
+namespace gc::tree {
 
 // distributed.expert_parallel (or --expert-parallel): groups of G consecutive ranks share each
 // MoE layer's experts, so G must divide the world, and every rank of a group owns an expert.
@@ -448,4 +447,4 @@ inline void Trainer::write_profile() const {
   profiler_->report(opt_.run_dir, info);
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cmath>
 
-namespace gcm {
+namespace gc::tree {
 
 inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   double total = 0.0;
@@ -267,4 +267,4 @@ inline void Trainer::print_sample() {
                whole_utf8_chars(decode(pieces, prompt)).c_str(), whole_utf8_chars(decode(pieces, continuation)).c_str());
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

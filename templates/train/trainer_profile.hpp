@@ -15,7 +15,7 @@
 #include "profile/step_profile.hpp"
 #include "runtime/atomic_file.hpp"
 
-namespace gcm {
+namespace gc::tree {
 
 class StepProfiler {
  public:
@@ -59,4 +59,4 @@ class StepProfiler {
   profile::Recorder recorder_;
 };
 
-}  // namespace gcm
+}  // namespace gc::tree

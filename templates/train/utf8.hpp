@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-namespace gcm {
+namespace gc::tree {
 
 // Length of the well-formed UTF-8 character at text[pos] (RFC 3629: no
 // overlong forms, no surrogates, at most U+10FFFF), or 0 when there is none.
@@ -65,4 +65,4 @@ inline std::string whole_utf8_chars(const std::string& text) {
   return out;
 }
 
-}  // namespace gcm
+}  // namespace gc::tree

@@ -224,7 +224,7 @@ TEST(Templates, HostileStringsLandInGeneratedCodeAsInertLiterals) {
   auto r = gcompile("spec.toml --no-build -o tree", dir.string());
   ASSERT_EQ(r.status, 0) << r.err;
   std::ofstream(dir / "print.cpp") << "#include <cstdio>\n#include \"config.hpp\"\n"
-                                      "int main() { std::fputs(gcm::kTrainData, stdout); }\n";
+                                      "int main() { std::fputs(gc::tree::kTrainData, stdout); }\n";
   const std::string build = "cd " + dir.string() + " && c++ -std=c++17 -Itree/src print.cpp tree/src/experiment.cpp -o print 2>&1";
   ASSERT_EQ(std::system(build.c_str()), 0);
   FILE* p = ::popen((dir / "print").c_str(), "r");

@@ -11,10 +11,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::AlignedLinear;
-using gcm::cuda::bf16;
+using gc::tree::cuda::AlignedLinear;
+using gc::tree::cuda::bf16;
 
 struct Shape {
   int N, in, out;

@@ -13,18 +13,21 @@
 #include "cuda/attention.cuh"
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 template <int H, int KV, int HD, int kScaleThousandths>
 using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
 using Gqa64 = Shape<4, 2, 64, 125>;
 using Mha128 = Shape<2, 2, 128, 88>;
 
-static_assert(gcm::cuda::attention_sm90_supported<Gqa64, bf16>());
-static_assert(!gcm::cuda::attention_sm90_supported<Gqa64, float>());
-static_assert(!gcm::cuda::attention_sm90_supported<Shape<2, 2, 32, 177>, bf16>());
+static_assert(gc::tree::cuda::attention_sm90_supported<Gqa64, bf16>());
+static_assert(!gc::tree::cuda::attention_sm90_supported<Gqa64, float>());
+static_assert(!gc::tree::cuda::attention_sm90_supported<Shape<2, 2, 32, 177>, bf16>());
 
 struct Forward {
   std::vector<bf16> out;
@@ -38,9 +41,10 @@ Forward run(const std::vector<bf16>& q, const std::vector<bf16>& k, const std::v
   ct::DeviceBuffer<bf16> out(q.size());
   ct::DeviceBuffer<float> lse(std::size_t(batch) * S::kHeads * seq_len);
   if constexpr (kSm90) {
-    gcm::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+    gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                              seq_len);
   } else {
-    gcm::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+    gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
   }
   return {ct::download(out), ct::download(lse)};
 }

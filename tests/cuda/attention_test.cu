@@ -14,10 +14,13 @@
 #include "cuda_test_util.hpp"
 #include "runtime/error.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::AttentionDims;
-using gcm::cuda::bf16;
+using gc::tree::AttentionDims;
+using gc::tree::cuda::bf16;
 
 std::string describe(const AttentionDims& d) {
   return "B=" + std::to_string(d.batch) + " T=" + std::to_string(d.seq_len) + " H=" + std::to_string(d.heads) +
@@ -80,10 +83,11 @@ GpuResult<T> run_gpu(const Problem<T>& pr) {
   const AttentionDims& d = pr.d;
   auto q = ct::upload(pr.q), k = ct::upload(pr.k), v = ct::upload(pr.v), dout = ct::upload(pr.dout);
   ct::DeviceBuffer<T> out(q_size(d)), dq(q_size(d)), dk(kv_size(d)), dv(kv_size(d));
-  ct::DeviceBuffer<float> lse(lse_size(d)), scratch(gcm::cuda::attention_backward_scratch_floats<S>(d.batch, d.seq_len));
-  gcm::cuda::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), d.batch, d.seq_len);
-  gcm::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(), lse.data(),
-                                   q.data(), k.data(), v.data(), d.batch, d.seq_len);
+  ct::DeviceBuffer<float> lse(lse_size(d)),
+      scratch(gc::tree::cuda::attention_backward_scratch_floats<S>(d.batch, d.seq_len));
+  gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), d.batch, d.seq_len);
+  gc::tree::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(), out.data(),
+                                        lse.data(), q.data(), k.data(), v.data(), d.batch, d.seq_len);
   return {ct::download(out), ct::download(dq), ct::download(dk), ct::download(dv), ct::download(lse)};
 }
 
@@ -99,12 +103,12 @@ void check_against_cpu(int batch, int seq_len, unsigned seed, double qk_std = 1.
   const auto q = ct::to_double(pr.q), k = ct::to_double(pr.k), v = ct::to_double(pr.v), dout = ct::to_double(pr.dout);
 
   std::vector<double> out(q_size(d)), lse(lse_size(d));
-  gcm::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, scale);
+  gc::tree::cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, scale);
 
   const auto gpu_out = ct::to_double(got.out), gpu_lse = ct::to_double(got.lse);
   std::vector<double> dq(q_size(d)), dk(kv_size(d)), dv(kv_size(d));
-  gcm::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), gpu_out.data(), gpu_lse.data(), q.data(),
-                               k.data(), v.data(), d, scale);
+  gc::tree::cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), gpu_out.data(), gpu_lse.data(),
+                                    q.data(), k.data(), v.data(), d, scale);
 
   const double tol = ct::tolerance<T>();
   const std::string tag = std::string(" ") + type_name<T>() + " " + describe(d);
@@ -188,11 +192,13 @@ TEST(CudaAttention, BackwardIsBitwiseDeterministic) {
 TEST(CudaAttention, RejectsBatchesTheGridCannotHold) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<float> buf(16), scratch(16);
-  EXPECT_THROW(gcm::cuda::attention_forward<Gqa64>(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 70000, 1),
-               gc::rt::RuntimeError);
-  EXPECT_THROW(gcm::cuda::attention_backward<Gqa64>(buf.data(), buf.data(), buf.data(), scratch.data(), buf.data(),
-                                                    buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), -1, 4),
-               gc::rt::RuntimeError);
+  EXPECT_THROW(
+      gc::tree::cuda::attention_forward<Gqa64>(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 70000, 1),
+      gc::rt::RuntimeError);
+  EXPECT_THROW(
+      gc::tree::cuda::attention_backward<Gqa64>(buf.data(), buf.data(), buf.data(), scratch.data(), buf.data(),
+                                                buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), -1, 4),
+      gc::rt::RuntimeError);
 }
 
 }  // namespace

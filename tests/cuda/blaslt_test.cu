@@ -15,6 +15,9 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 // Sets an environment variable for the test's lifetime.

@@ -1,5 +1,5 @@
 // Helpers for the CUDA kernel tests: skip without a GPU, move vectors to and
-// from the device, and convert to bf16. Inputs come from kt::random_* (never
+// from the device, and convert to bf16. Inputs come from kernels::random_* (never
 // zeros); the CPU kernels in templates/cpu are the reference.
 #pragma once
 
@@ -14,10 +14,10 @@
 #include "kernels/kernel_test_util.hpp"
 #include "runtime/cuda/check.hpp"
 
-namespace ct {
+namespace gc::test::gpu {
 
 using gc::rt::cuda::DeviceBuffer;
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 // True when the tests run on the CPU emulator (tests/cuda_emulator: GC_REQUIRE_GPU() passes there),
 // for a test whose size would make emulation slow.
@@ -37,14 +37,14 @@ inline constexpr bool kEmulated = false;
 template <typename T, typename S>
 std::vector<T> convert(const std::vector<S>& v) {
   std::vector<T> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gcm::cuda::from_float<T>(float(v[i]));
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = gc::tree::cuda::from_float<T>(float(v[i]));
   return out;
 }
 
 template <typename T>
 std::vector<double> to_double(const std::vector<T>& v) {
   std::vector<double> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = double(gcm::cuda::to_float(v[i]));
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = double(gc::tree::cuda::to_float(v[i]));
   return out;
 }
 
@@ -85,24 +85,24 @@ std::string type_name() {
 // v rounded to T and back: the values a T buffer made from v holds.
 template <typename T>
 std::vector<double> rounded(const std::vector<double>& v) {
-  return ct::to_double(ct::convert<T>(v));
+  return to_double(convert<T>(v));
 }
 
 template <typename T>
 DeviceBuffer<T> upload_as(const std::vector<double>& v) {
-  return ct::upload(ct::convert<T>(v));
+  return upload(convert<T>(v));
 }
 
 template <typename T>
 std::vector<double> download_double(const DeviceBuffer<T>& d) {
-  return ct::to_double(ct::download(d));
+  return to_double(download(d));
 }
 
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& ref, double tol,
                          const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
-  const double err = kt::rel_error(got, ref);
-  kt::report("cuda " + what, err);
+  const double err = kernels::rel_error(got, ref);
+  kernels::report("cuda " + what, err);
   EXPECT_LT(err, tol) << what;
 }
 
@@ -111,4 +111,4 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
-}  // namespace ct
+}  // namespace gc::test::gpu

@@ -11,6 +11,8 @@
 #include "cuda/backend.cuh"
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+
 namespace {
 
 // Sets an environment variable for one scope.
@@ -26,7 +28,7 @@ class ScopedEnv {
 std::string reason_for(const char* cc, bool kernel_image) {
   ScopedEnv capability("GC_CUDA_EMULATOR_CC", cc);
   ScopedEnv image("GC_CUDA_EMULATOR_NO_KERNEL_IMAGE", kernel_image ? "0" : "1");
-  return gcm::cuda::unusable_device_reason();
+  return gc::tree::cuda::unusable_device_reason();
 }
 
 TEST(CudaDevice, AcceptsComputeCapability80AndNewerWithTheirKernels) {
@@ -36,23 +38,23 @@ TEST(CudaDevice, AcceptsComputeCapability80AndNewerWithTheirKernels) {
     }
   } else {
     GC_REQUIRE_GPU();
-    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "") << "the GPU kit runs on sm_80 or newer";
+    EXPECT_EQ(gc::tree::cuda::unusable_device_reason(), "") << "the GPU kit runs on sm_80 or newer";
   }
 }
 
 // The refusal's words, from the device's name, compute capability and the kernel-image probe's
 // error: the same function on a GPU, under the emulator and on a machine without either.
 TEST(CudaDevice, RefusesOlderGpusAndMissingKernelsNamingTheFix) {
-  const std::string turing = gcm::cuda::device_refusal("Tesla T4", 7, 5, nullptr);
+  const std::string turing = gc::tree::cuda::device_refusal("Tesla T4", 7, 5, nullptr);
   EXPECT_NE(turing.find("Tesla T4 (compute capability 7.5): the CUDA backend needs compute capability 8.0 or newer"),
             std::string::npos) << turing;
-  const std::string ada = gcm::cuda::device_refusal("L4", 8, 9, "no kernel image is available");
+  const std::string ada = gc::tree::cuda::device_refusal("L4", 8, 9, "no kernel image is available");
   EXPECT_NE(ada.find("this build has no kernels for it (no kernel image is available)"), std::string::npos) << ada;
   EXPECT_NE(ada.find("-DGC_CUDA_ARCHITECTURES=89 "), std::string::npos) << ada;
-  const std::string hopper = gcm::cuda::device_refusal("H100", 9, 0, "no kernel image is available");
+  const std::string hopper = gc::tree::cuda::device_refusal("H100", 9, 0, "no kernel image is available");
   EXPECT_NE(hopper.find("-DGC_CUDA_ARCHITECTURES=90a "), std::string::npos) << hopper;
-  EXPECT_EQ(gcm::cuda::device_refusal("H100", 9, 0, nullptr), "");
-  EXPECT_EQ(gcm::cuda::device_refusal("A100", 8, 0, nullptr), "");
+  EXPECT_EQ(gc::tree::cuda::device_refusal("H100", 9, 0, nullptr), "");
+  EXPECT_EQ(gc::tree::cuda::device_refusal("A100", 8, 0, nullptr), "");
 }
 
 // The probe itself: under the emulator the environment sets the device's compute capability and
@@ -65,8 +67,8 @@ TEST(CudaDevice, TheProbeNamesTheDeviceAndLeavesNoErrorBehind) {
     EXPECT_EQ(reason_for("9.0", true), "");  // the failed probe before does not stick
   } else {
     GC_REQUIRE_GPU();
-    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "");
-    EXPECT_EQ(gcm::cuda::unusable_device_reason(), "");
+    EXPECT_EQ(gc::tree::cuda::unusable_device_reason(), "");
+    EXPECT_EQ(gc::tree::cuda::unusable_device_reason(), "");
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   }
 }

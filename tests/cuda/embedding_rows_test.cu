@@ -14,6 +14,9 @@
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/embedding.cuh"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::bf16;
@@ -46,12 +49,12 @@ void check_embedding_forward() {
   const auto tokens = kt::random_tokens(N, V, 1);
   const auto E = rounded<T>(kt::random_vector(std::size_t(V) * d, 2));
   std::vector<double> ref(std::size_t(N) * d);
-  gcm::cpu::embedding_forward<double>(ref.data(), tokens.data(), E.data(), N, d, double(scale));
+  gc::tree::cpu::embedding_forward<double>(ref.data(), tokens.data(), E.data(), N, d, double(scale));
 
   auto tokens_d = ct::upload(tokens);
   auto E_d = upload_as<T>(E);
   DeviceBuffer<T> out(ref.size());
-  gcm::cuda::embedding_forward<S>(out.data(), tokens_d.data(), E_d.data(), N);
+  gc::tree::cuda::embedding_forward<S>(out.data(), tokens_d.data(), E_d.data(), N);
   expect_close(download_double(out), ref, ct::tolerance<T>(),
                "embedding forward " + type_name<T>() + " d " + std::to_string(d));
 }
@@ -65,9 +68,9 @@ void check_embedding_backward() {
   const auto dout = rounded<T>(kt::random_vector(std::size_t(N) * d, 4));
   const auto prior = rounded<float>(kt::random_vector(std::size_t(V) * d, 5));
   std::vector<double> ref = prior;
-  gcm::cpu::embedding_backward<double>(ref.data(), tokens.data(), dout.data(), N, d, double(scale));
+  gc::tree::cpu::embedding_backward<double>(ref.data(), tokens.data(), dout.data(), N, d, double(scale));
 
-  const auto index = gcm::cuda::build_embedding_index(tokens.data(), N);
+  const auto index = gc::tree::cuda::build_embedding_index(tokens.data(), N);
   auto unique_d = ct::upload(index.unique_tokens);
   auto offsets_d = ct::upload(index.offsets);
   auto positions_d = ct::upload(index.positions);
@@ -77,8 +80,8 @@ void check_embedding_backward() {
   std::vector<std::vector<float>> runs;
   for (int run = 0; run < 2; ++run) {
     auto dE = upload_as<float>(prior);
-    gcm::cuda::embedding_backward<S>(dE.data(), unique_d.data(), offsets_d.data(), positions_d.data(), num_unique,
-                                     dout_d.data());
+    gc::tree::cuda::embedding_backward<S>(dE.data(), unique_d.data(), offsets_d.data(), positions_d.data(), num_unique,
+                                          dout_d.data());
     runs.push_back(ct::download(dE));
   }
   expect_close(kt::minus(ct::to_double(runs[0]), prior), kt::minus(ref, prior), ct::tolerance<float>(),
@@ -89,11 +92,11 @@ void check_embedding_backward() {
 // Host-only: needs no GPU.
 TEST(CudaRows, EmbeddingIndexGroupsPositionsByToken) {
   const std::vector<std::int32_t> tokens = {5, 2, 5, 7, 2, 5};
-  const auto index = gcm::cuda::build_embedding_index(tokens.data(), int(tokens.size()));
+  const auto index = gc::tree::cuda::build_embedding_index(tokens.data(), int(tokens.size()));
   EXPECT_EQ(index.unique_tokens, (std::vector<std::int32_t>{2, 5, 7}));
   EXPECT_EQ(index.offsets, (std::vector<std::int32_t>{0, 2, 5, 6}));
   EXPECT_EQ(index.positions, (std::vector<std::int32_t>{1, 4, 0, 2, 5, 3}));
-  const auto empty = gcm::cuda::build_embedding_index(tokens.data(), 0);
+  const auto empty = gc::tree::cuda::build_embedding_index(tokens.data(), 0);
   EXPECT_TRUE(empty.unique_tokens.empty());
   EXPECT_EQ(empty.offsets, (std::vector<std::int32_t>{0}));
 }

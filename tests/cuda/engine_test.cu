@@ -22,20 +22,22 @@
 #include "cuda_test_util.hpp"
 #include "engine/cpu_engine.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
 std::vector<double> slice(const std::vector<float>& v, int tensor) {
-  return std::vector<double>(v.begin() + gcm::kOffsets.at[tensor], v.begin() + gcm::kOffsets.at[tensor + 1]);
+  return std::vector<double>(v.begin() + gc::tree::kOffsets.at[tensor], v.begin() + gc::tree::kOffsets.at[tensor + 1]);
 }
 
 // Relative error of the worst tensor of a flat array, and its name.
 double worst_tensor_error(const std::vector<float>& got, const std::vector<float>& ref, std::string* name) {
   double worst = 0.0;
-  for (int i = 0; i < gcm::kNumParams; ++i) {
+  for (int i = 0; i < gc::tree::kNumParams; ++i) {
     const double e = kt::rel_error(slice(got, i), slice(ref, i));
     if (e >= worst) {
       worst = e;
-      *name = gcm::kParams[i].name;
+      *name = gc::tree::kParams[i].name;
     }
   }
   return worst;
@@ -43,19 +45,19 @@ double worst_tensor_error(const std::vector<float>& got, const std::vector<float
 
 TEST(CudaEngine, StepsMatchCpuEngine) {
   GC_REQUIRE_GPU();
-  const int batch = gcm::kMicroBatch, seq_len = gcm::kSeqLen, steps = 3;
-  const std::size_t total = std::size_t(gcm::kOffsets.at[gcm::kNumParams]);
+  const int batch = gc::tree::kMicroBatch, seq_len = gc::tree::kSeqLen, steps = 3;
+  const std::size_t total = std::size_t(gc::tree::kOffsets.at[gc::tree::kNumParams]);
   const std::size_t rows = std::size_t(batch) * seq_len;
   const double lr = 1e-2;
 
-  gcm::Model<float> model(batch, seq_len);
+  gc::tree::Model<float> model(batch, seq_len);
   std::vector<float> m(total, 0.0f), v(total, 0.0f);
-  gcm::CpuEngine cpu(model, m, v);
-  const std::unique_ptr<gcm::Engine> gpu = gcm::make_cuda_engine(batch, seq_len);
+  gc::tree::CpuEngine cpu(model, m, v);
+  const std::unique_ptr<gc::tree::Engine> gpu = gc::tree::make_cuda_engine(batch, seq_len);
   EXPECT_NE(gpu->describe().find("CUDA"), std::string::npos) << gpu->describe();
 
-  cpu.initialize(gcm::kSeed);
-  gpu->initialize(gcm::kSeed);
+  cpu.initialize(gc::tree::kSeed);
+  gpu->initialize(gc::tree::kSeed);
   gpu->prepare_metrics();
   std::vector<float> params(total), gm(total), gv(total);
   gpu->download(params.data(), gm.data(), gv.data());
@@ -70,8 +72,10 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
     const std::vector<float> before = model.params;
     std::vector<std::int32_t> inputs(rows), targets(rows);
     for (std::size_t i = 0; i < rows; ++i) {
-      inputs[i] = std::int32_t(gcm::core::philox_uniform(99, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
-      targets[i] = std::int32_t(gcm::core::philox_uniform(99, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
+      inputs[i] = std::int32_t(gc::tree::core::philox_uniform(99, std::uint32_t(2 * step), i) * gc::tree::kVocab) %
+                  gc::tree::kVocab;
+      targets[i] = std::int32_t(gc::tree::core::philox_uniform(99, std::uint32_t(2 * step + 1), i) * gc::tree::kVocab) %
+                   gc::tree::kVocab;
     }
     cpu.zero_grads();
     gpu->zero_grads();
@@ -82,32 +86,34 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
       gpu->forward_backward(inputs.data(), targets.data(), 0.5);
     }
     // Update ratios: both engines keep the tracked tensors before the step.
-    cpu.snapshot_tensors(gcm::kUpdateRatioTensors);
-    gpu->snapshot_tensors(gcm::kUpdateRatioTensors);
+    cpu.snapshot_tensors(gc::tree::kUpdateRatioTensors);
+    gpu->snapshot_tensors(gc::tree::kUpdateRatioTensors);
     cpu.finish_step(lr, step);
     gpu->finish_step(lr, step);
-    const auto sums_cpu = cpu.update_sums(gcm::kUpdateRatioTensors);
-    const auto sums_gpu = gpu->update_sums(gcm::kUpdateRatioTensors);
-    for (int i = 0; i < gcm::kNumParams; ++i) {
-      if (!gcm::kUpdateRatioTensors[i]) {
-        EXPECT_EQ(sums_gpu[i][0] + sums_gpu[i][1], 0.0) << tag << ": untracked " << gcm::kParams[i].name;
+    const auto sums_cpu = cpu.update_sums(gc::tree::kUpdateRatioTensors);
+    const auto sums_gpu = gpu->update_sums(gc::tree::kUpdateRatioTensors);
+    for (int i = 0; i < gc::tree::kNumParams; ++i) {
+      if (!gc::tree::kUpdateRatioTensors[i]) {
+        EXPECT_EQ(sums_gpu[i][0] + sums_gpu[i][1], 0.0) << tag << ": untracked " << gc::tree::kParams[i].name;
         continue;
       }
       // Σ θ² from the same uploaded weights: rounding only. Σ Δθ²: the updates agree to 1e-3 of lr
       // but for elements near zero gradient (below).
-      EXPECT_NEAR(sums_gpu[i][1], sums_cpu[i][1], 1e-9 * sums_cpu[i][1]) << tag << ": Σ θ² of " << gcm::kParams[i].name;
-      EXPECT_NEAR(sums_gpu[i][0], sums_cpu[i][0], 2e-2 * sums_cpu[i][0]) << tag << ": Σ Δθ² of " << gcm::kParams[i].name;
-      EXPECT_GT(sums_cpu[i][0], 0.0) << tag << ": " << gcm::kParams[i].name << " moved";
+      EXPECT_NEAR(sums_gpu[i][1], sums_cpu[i][1], 1e-9 * sums_cpu[i][1])
+          << tag << ": Σ θ² of " << gc::tree::kParams[i].name;
+      EXPECT_NEAR(sums_gpu[i][0], sums_cpu[i][0], 2e-2 * sums_cpu[i][0])
+          << tag << ": Σ Δθ² of " << gc::tree::kParams[i].name;
+      EXPECT_GT(sums_cpu[i][0], 0.0) << tag << ": " << gc::tree::kParams[i].name << " moved";
     }
-    const gcm::StepReadout& on_cpu = cpu.read_step();
-    const gcm::StepReadout& on_gpu = gpu->read_step();
+    const gc::tree::StepReadout& on_cpu = cpu.read_step();
+    const gc::tree::StepReadout& on_gpu = gpu->read_step();
     const double loss_cpu = on_cpu.verdict.loss, loss_gpu = on_gpu.verdict.loss;
     EXPECT_NEAR(loss_gpu, loss_cpu, 1e-4 * std::fabs(loss_cpu)) << tag;
     EXPECT_GT(loss_cpu, 1.0) << tag;
     ASSERT_EQ(on_gpu.squares.size(), on_cpu.squares.size());
     for (std::size_t i = 0; i < on_cpu.squares.size(); ++i) {
       EXPECT_NEAR(on_gpu.squares[i], on_cpu.squares[i], 2e-4 * on_cpu.squares[i])
-          << tag << ": Σ g² of " << gcm::kParams[i].name;
+          << tag << ": Σ g² of " << gc::tree::kParams[i].name;
     }
     EXPECT_NEAR(on_gpu.verdict.grad_norm, on_cpu.verdict.grad_norm, 1e-4 * on_cpu.verdict.grad_norm) << tag;
     EXPECT_NEAR(on_gpu.verdict.clip, on_cpu.verdict.clip, 1e-4 * on_cpu.verdict.clip) << tag;
@@ -131,14 +137,17 @@ TEST(CudaEngine, StepsMatchCpuEngine) {
                 total);
     EXPECT_LE(differ, total / 1000) << tag << ": parameter updates";
   }
-  EXPECT_TRUE(std::count(gcm::kUpdateRatioTensors, gcm::kUpdateRatioTensors + gcm::kNumParams, true) > 0);
+  EXPECT_TRUE(std::count(gc::tree::kUpdateRatioTensors, gc::tree::kUpdateRatioTensors + gc::tree::kNumParams, true) >
+              0);
 }
 
 // Random tokens for step `step` of a test.
 void random_batch(int step, std::vector<std::int32_t>& inputs, std::vector<std::int32_t>& targets) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = std::int32_t(gcm::core::philox_uniform(7, std::uint32_t(2 * step), i) * gcm::kVocab) % gcm::kVocab;
-    targets[i] = std::int32_t(gcm::core::philox_uniform(7, std::uint32_t(2 * step + 1), i) * gcm::kVocab) % gcm::kVocab;
+    inputs[i] = std::int32_t(gc::tree::core::philox_uniform(7, std::uint32_t(2 * step), i) * gc::tree::kVocab) %
+                gc::tree::kVocab;
+    targets[i] = std::int32_t(gc::tree::core::philox_uniform(7, std::uint32_t(2 * step + 1), i) * gc::tree::kVocab) %
+                 gc::tree::kVocab;
   }
 }
 
@@ -146,18 +155,19 @@ void random_batch(int step, std::vector<std::int32_t>& inputs, std::vector<std::
 // the later steps (here one whose weights were repaired), whose values are still read.
 TEST(CudaEngine, ANonFiniteStepStopsEveryLaterUpdate) {
   GC_REQUIRE_GPU();
-  const int batch = gcm::kMicroBatch, seq_len = gcm::kSeqLen;
-  const std::size_t total = std::size_t(gcm::kOffsets.at[gcm::kNumParams]);
-  gcm::Model<float> model(batch, seq_len);
+  const int batch = gc::tree::kMicroBatch, seq_len = gc::tree::kSeqLen;
+  const std::size_t total = std::size_t(gc::tree::kOffsets.at[gc::tree::kNumParams]);
+  gc::tree::Model<float> model(batch, seq_len);
   std::vector<float> m(total, 0.0f), v(total, 0.0f);
-  gcm::CpuEngine cpu(model, m, v);
-  const std::unique_ptr<gcm::Engine> gpu = gcm::make_cuda_engine(batch, seq_len);
-  cpu.initialize(gcm::kSeed);
+  gc::tree::CpuEngine cpu(model, m, v);
+  const std::unique_ptr<gc::tree::Engine> gpu = gc::tree::make_cuda_engine(batch, seq_len);
+  cpu.initialize(gc::tree::kSeed);
   const std::vector<float> good = model.params;
   std::vector<float> poisoned = good;
-  for (int i = 0; i < gcm::kNumParams; ++i) {  // every weight of the final norm: every row's logits
-    if (std::string(gcm::kParams[i].name).find("norm") != std::string::npos && gcm::kParams[i].layer < 0) {
-      std::fill(poisoned.begin() + gcm::kOffsets.at[i], poisoned.begin() + gcm::kOffsets.at[i + 1], std::nanf(""));
+  for (int i = 0; i < gc::tree::kNumParams; ++i) {  // every weight of the final norm: every row's logits
+    if (std::string(gc::tree::kParams[i].name).find("norm") != std::string::npos && gc::tree::kParams[i].layer < 0) {
+      std::fill(poisoned.begin() + gc::tree::kOffsets.at[i], poisoned.begin() + gc::tree::kOffsets.at[i + 1],
+                std::nanf(""));
     }
   }
   std::vector<std::int32_t> inputs(std::size_t(batch) * seq_len), targets(inputs.size());
@@ -166,11 +176,11 @@ TEST(CudaEngine, ANonFiniteStepStopsEveryLaterUpdate) {
     model.params = start;
     gpu->upload(start.data(), m.data(), v.data());
     random_batch(step, inputs, targets);
-    for (gcm::Engine* engine : {static_cast<gcm::Engine*>(&cpu), gpu.get()}) {
+    for (gc::tree::Engine* engine : {static_cast<gc::tree::Engine*>(&cpu), gpu.get()}) {
       engine->zero_grads();
       engine->forward_backward(inputs.data(), targets.data(), 1.0);
       engine->finish_step(1e-2, step);
-      const gcm::StepVerdict& verdict = engine->read_step().verdict;
+      const gc::tree::StepVerdict& verdict = engine->read_step().verdict;
       EXPECT_EQ(verdict.stopped_at, 1) << engine->describe() << " step " << step;
       EXPECT_EQ(std::isnan(verdict.loss), step == 1) << engine->describe() << " step " << step;
       EXPECT_TRUE(std::isnan(verdict.stopped_loss)) << engine->describe();
@@ -192,21 +202,21 @@ TEST(CudaEngine, ANonFiniteStepStopsEveryLaterUpdate) {
 // A step (after the first, which sizes cuBLASLt's workspace) is queued without the host waiting
 // for the GPU: uploads, forward, backward, norms, the verdict and AdamW; read_step then waits.
 TEST(CudaEngine, AStepQueuesWithoutHostWaits) {
-  const int batch = gcm::kMicroBatch, seq_len = gcm::kSeqLen;
-  const std::unique_ptr<gcm::Engine> gpu = gcm::make_cuda_engine(batch, seq_len);
-  gpu->initialize(gcm::kSeed);
+  const int batch = gc::tree::kMicroBatch, seq_len = gc::tree::kSeqLen;
+  const std::unique_ptr<gc::tree::Engine> gpu = gc::tree::make_cuda_engine(batch, seq_len);
+  gpu->initialize(gc::tree::kSeed);
   std::vector<std::int32_t> inputs(std::size_t(batch) * seq_len), targets(inputs.size());
   for (int step = 1; step <= 3; ++step) {
     random_batch(step, inputs, targets);
-    const std::int64_t before = gc_emu::host_waits();
+    const std::int64_t before = gc::emu::host_waits();
     gpu->zero_grads();
     for (int micro = 0; micro < 2; ++micro) gpu->forward_backward(inputs.data(), targets.data(), 0.5);
     gpu->finish_step(1e-3, step);
     if (step > 1) {
-      EXPECT_EQ(gc_emu::host_waits(), before) << "step " << step << " made the host wait";
+      EXPECT_EQ(gc::emu::host_waits(), before) << "step " << step << " made the host wait";
     }
-    const gcm::StepReadout& read = gpu->read_step();
-    EXPECT_GT(gc_emu::host_waits(), before) << "reading waits for the step";
+    const gc::tree::StepReadout& read = gpu->read_step();
+    EXPECT_GT(gc::emu::host_waits(), before) << "reading waits for the step";
     EXPECT_GT(read.verdict.loss, 1.0);
     EXPECT_GT(read.verdict.grad_norm, 0.0);
   }

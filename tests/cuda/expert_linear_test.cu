@@ -16,9 +16,12 @@
 #include "cpu/linear.hpp"
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 const std::vector<std::int64_t> kOffsets = {0, 9, 9, 12, 29};  // rows 9, 0, 3, 17
 constexpr int kExperts = 4;
@@ -38,19 +41,19 @@ void check_plain_expert_kernels(int in, int out, double tolerance) {
     const std::int64_t begin = kOffsets[e], rows = kOffsets[e + 1] - begin;
     if (rows == 0) continue;
     const double* we = w.data() + std::size_t(e) * out * in;
-    gcm::cpu::linear_forward(y.data() + begin * out, x.data() + begin * in, we, nullptr, int(rows), in, out);
-    gcm::cpu::linear_backward(dx.data() + begin * in, dw.data() + std::size_t(e) * out * in, nullptr,
-                              dy.data() + begin * out, x.data() + begin * in, we, int(rows), in, out, false);
+    gc::tree::cpu::linear_forward(y.data() + begin * out, x.data() + begin * in, we, nullptr, int(rows), in, out);
+    gc::tree::cpu::linear_backward(dx.data() + begin * in, dw.data() + std::size_t(e) * out * in, nullptr,
+                                   dy.data() + begin * out, x.data() + begin * in, we, int(rows), in, out, false);
     std::vector<double> dw_scratch(std::size_t(out) * in, 0.0);
-    gcm::cpu::linear_backward(dx_acc.data() + begin * in, dw_scratch.data(), nullptr, dy.data() + begin * out,
-                              x.data() + begin * in, we, int(rows), in, out, true);
+    gc::tree::cpu::linear_backward(dx_acc.data() + begin * in, dw_scratch.data(), nullptr, dy.data() + begin * out,
+                                   x.data() + begin * in, we, int(rows), in, out, true);
   }
   const std::string what = std::to_string(in) + "->" + std::to_string(out);
   auto x_d = ct::upload(ct::convert<T>(x)), w_d = ct::upload(ct::convert<T>(w)), dy_d = ct::upload(ct::convert<T>(dy));
   auto offsets_d = ct::upload(kOffsets);
   const T sentinel = ct::convert<T>(std::vector<double>{7.0})[0];
   auto y_d = ct::upload(std::vector<T>(std::size_t(kBound) * out, sentinel));
-  gcm::cuda::expert_rows_forward(y_d.data(), x_d.data(), w_d.data(), offsets_d.data(), kExperts, kBound, in, out);
+  gc::tree::cuda::expert_rows_forward(y_d.data(), x_d.data(), w_d.data(), offsets_d.data(), kExperts, kBound, in, out);
   const auto y_got = ct::to_double(ct::download(y_d));
   ct::expect_close(std::vector<double>(y_got.begin(), y_got.begin() + kRows * out), ct::rounded<T>(y), tolerance,
                    "plain expert forward " + what);
@@ -58,8 +61,8 @@ void check_plain_expert_kernels(int in, int out, double tolerance) {
 
   auto dx_d = ct::upload(std::vector<T>(std::size_t(kBound) * in, sentinel));
   auto dw_d = ct::upload(ct::convert<float>(dw0));
-  gcm::cuda::expert_rows_backward(dx_d.data(), dw_d.data(), dy_d.data(), x_d.data(), w_d.data(), offsets_d.data(),
-                                  kExperts, kBound, in, out, false);
+  gc::tree::cuda::expert_rows_backward(dx_d.data(), dw_d.data(), dy_d.data(), x_d.data(), w_d.data(), offsets_d.data(),
+                                       kExperts, kBound, in, out, false);
   const auto dx_got = ct::to_double(ct::download(dx_d));
   ct::expect_close(std::vector<double>(dx_got.begin(), dx_got.begin() + kRows * in), ct::rounded<T>(dx), tolerance,
                    "plain expert dx " + what);
@@ -73,8 +76,8 @@ void check_plain_expert_kernels(int in, int out, double tolerance) {
 
   auto dx_acc_d = ct::upload(ct::convert<T>(dx0));
   auto dw_again = ct::upload(dw0_f);
-  gcm::cuda::expert_rows_backward(dx_acc_d.data(), dw_again.data(), dy_d.data(), x_d.data(), w_d.data(),
-                                  offsets_d.data(), kExperts, kBound, in, out, true);
+  gc::tree::cuda::expert_rows_backward(dx_acc_d.data(), dw_again.data(), dy_d.data(), x_d.data(), w_d.data(),
+                                       offsets_d.data(), kExperts, kBound, in, out, true);
   const auto dx_acc_got = ct::to_double(ct::download(dx_acc_d));
   ct::expect_close(std::vector<double>(dx_acc_got.begin(), dx_acc_got.begin() + kRows * in),
                    ct::rounded<T>(std::vector<double>(dx_acc.begin(), dx_acc.begin() + kRows * in)), tolerance,

@@ -10,14 +10,17 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 template <typename T>
 std::uint64_t on_device(const std::vector<T>& x) {
   auto x_d = ct::upload(x);
-  gcm::cuda::DeviceFingerprint fingerprint;
+  gc::tree::cuda::DeviceFingerprint fingerprint;
   return fingerprint.of(x_d.data(), std::int64_t(x.size()));
 }
 
@@ -29,8 +32,8 @@ TEST(CudaFingerprint, EqualsTheHostsSum) {
   const auto b = ct::convert<bf16>(d);
   std::uint64_t f_host = 0, b_host = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    f_host += gcm::core::fingerprint_term(i, gcm::core::bit_pattern(f[i]));
-    b_host += gcm::core::fingerprint_term(i, std::uint32_t(__bfloat16_as_ushort(b[i])));
+    f_host += gc::tree::core::fingerprint_term(i, gc::tree::core::bit_pattern(f[i]));
+    b_host += gc::tree::core::fingerprint_term(i, std::uint32_t(__bfloat16_as_ushort(b[i])));
   }
   EXPECT_EQ(on_device(f), f_host);
   EXPECT_EQ(on_device(b), b_host);

@@ -15,9 +15,12 @@
 #include "cuda_test_util.hpp"
 #include "runtime/error.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
+using gc::tree::cuda::bf16;
 
 template <int H, int KV, int HD, int kScaleThousandths>
 using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
@@ -27,9 +30,9 @@ using Mqa96 = Shape<2, 1, 96, 102>;
 using Gqa128 = Shape<4, 2, 128, 88>;
 using Mha16 = Shape<2, 2, 16, 250>;
 
-static_assert(gcm::cuda::flash_attention_supported<Gqa64, bf16>());
-static_assert(!gcm::cuda::flash_attention_supported<Gqa64, float>());
-static_assert(!gcm::cuda::flash_attention_supported<Shape<2, 2, 40, 158>, bf16>());
+static_assert(gc::tree::cuda::flash_attention_supported<Gqa64, bf16>());
+static_assert(!gc::tree::cuda::flash_attention_supported<Gqa64, float>());
+static_assert(!gc::tree::cuda::flash_attention_supported<Shape<2, 2, 40, 158>, bf16>());
 
 struct Outputs {
   std::vector<bf16> out, dq, dk, dv;
@@ -55,15 +58,18 @@ struct Problem {
   Outputs run() const {
     auto q_d = ct::upload(q), k_d = ct::upload(k), v_d = ct::upload(v), do_d = ct::upload(dout);
     ct::DeviceBuffer<bf16> out(q_size), dq(q_size), dk(kv_size), dv(kv_size);
-    ct::DeviceBuffer<float> lse(lse_size), scratch(gcm::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
+    ct::DeviceBuffer<float> lse(lse_size),
+        scratch(gc::tree::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
     if constexpr (kFlash) {
-      gcm::cuda::flash_attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
-      gcm::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(), out.data(),
-                                             lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+      gc::tree::cuda::flash_attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                                 seq_len);
+      gc::tree::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(),
+                                                  out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                                  seq_len);
     } else {
-      gcm::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
-      gcm::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(), out.data(),
-                                       lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+      gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+      gc::tree::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(), out.data(),
+                                            lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
     }
     return {ct::download(out), ct::download(dq), ct::download(dk), ct::download(dv), ct::download(lse)};
   }
@@ -133,8 +139,8 @@ TEST(CudaFlashAttention, RejectsBatchesTheGridCannotHold) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<bf16> buf(64);
   ct::DeviceBuffer<float> lse(16);
-  EXPECT_THROW(gcm::cuda::flash_attention_forward<Gqa64>(buf.data(), lse.data(), buf.data(), buf.data(), buf.data(),
-                                                         70000, 1),
+  EXPECT_THROW(gc::tree::cuda::flash_attention_forward<Gqa64>(buf.data(), lse.data(), buf.data(), buf.data(),
+                                                              buf.data(), 70000, 1),
                gc::rt::RuntimeError);
 }
 

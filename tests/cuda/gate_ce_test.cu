@@ -16,6 +16,9 @@
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/gate.cuh"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::bf16;
@@ -30,9 +33,9 @@ using ct::upload_as;
 
 // ---- gate --------------------------------------------------------------------------------------
 
-template <gcm::GatedAttention kMode>
+template <gc::tree::GatedAttention kMode>
 std::string mode_name() {
-  return kMode == gcm::GatedAttention::headwise ? "headwise" : "elementwise";
+  return kMode == gc::tree::GatedAttention::headwise ? "headwise" : "elementwise";
 }
 
 // Gate shapes as a spec fixes them. head_dim = 72: lanes 0..7 of the headwise warp take three
@@ -43,18 +46,18 @@ struct GateDims {
 };
 
 // in_place: out is the buffer of attn (forward), dattn the buffer of dout (backward).
-template <gcm::GatedAttention kMode, typename T, class S>
+template <gc::tree::GatedAttention kMode, typename T, class S>
 void check_gate(bool in_place) {
   const int N = 37, heads = S::kHeads, head_dim = S::kHeadDim;
   const std::size_t n = std::size_t(N) * heads * head_dim;
-  const std::size_t nz = kMode == gcm::GatedAttention::headwise ? std::size_t(N) * heads : n;
+  const std::size_t nz = kMode == gc::tree::GatedAttention::headwise ? std::size_t(N) * heads : n;
   const auto attn = rounded<T>(kt::random_vector(n, 31));
   const auto z = rounded<T>(kt::random_vector(nz, 32, 0.1, 4.0));
   const auto dout = rounded<T>(kt::random_vector(n, 33));
   std::vector<double> out_ref(n), dattn_ref(n), dz_ref(nz);
-  gcm::cpu::gate_forward<kMode, double>(out_ref.data(), attn.data(), z.data(), N, heads, head_dim);
-  gcm::cpu::gate_backward<kMode, double>(dattn_ref.data(), dz_ref.data(), dout.data(), attn.data(), z.data(), N, heads,
-                                        head_dim);
+  gc::tree::cpu::gate_forward<kMode, double>(out_ref.data(), attn.data(), z.data(), N, heads, head_dim);
+  gc::tree::cpu::gate_backward<kMode, double>(dattn_ref.data(), dz_ref.data(), dout.data(), attn.data(), z.data(), N,
+                                              heads, head_dim);
 
   auto z_d = upload_as<T>(z);
   auto dout_d = upload_as<T>(dout);
@@ -66,7 +69,7 @@ void check_gate(bool in_place) {
     auto attn_d = upload_as<T>(attn);
     DeviceBuffer<T> dattn_own(n), dz(nz);
     DeviceBuffer<T>& dattn = in_place ? dout_d : dattn_own;
-    gcm::cuda::gate_backward<kMode, S>(dattn.data(), dz.data(), dout_d.data(), attn_d.data(), z_d.data(), N);
+    gc::tree::cuda::gate_backward<kMode, S>(dattn.data(), dz.data(), dout_d.data(), attn_d.data(), z_d.data(), N);
     expect_close(download_double(dattn), dattn_ref, ct::tolerance<T>(), what + " backward dattn");
     expect_close(download_double(dz), dz_ref, ct::tolerance<T>(), what + " backward dz");
   }
@@ -74,7 +77,7 @@ void check_gate(bool in_place) {
     auto attn_d = upload_as<T>(attn);
     DeviceBuffer<T> out_own(n);
     DeviceBuffer<T>& out = in_place ? attn_d : out_own;
-    gcm::cuda::gate_forward<kMode, S>(out.data(), attn_d.data(), z_d.data(), N);
+    gc::tree::cuda::gate_forward<kMode, S>(out.data(), attn_d.data(), z_d.data(), N);
     expect_close(download_double(out), out_ref, ct::tolerance<T>(), what + " forward");
   }
 }
@@ -82,22 +85,22 @@ void check_gate(bool in_place) {
 TEST(CudaGateCe, GateHeadwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::GatedAttention::headwise, float, GateDims<3, 72>>(in_place);
-    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<3, 72>>(in_place);
-    check_gate<gcm::GatedAttention::headwise, float, GateDims<5, 16>>(in_place);
-    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<5, 16>>(in_place);
-    check_gate<gcm::GatedAttention::headwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
+    check_gate<gc::tree::GatedAttention::headwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gc::tree::GatedAttention::headwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gc::tree::GatedAttention::headwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gc::tree::GatedAttention::headwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gc::tree::GatedAttention::headwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 
 TEST(CudaGateCe, GateElementwiseMatchesCpu) {
   GC_REQUIRE_GPU();
   for (bool in_place : {false, true}) {
-    check_gate<gcm::GatedAttention::elementwise, float, GateDims<3, 72>>(in_place);
-    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<3, 72>>(in_place);
-    check_gate<gcm::GatedAttention::elementwise, float, GateDims<5, 16>>(in_place);
-    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<5, 16>>(in_place);
-    check_gate<gcm::GatedAttention::elementwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
+    check_gate<gc::tree::GatedAttention::elementwise, float, GateDims<3, 72>>(in_place);
+    check_gate<gc::tree::GatedAttention::elementwise, bf16, GateDims<3, 72>>(in_place);
+    check_gate<gc::tree::GatedAttention::elementwise, float, GateDims<5, 16>>(in_place);
+    check_gate<gc::tree::GatedAttention::elementwise, bf16, GateDims<5, 16>>(in_place);
+    check_gate<gc::tree::GatedAttention::elementwise, bf16, GateDims<2, 10>>(in_place);  // packs of 2
   }
 }
 
@@ -130,15 +133,15 @@ void check_cross_entropy_forward(bool ignore = false) {
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 41, 2.0));
   const auto targets = ce_targets(N, V, 42, ignore);
   std::vector<double> loss_ref(N), p_ref(N);
-  const double mean_ref = gcm::cpu::cross_entropy_forward<double>(loss_ref.data(), p_ref.data(), logits.data(),
-                                                                  targets.data(), N, V, double(alpha));
+  const double mean_ref = gc::tree::cpu::cross_entropy_forward<double>(loss_ref.data(), p_ref.data(), logits.data(),
+                                                                       targets.data(), N, V, double(alpha));
 
   auto logits_d = upload_as<T>(logits);
   auto targets_d = ct::upload(targets);
   DeviceBuffer<float> losses(N), p_target(N);
   DeviceBuffer<double> total(1);
-  gcm::cuda::cross_entropy_forward<S>(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N);
-  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  gc::tree::cuda::cross_entropy_forward<S>(losses.data(), p_target.data(), logits_d.data(), targets_d.data(), N);
+  gc::tree::cuda::sum_losses(total.data(), losses.data(), N);
   const std::string what = "cross_entropy forward " + type_name<T>() + " V " + std::to_string(V) + " alpha " +
                            std::to_string(alpha) +
                            (ignore ? " with ignored targets" : "");
@@ -150,7 +153,7 @@ void check_cross_entropy_forward(bool ignore = false) {
 
   // p_target may be omitted.
   DeviceBuffer<float> losses_only(N);
-  gcm::cuda::cross_entropy_forward<S, T>(losses_only.data(), nullptr, logits_d.data(), targets_d.data(), N);
+  gc::tree::cuda::cross_entropy_forward<S, T>(losses_only.data(), nullptr, logits_d.data(), targets_d.data(), N);
   EXPECT_TRUE(bitwise_equal(ct::download(losses_only), ct::download(losses))) << what << ": without p_target";
 }
 
@@ -163,8 +166,8 @@ void check_cross_entropy_backward(bool in_place, bool ignore = false) {
   const auto logits = rounded<T>(kt::random_normal(std::size_t(N) * V, 43, 2.0));
   const auto targets = ce_targets(N, V, 44, ignore);
   std::vector<double> ref(logits.size());
-  gcm::cpu::cross_entropy_backward<double>(ref.data(), logits.data(), targets.data(), N, V, double(alpha),
-                                           double(loss_scale));
+  gc::tree::cpu::cross_entropy_backward<double>(ref.data(), logits.data(), targets.data(), N, V, double(alpha),
+                                                double(loss_scale));
 
   auto targets_d = ct::upload(targets);
   std::vector<std::vector<T>> runs;
@@ -172,8 +175,8 @@ void check_cross_entropy_backward(bool in_place, bool ignore = false) {
     auto logits_d = upload_as<T>(logits);
     DeviceBuffer<T> own(logits.size());
     DeviceBuffer<T>& dlogits = in_place ? logits_d : own;
-    gcm::cuda::cross_entropy_backward<S>(dlogits.data(), logits_d.data(), targets_d.data(), N, loss_scale,
-                                         gc::rt::count_scored(targets.data(), N));
+    gc::tree::cuda::cross_entropy_backward<S>(dlogits.data(), logits_d.data(), targets_d.data(), N, loss_scale,
+                                              gc::rt::count_scored(targets.data(), N));
     runs.push_back(ct::download(dlogits));
   }
   const std::string what = "cross_entropy backward " + type_name<T>() + " V " + std::to_string(V) +
@@ -216,13 +219,13 @@ TEST(CudaGateCe, SumLossesIsDeterministicDoubleSum) {
   for (float v : values) serial += double(v);
   auto losses = ct::upload(values);
   DeviceBuffer<double> total(1);
-  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  gc::tree::cuda::sum_losses(total.data(), losses.data(), N);
   const double first = ct::download(total)[0];
-  gcm::cuda::sum_losses(total.data(), losses.data(), N);
+  gc::tree::cuda::sum_losses(total.data(), losses.data(), N);
   const double second = ct::download(total)[0];
   EXPECT_NEAR(first, serial, 1e-12 * std::fabs(serial));
   EXPECT_EQ(std::memcmp(&first, &second, sizeof first), 0);
-  gcm::cuda::sum_losses(total.data(), losses.data(), 0);
+  gc::tree::cuda::sum_losses(total.data(), losses.data(), 0);
   EXPECT_EQ(ct::download(total)[0], 0.0);
 }
 
@@ -231,7 +234,7 @@ TEST(CudaGateCe, SumLossesIsDeterministicDoubleSum) {
 // double sums, and repeatable bit for bit.
 TEST(CudaGateCe, AccumulateMomentsMatchesTheSerialSums) {
   GC_REQUIRE_GPU();
-  DeviceBuffer<double> partials(2 * std::size_t(gcm::cuda::kMomentBlocks));
+  DeviceBuffer<double> partials(2 * std::size_t(gc::tree::cuda::kMomentBlocks));
   for (const std::int64_t n : {std::int64_t(7), std::int64_t(256), std::int64_t(100003)}) {
     const auto values = ct::convert<float>(kt::random_normal(std::size_t(n), 46));
     const double alpha = 0.7;
@@ -244,7 +247,7 @@ TEST(CudaGateCe, AccumulateMomentsMatchesTheSerialSums) {
     std::vector<double> results;
     for (int repeat = 0; repeat < 2; ++repeat) {
       auto acc = ct::upload(std::vector<double>{1.5, 2.5});
-      gcm::cuda::accumulate_moments(acc.data(), partials.data(), x.data(), n, alpha);
+      gc::tree::cuda::accumulate_moments(acc.data(), partials.data(), x.data(), n, alpha);
       const std::vector<double> got = ct::download(acc);
       EXPECT_NEAR(got[0], sum, 1e-12 * (std::fabs(sum) + 1.0)) << n;
       EXPECT_NEAR(got[1], sum_sq, 1e-12 * sum_sq) << n;

@@ -14,10 +14,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
-namespace grouped = gcm::cuda::grouped;
+using gc::tree::cuda::bf16;
+namespace grouped = gc::tree::cuda::grouped;
 
 static_assert(grouped::sm90::kSupported<768, 512> && grouped::sm90::kSupported<512, 768>,
               "moe_3b's expert projections (d_model 768, expert d_ff 512) run here");
@@ -35,7 +38,7 @@ void check_forward() {
   auto offsets_d = ct::upload(kOffsets);
   const std::int64_t tiles = grouped::row_tiles(kOffsets.data(), kExperts);
   // Rows past the last expert's end are never written: a sentinel shows it.
-  const std::vector<bf16> sentinel(std::size_t(R + 3) * OUT, gcm::cuda::from_float<bf16>(7.0f));
+  const std::vector<bf16> sentinel(std::size_t(R + 3) * OUT, gc::tree::cuda::from_float<bf16>(7.0f));
   auto y_d = ct::upload(sentinel);
   grouped::sm90::forward<IN, OUT>(y_d.data(), x_d.data(), w_d.data(), offsets_d.data(), kExperts, tiles);
 
@@ -54,7 +57,7 @@ void check_forward() {
   const std::string shape = std::to_string(IN) + "->" + std::to_string(OUT);
   auto got = ct::download(y_d);
   for (std::size_t i = std::size_t(R) * OUT; i < got.size(); ++i) {
-    ASSERT_EQ(gcm::cuda::to_float(got[i]), 7.0f) << "a row past the experts was written, " << shape;
+    ASSERT_EQ(gc::tree::cuda::to_float(got[i]), 7.0f) << "a row past the experts was written, " << shape;
   }
   got.resize(std::size_t(R) * OUT);
   ct::expect_close(ct::to_double(got), ct::rounded<bf16>(y), 1e-2, "sm90 grouped forward " + shape);

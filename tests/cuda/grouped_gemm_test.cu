@@ -13,10 +13,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
-namespace grouped = gcm::cuda::grouped;
+using gc::tree::cuda::bf16;
+namespace grouped = gc::tree::cuda::grouped;
 
 const std::vector<std::int64_t> kOffsets = {0, 70, 70, 75, 205};  // rows 70, 0, 5, 130
 constexpr int kExperts = 4;

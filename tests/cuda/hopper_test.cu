@@ -12,9 +12,12 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-namespace hopper = gcm::cuda::hopper;
+namespace hopper = gc::tree::cuda::hopper;
 
 constexpr int kThreads = 128;
 constexpr unsigned kTileBytes = 64 << 10;  // one phase's tile: 64 KiB in four bulk copies
@@ -79,7 +82,7 @@ template <typename... Params, typename... Args>
 cudaError_t launch_status(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, Args&&... args) {
   (void)cudaGetLastError();
 #ifdef GC_CUDA_EMULATOR
-  gc_emu::launch(kernel, grid, block, smem, std::forward<Args>(args)...);
+  gc::emu::launch(kernel, grid, block, smem, std::forward<Args>(args)...);
 #else
   kernel<<<grid, block, smem>>>(std::forward<Args>(args)...);
 #endif
@@ -93,7 +96,7 @@ TEST(CudaHopper, BulkCopiesCompleteOnTheMbarrierPhaseAfterPhase) {
   auto in_d = ct::upload(in);
   ct::DeviceBuffer<float> out_d(in.size());
   GC_CUDA_CHECK(cudaFuncSetAttribute(bulk_phases_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-  gcm::cuda::launch(bulk_phases_kernel, 1, kThreads, kSmemBytes, out_d.data(), in_d.data(), kPhases);
+  gc::tree::cuda::launch(bulk_phases_kernel, 1, kThreads, kSmemBytes, out_d.data(), in_d.data(), kPhases);
   GC_CUDA_CHECK(cudaGetLastError());
   EXPECT_TRUE(ct::bitwise_equal(ct::download(out_d), in)) << "every phase's tile arrives whole before its wait returns";
 }
@@ -101,7 +104,7 @@ TEST(CudaHopper, BulkCopiesCompleteOnTheMbarrierPhaseAfterPhase) {
 TEST(CudaHopper, APhaseCompletesWhenEveryArrivalIsIn) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<int> out_d(kThreads + 2);
-  gcm::cuda::launch(arrivals_kernel, 1, kThreads, 0, out_d.data());
+  gc::tree::cuda::launch(arrivals_kernel, 1, kThreads, 0, out_d.data());
   GC_CUDA_CHECK(cudaGetLastError());
   const auto out = ct::download(out_d);
   for (int t = 0; t < kThreads; ++t) ASSERT_EQ(out[t], ((t + 1) % kThreads) * 7 + 3) << "thread " << t;
@@ -121,7 +124,7 @@ TEST(CudaHopper, DynamicSharedMemoryAbove48KiBNeedsTheAttribute) {
       << "more than 227 KiB";
   (void)cudaGetLastError();
   GC_CUDA_CHECK(cudaFuncSetAttribute(large_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFloats * 4));
-  gcm::cuda::launch(large_smem_kernel, 1, kThreads, std::size_t(kFloats) * 4, out_d.data(), kFloats);
+  gc::tree::cuda::launch(large_smem_kernel, 1, kThreads, std::size_t(kFloats) * 4, out_d.data(), kFloats);
   GC_CUDA_CHECK(cudaGetLastError());
   const auto out = ct::download(out_d);
   for (int i = 0; i < kFloats; ++i) ASSERT_EQ(out[i], float(kFloats - 1 - i) * 0.5f + 1.0f) << i;

@@ -12,10 +12,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::bf16;
-namespace mma = gcm::cuda::mma;
+using gc::tree::cuda::bf16;
+namespace mma = gc::tree::cuda::mma;
 
 __device__ std::uint32_t pair_of(const bf16* m, int index_lo, int index_hi) {
   return std::uint32_t(__bfloat16_as_ushort(m[index_lo])) | (std::uint32_t(__bfloat16_as_ushort(m[index_hi])) << 16);
@@ -84,7 +87,7 @@ __global__ void tile_products_kernel(float* s_out, float* o_out, const bf16* q, 
 
 std::vector<bf16> random_bf16(std::size_t n, unsigned seed) { return ct::convert<bf16>(kt::random_normal(n, seed)); }
 
-double round_bf16(double x) { return double(gcm::cuda::to_float(gcm::cuda::from_float<bf16>(float(x)))); }
+double round_bf16(double x) { return double(gc::tree::cuda::to_float(gc::tree::cuda::from_float<bf16>(float(x)))); }
 
 void expect_close(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
@@ -100,7 +103,7 @@ TEST(CudaMma, Bf16M16N8K16MatchesTheScalarProductInTheDocumentedLayout) {
   auto a_d = ct::upload(a), b_d = ct::upload(b);
   auto c_d = ct::upload(c);
   ct::DeviceBuffer<float> d_d(16 * 8);
-  gcm::cuda::launch(mma_by_layout_kernel, 1, 32, 0, d_d.data(), a_d.data(), b_d.data(), c_d.data());
+  gc::tree::cuda::launch(mma_by_layout_kernel, 1, 32, 0, d_d.data(), a_d.data(), b_d.data(), c_d.data());
   const auto ad = ct::to_double(a), bd = ct::to_double(b);
   std::vector<double> want(16 * 8);
   for (int m = 0; m < 16; ++m) {
@@ -118,7 +121,7 @@ TEST(CudaMma, TileLoadersAndAccumulatorRepackingComposeAttentionProducts) {
   const auto q = random_bf16(16 * 32, 4), k = random_bf16(16 * 32, 5), v = random_bf16(16 * 16, 6);
   auto q_d = ct::upload(q), k_d = ct::upload(k), v_d = ct::upload(v);
   ct::DeviceBuffer<float> s_d(16 * 16), o_d(16 * 16);
-  gcm::cuda::launch(tile_products_kernel, 1, 32, 0, s_d.data(), o_d.data(), q_d.data(), k_d.data(), v_d.data());
+  gc::tree::cuda::launch(tile_products_kernel, 1, 32, 0, s_d.data(), o_d.data(), q_d.data(), k_d.data(), v_d.data());
   const auto qd = ct::to_double(q), kd = ct::to_double(k), vd = ct::to_double(v);
   std::vector<double> s(16 * 16), o(16 * 16, 0.0);
   for (int i = 0; i < 16; ++i) {

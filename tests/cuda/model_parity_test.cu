@@ -20,11 +20,14 @@
 #include "cuda_test_util.hpp"
 #include "plan.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 template <typename T>
 void check_model_parity(int batch, int seq_len, double tol) {
-  const gcm::cuda::ParityReport r = gcm::cuda::model_parity<T>(batch, seq_len);
+  const gc::tree::cuda::ParityReport r = gc::tree::cuda::model_parity<T>(batch, seq_len);
   const std::string tag = std::string(r.precision) + " B=" + std::to_string(batch) + " T=" + std::to_string(seq_len);
   kt::report("cuda model " + tag + " logits", r.rel_logits);
   kt::report("cuda model " + tag + " worst logits row", r.worst_row_logits);
@@ -38,23 +41,23 @@ void check_model_parity(int batch, int seq_len, double tol) {
   EXPECT_LT(r.rel_logits, tol) << tag << ": logits";
   EXPECT_LT(r.worst_row_logits, tol) << tag << ": the worst row of logits";
   EXPECT_LT(r.rel_loss(), tol) << tag << ": loss " << r.loss_cuda << " vs " << r.loss_cpu;
-  ASSERT_EQ(int(r.rel_grads.size()), gcm::kNumParams);
-  for (int i = 0; i < gcm::kNumParams; ++i) {
-    EXPECT_LT(r.rel_grads[std::size_t(i)], tol) << tag << ": gradient of " << gcm::kParams[i].name;
+  ASSERT_EQ(int(r.rel_grads.size()), gc::tree::kNumParams);
+  for (int i = 0; i < gc::tree::kNumParams; ++i) {
+    EXPECT_LT(r.rel_grads[std::size_t(i)], tol) << tag << ": gradient of " << gc::tree::kParams[i].name;
   }
 }
 
 // The batch ./parity uses, and one whose length is no multiple of the attention tiles.
-const int kParitySeqLen = gcm::kSeqLen < 96 ? gcm::kSeqLen : 96;
-const int kOddSeqLen = gcm::kMaxSeqLen < 37 ? gcm::kMaxSeqLen : 37;
+const int kParitySeqLen = gc::tree::kSeqLen < 96 ? gc::tree::kSeqLen : 96;
+const int kOddSeqLen = gc::tree::kMaxSeqLen < 37 ? gc::tree::kMaxSeqLen : 37;
 
 // bf16 whole model against the fp32 CPU (see the top comment).
-constexpr double kBf16ModelTolerance = gcm::cuda::parity_tolerance<gcm::cuda::bf16>();
+constexpr double kBf16ModelTolerance = gc::tree::cuda::parity_tolerance<gc::tree::cuda::bf16>();
 
 TEST(CudaModel, Fp32MatchesCpu) {
   GC_REQUIRE_GPU();
-  check_model_parity<float>(2, kParitySeqLen, gcm::cuda::parity_tolerance<float>());
-  check_model_parity<float>(3, kOddSeqLen, gcm::cuda::parity_tolerance<float>());
+  check_model_parity<float>(2, kParitySeqLen, gc::tree::cuda::parity_tolerance<float>());
+  check_model_parity<float>(3, kOddSeqLen, gc::tree::cuda::parity_tolerance<float>());
 }
 
 TEST(CudaModel, Bf16MatchesCpuWithinBf16Rounding) {

@@ -14,6 +14,9 @@
 #include "cuda/moe.cuh"
 #include "cuda/moe_stats.cuh"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::bf16;
@@ -23,8 +26,8 @@ using ct::expect_close;
 using ct::rounded;
 using ct::type_name;
 using ct::upload_as;
-using gcm::cpu::MoeShape;
-using gcm::RouterScoring;
+using gc::tree::RouterScoring;
+using gc::tree::cpu::MoeShape;
 
 // Routing layouts as a spec fixes them (compile-time constants of the kernels): the row width,
 // experts, top-k, scoring and renormalization.
@@ -61,12 +64,14 @@ void check_route_and_dispatch(int N = 45) {
   DeviceBuffer<float> bias_d = ct::upload(bias);
   DeviceBuffer<float> scores_d(static_cast<std::size_t>(N * kE)), weight_d(static_cast<std::size_t>(N * kK));
   DeviceBuffer<std::int32_t> expert_d(static_cast<std::size_t>(N * kK));
-  gcm::cuda::moe_route_forward<M>(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(), bias_d.data(), N);
+  gc::tree::cuda::moe_route_forward<M>(scores_d.data(), expert_d.data(), weight_d.data(), logits_d.data(),
+                                       bias_d.data(), N);
   // Scores against the CPU in double; selection and weights against the CPU
   // applied to the GPU's own scores (a near-tie may round either way).
   std::vector<double> scores_ref(static_cast<std::size_t>(N * kE)), w_ref(static_cast<std::size_t>(N * kK));
   std::vector<std::int32_t> expert_ref(static_cast<std::size_t>(N * kK));
-  gcm::cpu::moe_route_forward(scores_ref.data(), expert_ref.data(), w_ref.data(), logits.data(), bias.data(), N, m);
+  gc::tree::cpu::moe_route_forward(scores_ref.data(), expert_ref.data(), w_ref.data(), logits.data(), bias.data(), N,
+                                   m);
   const auto scores = download_double(scores_d);
   expect_close(scores, scores_ref, ct::tolerance<float>(), "moe route scores " + what);
   const auto expert = ct::download(expert_d);
@@ -89,10 +94,11 @@ void check_route_and_dispatch(int N = 45) {
   // Dispatch: the same stable counting sort as the CPU's, exactly.
   DeviceBuffer<std::int32_t> order_d(static_cast<std::size_t>(N * kK)), position_d(static_cast<std::size_t>(N * kK));
   DeviceBuffer<std::int64_t> offsets_d(kE + 1), counts_d(kE);
-  gcm::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), expert_d.data(), N);
+  gc::tree::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), expert_d.data(),
+                                  N);
   std::vector<std::int32_t> order_ref(static_cast<std::size_t>(N * kK)), position_ref(static_cast<std::size_t>(N * kK));
   std::vector<std::int64_t> offsets_ref(kE + 1);
-  gcm::cpu::moe_dispatch(order_ref.data(), position_ref.data(), offsets_ref.data(), expert.data(), N, kE, kK);
+  gc::tree::cpu::moe_dispatch(order_ref.data(), position_ref.data(), offsets_ref.data(), expert.data(), N, kE, kK);
   EXPECT_EQ(ct::download(order_d), order_ref) << what;
   EXPECT_EQ(ct::download(position_d), position_ref) << what;
   EXPECT_EQ(ct::download(offsets_d), offsets_ref) << what;
@@ -126,12 +132,13 @@ Routing make_routing(int N, int seq_len = 1, int capacity = 0) {
   r.expert = r.selected;
   r.dropped.assign(static_cast<std::size_t>(N / seq_len * kE), 0);
   if (capacity > 0) {
-    gcm::cpu::moe_apply_capacity(r.expert.data(), r.dropped.data(), r.selected.data(), N, seq_len, kE, kK, capacity);
+    gc::tree::cpu::moe_apply_capacity(r.expert.data(), r.dropped.data(), r.selected.data(), N, seq_len, kE, kK,
+                                      capacity);
   }
   r.order.resize(r.expert.size());
   r.position.resize(r.expert.size());
   r.offsets.resize(kE + 1);
-  gcm::cpu::moe_dispatch(r.order.data(), r.position.data(), r.offsets.data(), r.expert.data(), N, kE, kK);
+  gc::tree::cpu::moe_dispatch(r.order.data(), r.position.data(), r.offsets.data(), r.expert.data(), N, kE, kK);
   return r;
 }
 
@@ -149,11 +156,12 @@ void check_capacity(int N, int seq_len, int capacity) {
   DeviceBuffer<std::int32_t> kept_d(r.selected.size()), order_d(r.selected.size());
   auto position_d = ct::upload(std::vector<std::int32_t>(r.selected.size(), 7));
   DeviceBuffer<std::int64_t> dropped_d(r.dropped.size()), counts_d(kE), offsets_d(kE + 1);
-  gcm::cuda::moe_apply_capacity<M>(kept_d.data(), position_d.data(), dropped_d.data(), selected_d.data(), N, seq_len,
-                                   capacity);
+  gc::tree::cuda::moe_apply_capacity<M>(kept_d.data(), position_d.data(), dropped_d.data(), selected_d.data(), N,
+                                        seq_len, capacity);
   EXPECT_EQ(ct::download(kept_d), r.expert) << what;
   EXPECT_EQ(ct::download(dropped_d), r.dropped) << what;
-  gcm::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), kept_d.data(), N);
+  gc::tree::cuda::moe_dispatch<M>(order_d.data(), position_d.data(), offsets_d.data(), counts_d.data(), kept_d.data(),
+                                  N);
   EXPECT_EQ(ct::download(offsets_d), r.offsets) << what;
   EXPECT_EQ(ct::download(position_d), r.position) << what;
   auto order = ct::download(order_d);
@@ -189,9 +197,9 @@ void check_gather_combine(int capacity = 0) {
   auto w_d = upload_as<float>(w);  // the router's weights are fp32
 
   DeviceBuffer<T> xs_d(static_cast<std::size_t>(A * D));
-  gcm::cuda::moe_gather<M>(xs_d.data(), x_d.data(), order_d.data(), A);
+  gc::tree::cuda::moe_gather<M>(xs_d.data(), x_d.data(), order_d.data(), A);
   std::vector<double> xs_ref(static_cast<std::size_t>(A * D));
-  gcm::cpu::moe_gather(xs_ref.data(), x.data(), r.order.data(), A, D, kK);
+  gc::tree::cpu::moe_gather(xs_ref.data(), x.data(), r.order.data(), A, D, kK);
   EXPECT_EQ(download_double(xs_d), xs_ref) << what;  // a copy: exact
 
   // Expert parallelism's permutation of exchanged rows (cuda::gather_rows): a reversed,
@@ -201,38 +209,38 @@ void check_gather_combine(int capacity = 0) {
   const auto rows_d = ct::upload(rows);
   const std::int64_t n = std::int64_t(rows.size());
   DeviceBuffer<T> picked_d(static_cast<std::size_t>(n * D));
-  gcm::cuda::gather_rows(picked_d.data(), ys_d.data(), rows_d.data(), n, D);
+  gc::tree::cuda::gather_rows(picked_d.data(), ys_d.data(), rows_d.data(), n, D);
   std::vector<double> picked_ref(static_cast<std::size_t>(n * D));
-  gcm::cpu::moe_gather(picked_ref.data(), ys.data(), rows.data(), n, D, 1);
+  gc::tree::cpu::moe_gather(picked_ref.data(), ys.data(), rows.data(), n, D, 1);
   EXPECT_EQ(download_double(picked_d), picked_ref) << "gather_rows " << what;  // a copy: exact
 
   auto out_d = upload_as<T>(prior);
-  gcm::cuda::moe_combine<M>(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, true);
+  gc::tree::cuda::moe_combine<M>(out_d.data(), ys_d.data(), w_d.data(), position_d.data(), N, true);
   std::vector<double> out_ref = prior;
-  gcm::cpu::moe_combine(out_ref.data(), ys.data(), w.data(), r.position.data(), N, D, kK, true);
+  gc::tree::cpu::moe_combine(out_ref.data(), ys.data(), w.data(), r.position.data(), N, D, kK, true);
   expect_close(download_double(out_d), out_ref, ct::tolerance<T>(), "moe combine " + what);
 
   DeviceBuffer<T> dys_d(static_cast<std::size_t>(A * D));
   auto dweight_d = upload_as<float>(std::vector<double>(static_cast<std::size_t>(assignments), 3.0));
-  gcm::cuda::moe_combine_backward<M>(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                     order_d.data(), A, assignments);
+  gc::tree::cuda::moe_combine_backward<M>(dys_d.data(), dweight_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                          order_d.data(), A, assignments);
   std::vector<double> dys_ref(static_cast<std::size_t>(A * D)), dweight_ref(static_cast<std::size_t>(assignments));
-  gcm::cpu::moe_combine_backward(dys_ref.data(), dweight_ref.data(), dout.data(), ys.data(), w.data(), r.order.data(),
-                                 A, assignments, D, kK);
+  gc::tree::cpu::moe_combine_backward(dys_ref.data(), dweight_ref.data(), dout.data(), ys.data(), w.data(),
+                                      r.order.data(), A, assignments, D, kK);
   expect_close(download_double(dys_d), dys_ref, ct::tolerance<T>(), "moe combine backward dys " + what);
   expect_close(download_double(dweight_d), dweight_ref, ct::tolerance<T>(), "moe combine backward dweight " + what);
 
   auto dx_d = upload_as<T>(prior);
-  gcm::cuda::moe_scatter_add<M>(dx_d.data(), ys_d.data(), position_d.data(), N);
+  gc::tree::cuda::moe_scatter_add<M>(dx_d.data(), ys_d.data(), position_d.data(), N);
   std::vector<double> dx_ref = prior;
-  gcm::cpu::moe_scatter_add(dx_ref.data(), ys.data(), r.position.data(), N, D, kK);
+  gc::tree::cpu::moe_scatter_add(dx_ref.data(), ys.data(), r.position.data(), N, D, kK);
   expect_close(download_double(dx_d), dx_ref, ct::tolerance<T>(), "moe scatter add " + what);
 
   // Determinism: the same launch twice gives the same bits.
   DeviceBuffer<T> again_d(static_cast<std::size_t>(A * D));
   DeviceBuffer<float> dweight2_d(static_cast<std::size_t>(assignments));
-  gcm::cuda::moe_combine_backward<M>(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
-                                     order_d.data(), A, assignments);
+  gc::tree::cuda::moe_combine_backward<M>(again_d.data(), dweight2_d.data(), dout_d.data(), ys_d.data(), w_d.data(),
+                                          order_d.data(), A, assignments);
   EXPECT_TRUE(ct::bitwise_equal(ct::download(dweight_d), ct::download(dweight2_d))) << what;
 }
 
@@ -262,8 +270,8 @@ void check_route_backward(int aux_rows, bool z) {
   const auto logits = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kE), 61, 1.5));
   std::vector<double> scores(static_cast<std::size_t>(N * kE)), w(static_cast<std::size_t>(N * kK));
   std::vector<std::int32_t> expert(static_cast<std::size_t>(N * kK));
-  gcm::cpu::moe_route_forward(scores.data(), expert.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
-                              N, m);
+  gc::tree::cpu::moe_route_forward(scores.data(), expert.data(), w.data(), logits.data(),
+                                   static_cast<const float*>(nullptr), N, m);
   scores = rounded<T>(scores);
   w = rounded<T>(w);
   const auto dweight = rounded<T>(kt::random_normal(static_cast<std::size_t>(N * kK), 62));
@@ -278,10 +286,10 @@ void check_route_backward(int aux_rows, bool z) {
   DeviceBuffer<double> squares_d(static_cast<std::size_t>(N));
   auto aux_slot_d = ct::upload(std::vector<double>{0.25});
   std::vector<double> lse(static_cast<std::size_t>(N));
-  const double total_ref = gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, kE);
+  const double total_ref = gc::tree::cpu::moe_router_lse(lse.data(), logits.data(), N, kE);
   if (z) {
     const double coef = 0.03;
-    gcm::cuda::moe_router_lse<M>(lse_d.data(), squares_d.data(), aux_slot_d.data(), coef, logits_d.data(), N);
+    gc::tree::cuda::moe_router_lse<M>(lse_d.data(), squares_d.data(), aux_slot_d.data(), coef, logits_d.data(), N);
     expect_close(download_double(lse_d), lse, 1e-6, "moe router lse " + what);
     expect_close(ct::download(aux_slot_d), std::vector<double>{0.25 + coef * total_ref / double(N)}, 1e-6,
                  "moe router z-loss " + what);
@@ -289,25 +297,25 @@ void check_route_backward(int aux_rows, bool z) {
   }
   const double z_scale = 0.02;
   DeviceBuffer<float> dlogits_d(static_cast<std::size_t>(N * kE));
-  gcm::cuda::moe_route_backward<M>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(), w_d.data(),
-                                   aux_rows > 0 ? aux_d.data() : nullptr, aux_rows > 0 ? aux_rows : N,
-                                   z ? lse_d.data() : nullptr, z_scale, N);
+  gc::tree::cuda::moe_route_backward<M>(dlogits_d.data(), dweight_d.data(), scores_d.data(), expert_d.data(),
+                                        w_d.data(), aux_rows > 0 ? aux_d.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                                        z ? lse_d.data() : nullptr, z_scale, N);
   std::vector<double> ref(static_cast<std::size_t>(N * kE));
-  gcm::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
-                               aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
-                               z ? lse.data() : nullptr, z_scale, N, m);
+  gc::tree::cpu::moe_route_backward(ref.data(), dweight.data(), scores.data(), expert.data(), w.data(),
+                                    aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                                    z ? lse.data() : nullptr, z_scale, N, m);
   expect_close(download_double(dlogits_d), ref, ct::tolerance<float>(), "moe route backward " + what);
 
   if (aux_rows > 0) {
     DeviceBuffer<double> mean_d(static_cast<std::size_t>(groups * kE)), row_total_d(static_cast<std::size_t>(N));
-    gcm::cuda::moe_mean_probs<M>(mean_d.data(), row_total_d.data(), scores_d.data(), N, aux_rows);
+    gc::tree::cuda::moe_mean_probs<M>(mean_d.data(), row_total_d.data(), scores_d.data(), N, aux_rows);
     std::vector<double> mean_ref(static_cast<std::size_t>(groups * kE));
-    gcm::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, aux_rows, m);
+    gc::tree::cpu::moe_mean_probs(mean_ref.data(), scores.data(), N, aux_rows, m);
     expect_close(ct::download(mean_d), mean_ref, 1e-6, "moe mean probs " + what);
     DeviceBuffer<std::int64_t> counts_d(static_cast<std::size_t>(groups * kE));
-    gcm::cuda::moe_group_counts<M>(counts_d.data(), expert_d.data(), N, aux_rows);
+    gc::tree::cuda::moe_group_counts<M>(counts_d.data(), expert_d.data(), N, aux_rows);
     std::vector<std::int64_t> counts_ref(static_cast<std::size_t>(groups * kE));
-    gcm::cpu::moe_group_counts(counts_ref.data(), expert.data(), N, aux_rows, kE, kK);
+    gc::tree::cpu::moe_group_counts(counts_ref.data(), expert.data(), N, aux_rows, kE, kK);
     EXPECT_EQ(ct::download(counts_d), counts_ref) << "moe group counts " << what;
   }
 }
@@ -331,7 +339,7 @@ TEST(CudaMoe, RouteBackwardAndMeanProbsMatchTheCpu) {
 // values as the host's call (read back only by this test).
 TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   GC_REQUIRE_GPU();
-  gcm::core::MoeBalance b;
+  gc::tree::core::MoeBalance b;
   b.experts = 4;
   b.top_k = 2;
   b.rows = 12;
@@ -343,10 +351,11 @@ TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   const auto mean_prob = kt::random_normal(4, 71, 0.2), seq_mean_prob = kt::random_normal(12, 72, 0.2);
   std::vector<double> selected(4), tally(5, 2.0), aux = {0.125}, grad(12), window(5, 1.0);
   std::vector<float> bias = {0.0f, 0.25f, -0.25f, 0.5f};
-  gcm::core::count_selected(b, offsets.data(), dropped.data(), selected.data(), tally.data());
-  gcm::core::add_balance_loss(b, selected.data(), mean_prob.data(), seq_counts.data(), seq_mean_prob.data(), aux.data());
-  gcm::core::balance_gradient(b, selected.data(), seq_counts.data(), 0.5, grad.data());
-  gcm::core::close_step(4, tally.data(), window.data(), bias.data(), 0.0625);
+  gc::tree::core::count_selected(b, offsets.data(), dropped.data(), selected.data(), tally.data());
+  gc::tree::core::add_balance_loss(b, selected.data(), mean_prob.data(), seq_counts.data(), seq_mean_prob.data(),
+                                   aux.data());
+  gc::tree::core::balance_gradient(b, selected.data(), seq_counts.data(), 0.5, grad.data());
+  gc::tree::core::close_step(4, tally.data(), window.data(), bias.data(), 0.0625);
 
   auto offsets_d = ct::upload(offsets), dropped_d = ct::upload(dropped), counts_d = ct::upload(seq_counts);
   auto mean_d = ct::upload(mean_prob), seq_mean_d = ct::upload(seq_mean_prob);
@@ -354,10 +363,10 @@ TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   auto aux_d = ct::upload(std::vector<double>{0.125}), grad_d = ct::upload(std::vector<double>(12, -1.0));
   auto window_d = ct::upload(std::vector<double>(5, 1.0));
   auto bias_d = ct::upload(std::vector<float>{0.0f, 0.25f, -0.25f, 0.5f});
-  gcm::cuda::moe_record_routing(b, offsets_d.data(), dropped_d.data(), selected_d.data(), tally_d.data(), mean_d.data(),
-                                counts_d.data(), seq_mean_d.data(), aux_d.data());
-  gcm::cuda::moe_balance_gradient(b, selected_d.data(), counts_d.data(), 0.5, grad_d.data());
-  gcm::cuda::moe_close_step(4, tally_d.data(), window_d.data(), bias_d.data(), 0.0625);
+  gc::tree::cuda::moe_record_routing(b, offsets_d.data(), dropped_d.data(), selected_d.data(), tally_d.data(),
+                                     mean_d.data(), counts_d.data(), seq_mean_d.data(), aux_d.data());
+  gc::tree::cuda::moe_balance_gradient(b, selected_d.data(), counts_d.data(), 0.5, grad_d.data());
+  gc::tree::cuda::moe_close_step(4, tally_d.data(), window_d.data(), bias_d.data(), 0.0625);
   EXPECT_EQ(ct::download(selected_d), selected);
   EXPECT_EQ(ct::download(tally_d), tally);
   // The losses and their gradient to rounding (a GPU may contract a·b + c into one FMA); the
@@ -369,7 +378,7 @@ TEST(CudaMoe, RoutingBookkeepingOnTheDeviceEqualsTheHostsCall) {
   // A training forward's balancing losses join the step's accumulator weighted, in layer order.
   auto acc_d = ct::upload(std::vector<double>{1.0, 0.5});
   auto layers_d = ct::upload(std::vector<double>{0.25, 0.0, 0.125});
-  gcm::cuda::add_weighted_sum(acc_d.data() + 1, layers_d.data(), 3, 0.5);
+  gc::tree::cuda::add_weighted_sum(acc_d.data() + 1, layers_d.data(), 3, 0.5);
   EXPECT_EQ(ct::download(acc_d), (std::vector<double>{1.0, 0.5 + 0.5 * 0.375}));
 }
 

@@ -17,10 +17,13 @@
 #include "core/philox.hpp"
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::AdamWTensor;
-using gcm::cuda::bf16;
+using gc::tree::cuda::AdamWTensor;
+using gc::tree::cuda::bf16;
 
 std::vector<float> to_float_vector(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
 
@@ -64,7 +67,8 @@ std::vector<double> slice(const std::vector<double>& v, const AdamWTensor& t) {
 template <typename T>
 std::vector<double> slice_of(const std::vector<T>& v, const AdamWTensor& t) {
   std::vector<double> out(std::size_t(t.numel));
-  for (std::int64_t i = 0; i < t.numel; ++i) out[std::size_t(i)] = double(gcm::cuda::to_float(v[std::size_t(t.offset + i)]));
+  for (std::int64_t i = 0; i < t.numel; ++i)
+    out[std::size_t(i)] = double(gc::tree::cuda::to_float(v[std::size_t(t.offset + i)]));
   return out;
 }
 
@@ -96,14 +100,14 @@ void check_adamw(const std::vector<AdamWTensor>& tensors, std::int64_t total, co
     const std::vector<double> grad_d(grad.begin(), grad.end());
     const double grad_scale = step % 2 == 1 ? 1.0 : 0.7;
     d_grad.upload(grad.data(), n);
-    gcm::cuda::adamw_step_all<T>(d_master.data(), separate_working ? d_working.data() : nullptr, d_m.data(),
-                                 d_v.data(), d_grad.data(), d_tensors.data(), int(tensors.size()), total, lr, beta1,
-                                 beta2, eps, step, grad_scale);
+    gc::tree::cuda::adamw_step_all<T>(d_master.data(), separate_working ? d_working.data() : nullptr, d_m.data(),
+                                      d_v.data(), d_grad.data(), d_tensors.data(), int(tensors.size()), total, lr,
+                                      beta1, beta2, eps, step, grad_scale);
     for (std::size_t t = 0; t < tensors.size(); ++t) {
       const std::int64_t off = tensors[t].offset;
-      const gcm::cpu::AdamWHyper hp{lr * lr_mult_spec[t], beta1, beta2, eps, decay_spec[t], step};
-      gcm::cpu::adamw_step<double>(ref_p.data() + off, ref_m.data() + off, ref_v.data() + off, grad_d.data() + off,
-                                   tensors[t].numel, hp, grad_scale);
+      const gc::tree::cpu::AdamWHyper hp{lr * lr_mult_spec[t], beta1, beta2, eps, decay_spec[t], step};
+      gc::tree::cpu::adamw_step<double>(ref_p.data() + off, ref_m.data() + off, ref_v.data() + off, grad_d.data() + off,
+                                        tensors[t].numel, hp, grad_scale);
     }
   }
 
@@ -138,7 +142,7 @@ void check_adamw(const std::vector<AdamWTensor>& tensors, std::int64_t total, co
       gap_changed += !same_bits(master[i], master0[i]) || !same_bits(m[i], m0[i]) || !same_bits(v[i], v0[i]);
       if (separate_working) gap_changed += !same_bits(working[i], working0[i]);
     } else if (separate_working) {
-      working_mismatch += !same_bits(working[i], gcm::cuda::from_float<T>(master[i]));
+      working_mismatch += !same_bits(working[i], gc::tree::cuda::from_float<T>(master[i]));
     }
   }
   EXPECT_EQ(gap_changed, 0u) << what << ": elements outside every tensor were written";
@@ -211,19 +215,19 @@ void check_sum_squares_per_tensor(const std::vector<AdamWTensor>& tensors, std::
   auto d_x = ct::upload(x);
   auto d_tensors = ct::upload(tensors);
   const int count = int(tensors.size());
-  ct::DeviceBuffer<double> d_scratch(gcm::cuda::sum_squares_scratch_doubles(total, count));
+  ct::DeviceBuffer<double> d_scratch(gc::tree::cuda::sum_squares_scratch_doubles(total, count));
   ct::DeviceBuffer<double> d_out(tensors.size());
 
   std::vector<double> runs[2];
   for (auto& run : runs) {
     GC_CUDA_CHECK(cudaMemset(d_scratch.data(), 0xff, d_scratch.size() * sizeof(double)));
     GC_CUDA_CHECK(cudaMemset(d_out.data(), 0xff, d_out.size() * sizeof(double)));
-    gcm::cuda::sum_squares_per_tensor(d_out.data(), d_scratch.data(), d_x.data(), d_tensors.data(), count, total);
+    gc::tree::cuda::sum_squares_per_tensor(d_out.data(), d_scratch.data(), d_x.data(), d_tensors.data(), count, total);
     run = ct::download(d_out);
   }
   double worst = 0.0;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const double ref = gcm::cpu::sum_of_squares(x.data() + tensors[t].offset, tensors[t].numel);
+    const double ref = gc::tree::cpu::sum_of_squares(x.data() + tensors[t].offset, tensors[t].numel);
     EXPECT_TRUE(same_bits(runs[0][t], runs[1][t])) << what << " tensor " << t << ": runs differ";
     if (tensors[t].numel == 0) {
       EXPECT_EQ(runs[0][t], 0.0) << what << " tensor " << t;
@@ -252,12 +256,12 @@ template <typename T>
 void check_sum_squares_buffer(std::int64_t n) {
   const std::vector<T> x = ct::convert<T>(kt::random_vector(std::size_t(n), 31));
   const std::vector<double> xd = ct::to_double(x);
-  const double ref = gcm::cpu::sum_of_squares(xd.data(), n);
+  const double ref = gc::tree::cpu::sum_of_squares(xd.data(), n);
   auto d_x = ct::upload(x);
-  ct::DeviceBuffer<double> d_scratch(gcm::cuda::sum_squares_scratch_doubles(n, 1));
+  ct::DeviceBuffer<double> d_scratch(gc::tree::cuda::sum_squares_scratch_doubles(n, 1));
   GC_CUDA_CHECK(cudaMemset(d_scratch.data(), 0xff, d_scratch.size() * sizeof(double)));
-  const double a = gcm::cuda::sum_squares(d_x.data(), n, d_scratch.data());
-  const double b = gcm::cuda::sum_squares(d_x.data(), n, d_scratch.data());
+  const double a = gc::tree::cuda::sum_squares(d_x.data(), n, d_scratch.data());
+  const double b = gc::tree::cuda::sum_squares(d_x.data(), n, d_scratch.data());
   const double e = std::fabs(a - ref) / ref;
   kt::report(std::string("cuda sum_squares ") + (std::is_same_v<T, float> ? "fp32" : "bf16") + " n=" +
                  std::to_string(n),
@@ -272,8 +276,8 @@ TEST(CudaOptim, SumSquaresBufferMatchesCpuAndRepeats) {
     check_sum_squares_buffer<float>(n);
     check_sum_squares_buffer<bf16>(n);
   }
-  ct::DeviceBuffer<double> scratch(gcm::cuda::sum_squares_scratch_doubles(0, 1));
-  EXPECT_EQ(gcm::cuda::sum_squares(static_cast<const float*>(nullptr), 0, scratch.data()), 0.0);
+  ct::DeviceBuffer<double> scratch(gc::tree::cuda::sum_squares_scratch_doubles(0, 1));
+  EXPECT_EQ(gc::tree::cuda::sum_squares(static_cast<const float*>(nullptr), 0, scratch.data()), 0.0);
 }
 
 TEST(CudaOptim, CastCopyRoundsToNearest) {
@@ -283,13 +287,13 @@ TEST(CudaOptim, CastCopyRoundsToNearest) {
   auto d_x = ct::upload(x);
   ct::DeviceBuffer<bf16> d_b(n);
   ct::DeviceBuffer<float> d_f(n);
-  gcm::cuda::cast_copy(d_b.data(), d_x.data(), std::int64_t(n));
-  gcm::cuda::cast_copy(d_f.data(), d_x.data(), std::int64_t(n));
+  gc::tree::cuda::cast_copy(d_b.data(), d_x.data(), std::int64_t(n));
+  gc::tree::cuda::cast_copy(d_f.data(), d_x.data(), std::int64_t(n));
   const std::vector<bf16> b = ct::download(d_b);
   const std::vector<float> f = ct::download(d_f);
   std::size_t mismatches = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    mismatches += !same_bits(b[i], gcm::cuda::from_float<bf16>(x[i]));
+    mismatches += !same_bits(b[i], gc::tree::cuda::from_float<bf16>(x[i]));
     mismatches += !same_bits(f[i], x[i]);
   }
   EXPECT_EQ(mismatches, 0u);
@@ -298,26 +302,26 @@ TEST(CudaOptim, CastCopyRoundsToNearest) {
 // GPU init vs the CPU fill: the largest relative difference and the number of
 // elements whose bits differ (expected 0; at most a last-ulp difference, see
 // cuda/init.cuh).
-void check_init(gcm::InitKind kind, double std_dev, double cutoff, std::uint64_t seed, std::uint32_t tensor_id,
+void check_init(gc::tree::InitKind kind, double std_dev, double cutoff, std::uint64_t seed, std::uint32_t tensor_id,
                 const std::string& what, bool require_bitwise) {
   const std::int64_t n = 100003;
   std::vector<float> ref(std::size_t(n), 1.0f);
   switch (kind) {
-    case gcm::InitKind::normal:
-      gcm::core::fill_normal(ref.data(), n, std_dev, seed, tensor_id);
+    case gc::tree::InitKind::normal:
+      gc::tree::core::fill_normal(ref.data(), n, std_dev, seed, tensor_id);
       break;
-    case gcm::InitKind::trunc_normal:
-      gcm::core::fill_truncated_normal(ref.data(), n, std_dev, cutoff, seed, tensor_id);
+    case gc::tree::InitKind::trunc_normal:
+      gc::tree::core::fill_truncated_normal(ref.data(), n, std_dev, cutoff, seed, tensor_id);
       break;
-    case gcm::InitKind::uniform:
-      gcm::core::fill_uniform(ref.data(), n, std_dev, seed, tensor_id);
+    case gc::tree::InitKind::uniform:
+      gc::tree::core::fill_uniform(ref.data(), n, std_dev, seed, tensor_id);
       break;
-    case gcm::InitKind::ones:
+    case gc::tree::InitKind::ones:
       break;
   }
   ct::DeviceBuffer<float> d_out{std::size_t(n)};
   GC_CUDA_CHECK(cudaMemset(d_out.data(), 0xff, std::size_t(n) * sizeof(float)));
-  gcm::cuda::init_tensor(d_out.data(), n, kind, std_dev, cutoff, seed, tensor_id);
+  gc::tree::cuda::init_tensor(d_out.data(), n, kind, std_dev, cutoff, seed, tensor_id);
   const std::vector<float> got = ct::download(d_out);
   double worst = 0.0;
   std::size_t differ = 0;
@@ -339,12 +343,12 @@ void check_init(gcm::InitKind kind, double std_dev, double cutoff, std::uint64_t
 
 TEST(CudaInit, MatchesCpuFills) {
   GC_REQUIRE_GPU();
-  check_init(gcm::InitKind::normal, 0.02, 0.0, 1234, 7, "normal", false);
-  check_init(gcm::InitKind::normal, 0.125, 0.0, 0x0123456789abcdefULL, 0xfffffff0u, "normal (64-bit seed)", false);
-  check_init(gcm::InitKind::trunc_normal, 0.5, 2.0, 99, 3, "trunc_normal c=2", false);
-  check_init(gcm::InitKind::trunc_normal, 1.0, 0.25, 5, 1, "trunc_normal c=0.25", false);
-  check_init(gcm::InitKind::uniform, 0.1, 0.0, 42, 11, "uniform", true);
-  check_init(gcm::InitKind::ones, 0.0, 0.0, 42, 12, "ones", true);
+  check_init(gc::tree::InitKind::normal, 0.02, 0.0, 1234, 7, "normal", false);
+  check_init(gc::tree::InitKind::normal, 0.125, 0.0, 0x0123456789abcdefULL, 0xfffffff0u, "normal (64-bit seed)", false);
+  check_init(gc::tree::InitKind::trunc_normal, 0.5, 2.0, 99, 3, "trunc_normal c=2", false);
+  check_init(gc::tree::InitKind::trunc_normal, 1.0, 0.25, 5, 1, "trunc_normal c=0.25", false);
+  check_init(gc::tree::InitKind::uniform, 0.1, 0.0, 42, 11, "uniform", true);
+  check_init(gc::tree::InitKind::ones, 0.0, 0.0, 42, 12, "ones", true);
 }
 
 // A part of a tensor (a ZeRO-1 shard of the masters: elements first … first + n − 1) equals
@@ -352,18 +356,18 @@ TEST(CudaInit, MatchesCpuFills) {
 TEST(CudaInit, ShardsAndBf16DrawTheSameValues) {
   GC_REQUIRE_GPU();
   const std::int64_t n = 5000, first = 1234, part = 2000;
-  for (const auto kind : {gcm::InitKind::normal, gcm::InitKind::trunc_normal, gcm::InitKind::uniform}) {
+  for (const auto kind : {gc::tree::InitKind::normal, gc::tree::InitKind::trunc_normal, gc::tree::InitKind::uniform}) {
     ct::DeviceBuffer<float> whole{std::size_t(n)}, slice{std::size_t(part)};
-    ct::DeviceBuffer<gcm::cuda::bf16> rounded{std::size_t(n)};
-    gcm::cuda::init_tensor(whole.data(), n, kind, 0.3, 2.0, 77, 5);
-    gcm::cuda::init_tensor(slice.data(), part, kind, 0.3, 2.0, 77, 5, first);
-    gcm::cuda::init_tensor(rounded.data(), n, kind, 0.3, 2.0, 77, 5);
+    ct::DeviceBuffer<gc::tree::cuda::bf16> rounded{std::size_t(n)};
+    gc::tree::cuda::init_tensor(whole.data(), n, kind, 0.3, 2.0, 77, 5);
+    gc::tree::cuda::init_tensor(slice.data(), part, kind, 0.3, 2.0, 77, 5, first);
+    gc::tree::cuda::init_tensor(rounded.data(), n, kind, 0.3, 2.0, 77, 5);
     const std::vector<float> w = ct::download(whole), s = ct::download(slice);
-    const std::vector<gcm::cuda::bf16> r = ct::download(rounded);
+    const std::vector<gc::tree::cuda::bf16> r = ct::download(rounded);
     for (std::int64_t i = 0; i < part; ++i) ASSERT_TRUE(same_bits(s[std::size_t(i)], w[std::size_t(first + i)])) << i;
     for (std::int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(gcm::cuda::to_float(r[std::size_t(i)]),
-                gcm::cuda::to_float(gcm::cuda::from_float<gcm::cuda::bf16>(w[std::size_t(i)])))
+      ASSERT_EQ(gc::tree::cuda::to_float(r[std::size_t(i)]),
+                gc::tree::cuda::to_float(gc::tree::cuda::from_float<gc::tree::cuda::bf16>(w[std::size_t(i)])))
           << i;
     }
   }
@@ -372,7 +376,7 @@ TEST(CudaInit, ShardsAndBf16DrawTheSameValues) {
 TEST(CudaInit, TruncatedNormalNeedsPositiveCutoff) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<float> d_out(16);
-  EXPECT_THROW(gcm::cuda::init_tensor(d_out.data(), 16, gcm::InitKind::trunc_normal, 1.0, 0.0, 1, 1),
+  EXPECT_THROW(gc::tree::cuda::init_tensor(d_out.data(), 16, gc::tree::InitKind::trunc_normal, 1.0, 0.0, 1, 1),
                gc::rt::RuntimeError);
 }
 

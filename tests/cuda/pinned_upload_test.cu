@@ -12,6 +12,8 @@
 #include "cuda_test_util.hpp"
 #include "runtime/error.hpp"
 
+namespace ct = gc::test::gpu;
+
 namespace {
 
 TEST(CudaPinnedUpload, QueuedUploadsArriveIntactThroughRotatingSlots) {

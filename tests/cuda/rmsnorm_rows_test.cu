@@ -14,6 +14,9 @@
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/rmsnorm.cuh"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::bf16;
@@ -56,10 +59,10 @@ struct Head64 {
   static constexpr float kEps = 1e-6f;
 };
 
-static_assert(gcm::cuda::WarpRow<200, float>::kVec == 1 && !gcm::cuda::WarpRow<200, float>::kExact);
-static_assert(gcm::cuda::WarpRow<96, bf16>::kVec == 1 && gcm::cuda::WarpRow<96, bf16>::kExact);
-static_assert(gcm::cuda::WarpRow<64, bf16>::kVec == 2 && gcm::cuda::WarpRow<256, bf16>::kVec == 8);
-static_assert(gcm::cuda::WarpRow<256, float>::kVec == 4 && gcm::cuda::WarpRow<256, float>::kSteps == 2);
+static_assert(gc::tree::cuda::WarpRow<200, float>::kVec == 1 && !gc::tree::cuda::WarpRow<200, float>::kExact);
+static_assert(gc::tree::cuda::WarpRow<96, bf16>::kVec == 1 && gc::tree::cuda::WarpRow<96, bf16>::kExact);
+static_assert(gc::tree::cuda::WarpRow<64, bf16>::kVec == 2 && gc::tree::cuda::WarpRow<256, bf16>::kVec == 8);
+static_assert(gc::tree::cuda::WarpRow<256, float>::kVec == 4 && gc::tree::cuda::WarpRow<256, float>::kSteps == 2);
 
 // x_scale = 1e-4 with ε = 1e-12 is seed 000 §4.6's case: mean(x²) ≈ 1e-8 and ε must not vanish
 // nor dominate; with ε = 1e-5 at the same scale ε dominates (so a kernel with the other spec's ε
@@ -73,13 +76,13 @@ void check_rmsnorm_forward(double x_scale) {
   x = rounded<T>(x);
   const auto g = rounded<T>(kt::random_vector(dim, 7));
   std::vector<double> y_ref(x.size()), rstd_ref(rows);
-  gcm::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), rows, dim, double(eps));
+  gc::tree::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), rows, dim, double(eps));
 
   auto x_d = upload_as<T>(x);
   auto g_d = upload_as<T>(g);
   DeviceBuffer<T> y(x.size());
   DeviceBuffer<float> rstd(rows);
-  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), rows);
+  gc::tree::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), rows);
   char params[64];
   std::snprintf(params, sizeof params, " x_scale %g eps %g", x_scale, double(eps));
   const std::string what = "rmsnorm forward " + type_name<T>() + params;
@@ -100,7 +103,7 @@ void check_add_rmsnorm_forward(bool in_place) {
   for (std::size_t i = 0; i < a.size(); ++i) sum[i] = a[i] + b[i];
   const auto h_ref = rounded<T>(sum);
   std::vector<double> y_ref(a.size()), rstd_ref(rows);
-  gcm::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), h_ref.data(), g.data(), rows, dim, double(eps));
+  gc::tree::cpu::rmsnorm_forward<double>(y_ref.data(), rstd_ref.data(), h_ref.data(), g.data(), rows, dim, double(eps));
 
   auto a_d = upload_as<T>(a);
   auto b_d = upload_as<T>(b);
@@ -108,7 +111,7 @@ void check_add_rmsnorm_forward(bool in_place) {
   DeviceBuffer<T> h_own(a.size()), y(a.size());
   DeviceBuffer<float> rstd(rows);
   DeviceBuffer<T>& h = in_place ? a_d : h_own;
-  gcm::cuda::add_rmsnorm_forward<S>(h.data(), y.data(), rstd.data(), a_d.data(), b_d.data(), g_d.data(), rows);
+  gc::tree::cuda::add_rmsnorm_forward<S>(h.data(), y.data(), rstd.data(), a_d.data(), b_d.data(), g_d.data(), rows);
   const std::string what =
       "add_rmsnorm forward " + type_name<T>() + " dim " + std::to_string(dim) + (in_place ? " in place" : "");
   EXPECT_EQ(download_double(h), h_ref) << what << ": h is not exactly a + b rounded";
@@ -126,27 +129,27 @@ void check_rmsnorm_backward(bool accumulate) {
   const auto g = rounded<T>(kt::random_vector(dim, 12));
   const auto dy = rounded<T>(kt::random_vector(std::size_t(rows) * dim, 13));
   std::vector<double> y(x.size()), rstd(rows);
-  gcm::cpu::rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), g.data(), rows, dim, double(S::kEps));
+  gc::tree::cpu::rmsnorm_forward<double>(y.data(), rstd.data(), x.data(), g.data(), rows, dim, double(S::kEps));
   rstd = rounded<float>(rstd);
   const auto dx_prior = rounded<T>(kt::random_vector(x.size(), 14));
   const auto dg_prior = rounded<float>(kt::random_vector(dim, 15));
   std::vector<double> dx_ref = accumulate ? dx_prior : std::vector<double>(x.size(), 0.0);
   std::vector<double> dg_ref = dg_prior;
-  gcm::cpu::rmsnorm_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(), rstd.data(), rows,
-                                     dim, accumulate);
+  gc::tree::cpu::rmsnorm_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(), rstd.data(),
+                                          rows, dim, accumulate);
 
   auto x_d = upload_as<T>(x);
   auto g_d = upload_as<T>(g);
   auto dy_d = upload_as<T>(dy);
   auto rstd_d = upload_as<float>(rstd);
-  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(rows));
+  DeviceBuffer<float> scratch(gc::tree::cuda::rmsnorm_dg_scratch_floats<S>(rows));
   std::vector<std::vector<T>> dx_runs;
   std::vector<std::vector<float>> dg_runs;
   for (int run = 0; run < 2; ++run) {
     auto dx = upload_as<T>(dx_prior);  // also when overwriting: the prior must not leak into dx
     auto dg = upload_as<float>(dg_prior);
-    gcm::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
-                                   rstd_d.data(), rows, accumulate);
+    gc::tree::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                        rstd_d.data(), rows, accumulate);
     dx_runs.push_back(ct::download(dx));
     dg_runs.push_back(ct::download(dg));
   }
@@ -169,15 +172,15 @@ void check_rmsnorm_heads() {
   const auto g = rounded<T>(kt::random_vector(head_dim, 17));
   const auto dy = rounded<T>(kt::random_vector(n, 18));
   std::vector<double> y_ref(n), rstd_ref(std::size_t(N) * heads);
-  gcm::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), N, heads, head_dim,
-                                          double(eps));
+  gc::tree::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), x.data(), g.data(), N, heads, head_dim,
+                                               double(eps));
 
   auto x_d = upload_as<T>(x);
   auto g_d = upload_as<T>(g);
   auto dy_d = upload_as<T>(dy);
   DeviceBuffer<T> y(n);
   DeviceBuffer<float> rstd(rstd_ref.size());
-  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), std::int64_t(N) * heads);
+  gc::tree::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data(), g_d.data(), std::int64_t(N) * heads);
   const auto rstd_got = download_double(rstd);
   const std::string what = "rmsnorm heads " + type_name<T>();
   expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward y");
@@ -187,13 +190,13 @@ void check_rmsnorm_heads() {
   const auto dx_prior = rounded<T>(kt::random_vector(n, 19));
   const auto dg_prior = rounded<float>(kt::random_vector(head_dim, 20));
   std::vector<double> dx_ref = dx_prior, dg_ref = dg_prior;
-  gcm::cpu::rmsnorm_heads_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(),
-                                           rstd_got.data(), N, heads, head_dim, /*accumulate_dx=*/true);
+  gc::tree::cpu::rmsnorm_heads_backward<double>(dx_ref.data(), dg_ref.data(), dy.data(), x.data(), g.data(),
+                                                rstd_got.data(), N, heads, head_dim, /*accumulate_dx=*/true);
   auto dx = upload_as<T>(dx_prior);
   auto dg = upload_as<float>(dg_prior);
-  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
-  gcm::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
-                                 rstd.data(), std::int64_t(N) * heads, /*accumulate_dx=*/true);
+  DeviceBuffer<float> scratch(gc::tree::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
+  gc::tree::cuda::rmsnorm_backward<S>(dx.data(), dg.data(), scratch.data(), dy_d.data(), x_d.data(), g_d.data(),
+                                      rstd.data(), std::int64_t(N) * heads, /*accumulate_dx=*/true);
   expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward dx");
   expect_close(kt::minus(download_double(dg), dg_prior), kt::minus(dg_ref, dg_prior), ct::tolerance<float>(),
                what + " backward dg");
@@ -217,14 +220,14 @@ void check_rmsnorm_stacked_heads() {
   const auto g = rounded<T>(kt::random_vector(hd, 32));
   const auto dy = rounded<T>(kt::random_vector(n_dense, 33));
   std::vector<double> y_ref(n_dense), rstd_ref(std::size_t(N) * heads);
-  gcm::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), stacked.data() + kOffset, g.data(), N, heads,
-                                          hd, double(S::kEps), width);
+  gc::tree::cpu::rmsnorm_heads_forward<double>(y_ref.data(), rstd_ref.data(), stacked.data() + kOffset, g.data(), N,
+                                               heads, hd, double(S::kEps), width);
   auto x_d = upload_as<T>(stacked);
   auto g_d = upload_as<T>(g);
   auto dy_d = upload_as<T>(dy);
   DeviceBuffer<T> y(n_dense);
   DeviceBuffer<float> rstd(rstd_ref.size());
-  gcm::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data() + kOffset, g_d.data(), std::int64_t(N) * heads);
+  gc::tree::cuda::rmsnorm_forward<S>(y.data(), rstd.data(), x_d.data() + kOffset, g_d.data(), std::int64_t(N) * heads);
   const auto rstd_got = download_double(rstd);
   const std::string what = "rmsnorm stacked heads " + type_name<T>() + " dim " + std::to_string(hd);
   expect_close(download_double(y), y_ref, ct::tolerance<T>(), what + " forward y");
@@ -232,14 +235,15 @@ void check_rmsnorm_stacked_heads() {
 
   const auto prior = rounded<T>(kt::random_vector(n_stacked, 34));  // outside the heads: unchanged
   std::vector<double> dx_ref = prior, dg_ref(std::size_t(hd), 0.0);
-  gcm::cpu::rmsnorm_heads_backward<double>(dx_ref.data() + kOffset, dg_ref.data(), dy.data(), stacked.data() + kOffset,
-                                           g.data(), rstd_got.data(), N, heads, hd, false, width);
+  gc::tree::cpu::rmsnorm_heads_backward<double>(dx_ref.data() + kOffset, dg_ref.data(), dy.data(),
+                                                stacked.data() + kOffset, g.data(), rstd_got.data(), N, heads, hd,
+                                                false, width);
   auto dx = upload_as<T>(prior);
   DeviceBuffer<float> dg{std::size_t(hd)};
   GC_CUDA_CHECK(cudaMemset(dg.data(), 0, std::size_t(hd) * sizeof(float)));
-  DeviceBuffer<float> scratch(gcm::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
-  gcm::cuda::rmsnorm_backward<S>(dx.data() + kOffset, dg.data(), scratch.data(), dy_d.data(), x_d.data() + kOffset,
-                                 g_d.data(), rstd.data(), std::int64_t(N) * heads, false);
+  DeviceBuffer<float> scratch(gc::tree::cuda::rmsnorm_dg_scratch_floats<S>(std::int64_t(N) * heads));
+  gc::tree::cuda::rmsnorm_backward<S>(dx.data() + kOffset, dg.data(), scratch.data(), dy_d.data(), x_d.data() + kOffset,
+                                      g_d.data(), rstd.data(), std::int64_t(N) * heads, false);
   expect_close(download_double(dx), dx_ref, ct::tolerance<T>(), what + " backward dx (whole stacked rows)");
   expect_close(download_double(dg), dg_ref, ct::tolerance<float>(), what + " backward dg");
 }

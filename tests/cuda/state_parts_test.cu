@@ -10,10 +10,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cuda::AdamWTensor;
-using gcm::cuda::bf16;
+using gc::tree::cuda::AdamWTensor;
+using gc::tree::cuda::bf16;
 
 template <typename T>
 void expect_parts_copied() {
@@ -27,21 +30,22 @@ void expect_parts_copied() {
   std::vector<T> expected = before;
   for (std::size_t t = 0; t < parts.size(); ++t) {
     for (std::int64_t k = 0; k < parts[t].numel; ++k) {
-      expected[std::size_t(whole_offsets[t] + k)] = gcm::cuda::from_float<T>(local[std::size_t(parts[t].offset + k)]);
+      expected[std::size_t(whole_offsets[t] + k)] =
+          gc::tree::cuda::from_float<T>(local[std::size_t(parts[t].offset + k)]);
     }
   }
   auto whole_d = ct::upload(before);
   auto local_d_dev = ct::upload(local);
   auto parts_d = ct::upload(parts);
   auto offsets_d = ct::upload(whole_offsets);
-  gcm::cuda::copy_parts_to_whole(whole_d.data(), local_d_dev.data(), parts_d.data(), offsets_d.data(),
-                                 int(parts.size()), total);
+  gc::tree::cuda::copy_parts_to_whole(whole_d.data(), local_d_dev.data(), parts_d.data(), offsets_d.data(),
+                                      int(parts.size()), total);
   const std::vector<T> got = ct::download(whole_d);
   ASSERT_EQ(got.size(), expected.size());
   std::size_t differing = 0, changed = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    differing += gcm::cuda::to_float(got[i]) != gcm::cuda::to_float(expected[i]) ? 1 : 0;
-    changed += gcm::cuda::to_float(got[i]) != gcm::cuda::to_float(before[i]) ? 1 : 0;
+    differing += gc::tree::cuda::to_float(got[i]) != gc::tree::cuda::to_float(expected[i]) ? 1 : 0;
+    changed += gc::tree::cuda::to_float(got[i]) != gc::tree::cuda::to_float(before[i]) ? 1 : 0;
   }
   EXPECT_EQ(differing, 0u);
   EXPECT_GT(changed, 69000u);  // random values: nearly every copied element changed

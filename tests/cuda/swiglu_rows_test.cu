@@ -14,6 +14,9 @@
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/swiglu.cuh"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::bf16;
@@ -37,16 +40,16 @@ void check_swiglu(bool in_place) {
   const auto b = rounded<T>(kt::random_vector(size, 24));
   const auto dh = rounded<T>(kt::random_vector(size, 25));
   std::vector<double> h_ref(size), da_ref(size), db_ref(size);
-  gcm::cpu::swiglu_forward<double>(h_ref.data(), a.data(), b.data(), n);
-  gcm::cpu::swiglu_backward<double>(da_ref.data(), db_ref.data(), dh.data(), a.data(), b.data(), n);
+  gc::tree::cpu::swiglu_forward<double>(h_ref.data(), a.data(), b.data(), n);
+  gc::tree::cpu::swiglu_backward<double>(da_ref.data(), db_ref.data(), dh.data(), a.data(), b.data(), n);
 
   auto a_d = upload_as<T>(a);
   auto b_d = upload_as<T>(b);
   auto dh_d = upload_as<T>(dh);
   DeviceBuffer<T> h(size), da_own(size), db(size);
   DeviceBuffer<T>& da = in_place ? dh_d : da_own;
-  gcm::cuda::swiglu_forward<kWidth>(h.data(), a_d.data(), b_d.data(), rows);
-  gcm::cuda::swiglu_backward<kWidth>(da.data(), db.data(), dh_d.data(), a_d.data(), b_d.data(), rows);
+  gc::tree::cuda::swiglu_forward<kWidth>(h.data(), a_d.data(), b_d.data(), rows);
+  gc::tree::cuda::swiglu_backward<kWidth>(da.data(), db.data(), dh_d.data(), a_d.data(), b_d.data(), rows);
   const std::string what = "swiglu " + type_name<T>() + " width " + std::to_string(kWidth) + (in_place ? " in place" : "");
   expect_close(download_double(h), h_ref, ct::tolerance<T>(), what + " forward");
   expect_close(download_double(da), da_ref, ct::tolerance<T>(), what + " backward da");
@@ -70,8 +73,8 @@ void check_swiglu_pair() {
   }
   const std::size_t size = static_cast<std::size_t>(n);
   std::vector<double> h_ref(size), da(size), db(size);
-  gcm::cpu::swiglu_forward<double>(h_ref.data(), a.data(), b.data(), n);
-  gcm::cpu::swiglu_backward<double>(da.data(), db.data(), dh.data(), a.data(), b.data(), n);
+  gc::tree::cpu::swiglu_forward<double>(h_ref.data(), a.data(), b.data(), n);
+  gc::tree::cpu::swiglu_backward<double>(da.data(), db.data(), dh.data(), a.data(), b.data(), n);
   std::vector<double> dab_ref(ab.size());
   for (std::int64_t r = 0; r < rows; ++r) {
     for (int j = 0; j < kWidth; ++j) {
@@ -81,16 +84,16 @@ void check_swiglu_pair() {
   }
   // The CPU pair kernels are the same arithmetic in the other layout.
   std::vector<double> h_cpu(size), dab_cpu(ab.size());
-  gcm::cpu::swiglu_pair_forward<double>(h_cpu.data(), ab.data(), rows, kWidth);
-  gcm::cpu::swiglu_pair_backward<double>(dab_cpu.data(), dh.data(), ab.data(), rows, kWidth);
+  gc::tree::cpu::swiglu_pair_forward<double>(h_cpu.data(), ab.data(), rows, kWidth);
+  gc::tree::cpu::swiglu_pair_backward<double>(dab_cpu.data(), dh.data(), ab.data(), rows, kWidth);
   EXPECT_EQ(h_cpu, h_ref);
   EXPECT_EQ(dab_cpu, dab_ref);
 
   auto ab_d = upload_as<T>(ab);
   auto dh_d = upload_as<T>(dh);
   DeviceBuffer<T> h(size), dab(ab.size());
-  gcm::cuda::swiglu_pair_forward<kWidth>(h.data(), ab_d.data(), rows);
-  gcm::cuda::swiglu_pair_backward<kWidth>(dab.data(), dh_d.data(), ab_d.data(), rows);
+  gc::tree::cuda::swiglu_pair_forward<kWidth>(h.data(), ab_d.data(), rows);
+  gc::tree::cuda::swiglu_pair_backward<kWidth>(dab.data(), dh_d.data(), ab_d.data(), rows);
   const std::string what = "swiglu pair " + type_name<T>() + " width " + std::to_string(kWidth);
   expect_close(download_double(h), h_ref, ct::tolerance<T>(), what + " forward");
   expect_close(download_double(dab), dab_ref, ct::tolerance<T>(), what + " backward");

@@ -15,10 +15,13 @@
 #include "cuda/weight_stats.cuh"
 #include "kernels/kernel_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using ct::DeviceBuffer;
-namespace cd = gcm::cuda::detail;
+namespace cd = gc::tree::cuda::detail;
 
 std::vector<float> random_matrix(int rows, int cols, unsigned seed) {
   const std::vector<double> v = kt::random_normal(std::size_t(rows) * cols, seed);
@@ -30,12 +33,12 @@ std::vector<double> transposed_times_on_device(const std::vector<float>& W, cons
                                                int cols) {
   const DeviceBuffer<float> w = ct::upload(W);
   const DeviceBuffer<double> dx = ct::upload(x);
-  const int chunks = (rows + gcm::metrics::kColumnChunkRows - 1) / gcm::metrics::kColumnChunkRows;
+  const int chunks = (rows + gc::tree::metrics::kColumnChunkRows - 1) / gc::tree::metrics::kColumnChunkRows;
   DeviceBuffer<double> partial{static_cast<std::size_t>(chunks) * cols}, y{static_cast<std::size_t>(cols)};
-  gcm::cuda::launch(cd::matvec_cols_partial_kernel<>, dim3(cd::blocks_of(cols, 64), unsigned(chunks)), 64, 0,
-                    partial.data(), w.data(), dx.data(), rows, cols);
-  gcm::cuda::launch(cd::sum_column_chunks_kernel<>, cd::blocks_of(cols, 64), 64, 0, y.data(), partial.data(), chunks,
-                    cols);
+  gc::tree::cuda::launch(cd::matvec_cols_partial_kernel<>, dim3(cd::blocks_of(cols, 64), unsigned(chunks)), 64, 0,
+                         partial.data(), w.data(), dx.data(), rows, cols);
+  gc::tree::cuda::launch(cd::sum_column_chunks_kernel<>, cd::blocks_of(cols, 64), 64, 0, y.data(), partial.data(),
+                         chunks, cols);
   return ct::download(y);
 }
 
@@ -61,8 +64,8 @@ TEST(CudaWeightStats, DirectProductMatchesTheHost) {
   const DeviceBuffer<float> w = ct::upload(W);
   const DeviceBuffer<double> dx = ct::upload(x);
   DeviceBuffer<double> y{static_cast<std::size_t>(rows)};
-  gcm::cuda::launch(cd::matvec_rows_kernel<>, cd::blocks_of(std::int64_t(rows) * 32, 256), 256, 0, y.data(), w.data(),
-                    dx.data(), rows, cols);
+  gc::tree::cuda::launch(cd::matvec_rows_kernel<>, cd::blocks_of(std::int64_t(rows) * 32, 256), 256, 0, y.data(),
+                         w.data(), dx.data(), rows, cols);
   std::vector<double> ref(std::size_t(rows), 0.0);
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) ref[std::size_t(r)] += double(W[std::size_t(r) * cols + c]) * x[std::size_t(c)];

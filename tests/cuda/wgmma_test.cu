@@ -14,11 +14,13 @@
 
 #include "cuda_test_util.hpp"
 
+namespace ct = gc::test::gpu;
+
 namespace {
 
-using gcm::cuda::bf16;
-namespace wgmma = gcm::cuda::wgmma;
-namespace hopper = gcm::cuda::hopper;
+using gc::tree::cuda::bf16;
+namespace wgmma = gc::tree::cuda::wgmma;
+namespace hopper = gc::tree::cuda::hopper;
 
 constexpr int kM = 64;  // wgmma's M
 
@@ -161,8 +163,8 @@ void check_no_swizzle(NoSwizzle la, NoSwizzle lb, const std::string& what) {
   auto a_d = ct::upload(a), b1_d = ct::upload(b1), b2_d = ct::upload(b2);
   ct::DeviceBuffer<float> d_d(std::size_t(kM) * N);
   const unsigned a_bytes = 4096, b_bytes = 8192;
-  gcm::cuda::launch(no_swizzle_kernel<N>, 1, 128, a_bytes + 2 * b_bytes, d_d.data(), a_d.data(), b1_d.data(),
-                    b2_d.data(), la, lb, a_bytes, b_bytes);
+  gc::tree::cuda::launch(no_swizzle_kernel<N>, 1, 128, a_bytes + 2 * b_bytes, d_d.data(), a_d.data(), b1_d.data(),
+                         b2_d.data(), la, lb, a_bytes, b_bytes);
   const auto got = ct::download(d_d), want = products(a, b1, &b2, N, 16);
   for (std::size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(got[i], want[i]) << what << ": D[" << i / N << "][" << i % N << "]";
@@ -186,8 +188,8 @@ TEST(CudaWgmma, RegisterAWithAnMnMajorBMatchesTheScalarProduct) {
   const auto b1 = small_integers(N * 16, 8), b2 = small_integers(N * 16, 9);
   auto a1_d = ct::upload(a1), a2_d = ct::upload(a2), b1_d = ct::upload(b1), b2_d = ct::upload(b2);
   ct::DeviceBuffer<float> d_d(std::size_t(kM) * N);
-  gcm::cuda::launch(registers_mn_major_kernel<N>, 1, 128, 4 * (N / 8) * 128, d_d.data(), a1_d.data(), a2_d.data(),
-                    b1_d.data(), b2_d.data());
+  gc::tree::cuda::launch(registers_mn_major_kernel<N>, 1, 128, 4 * (N / 8) * 128, d_d.data(), a1_d.data(), a2_d.data(),
+                         b1_d.data(), b2_d.data());
   auto want = products(a1, b1, nullptr, N, 16);
   const auto second = products(a2, b2, nullptr, N, 16);
   for (std::size_t i = 0; i < want.size(); ++i) want[i] += second[i];
@@ -202,7 +204,7 @@ TEST(CudaWgmma, KMajor128ByteSwizzleOverFourKSteps) {
   auto a_d = ct::upload(a), b_d = ct::upload(b);
   ct::DeviceBuffer<float> d_d(std::size_t(kM) * N);
   constexpr std::size_t kSmem = 64 * 128 + N * 128;
-  gcm::cuda::launch(swizzle128_kernel<N>, 1, 128, kSmem, d_d.data(), a_d.data(), b_d.data());
+  gc::tree::cuda::launch(swizzle128_kernel<N>, 1, 128, kSmem, d_d.data(), a_d.data(), b_d.data());
   const auto got = ct::download(d_d), want = products(a, b, nullptr, N, 64);
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "D[" << i / N << "][" << i % N << "]";
 }

@@ -41,7 +41,7 @@ __global__ void shuffle_kernel(int* out) {
 TEST(CudaEmulator, ShufflesFollowCudaLaneRules) {
   const int threads = 64;
   DeviceBuffer<int> out(5 * threads);
-  gcm::cuda::launch(shuffle_kernel, 1, threads, 0, out.data());
+  gc::tree::cuda::launch(shuffle_kernel, 1, threads, 0, out.data());
   const std::vector<int> got = download(out);
   for (int t = 0; t < threads; ++t) {
     const int lane = t % 32, base = t - lane;
@@ -68,7 +68,7 @@ TEST(CudaEmulator, SyncthreadsOrdersSharedMemory) {
   for (std::size_t i = 0; i < host.size(); ++i) host[i] = float(i);
   DeviceBuffer<float> in(host.size()), out(host.size());
   in.upload(host.data(), host.size());
-  gcm::cuda::launch(reverse_kernel, 3, dim3(32, 4), 0, out.data(), in.data());
+  gc::tree::cuda::launch(reverse_kernel, 3, dim3(32, 4), 0, out.data(), in.data());
   const std::vector<float> got = download(out);
   for (int b = 0; b < 3; ++b) {
     for (int t = 0; t < 128; ++t) EXPECT_EQ(got[b * 128 + t], float(b * 128 + 127 - t));
@@ -90,8 +90,9 @@ __global__ void divergent_shuffle_kernel(float* out) {
 TEST(CudaEmulatorDeathTest, BarrierMisuseIsADeadlock) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   DeviceBuffer<float> out(64);
-  EXPECT_DEATH(gcm::cuda::launch(early_exit_kernel, 1, 64, 0, out.data()), "deadlock.*63 at __syncthreads, 1 exited");
-  EXPECT_DEATH(gcm::cuda::launch(divergent_shuffle_kernel, 1, 32, 0, out.data()),
+  EXPECT_DEATH(gc::tree::cuda::launch(early_exit_kernel, 1, 64, 0, out.data()),
+               "deadlock.*63 at __syncthreads, 1 exited");
+  EXPECT_DEATH(gc::tree::cuda::launch(divergent_shuffle_kernel, 1, 32, 0, out.data()),
                "deadlock.*16 of 32 lanes at __shfl_xor_sync");
 }
 
@@ -103,13 +104,13 @@ TEST(CudaEmulator, RuntimeReportsMisuseLikeCuda) {
   DeviceBuffer<float> buf(32);
   // Fresh allocations hold NaN; launches fill and check.
   EXPECT_TRUE(std::isnan(download(buf)[7]));
-  gcm::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 2.5f);
+  gc::tree::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 2.5f);
   EXPECT_EQ(download(buf)[31], 2.5f);
   // Bad configurations and host pointers fail the launch check.
-  EXPECT_THROW(gcm::cuda::launch(fill_kernel, 0, 32, 0, buf.data(), 1.0f), gc::rt::RuntimeError);
-  EXPECT_THROW(gcm::cuda::launch(fill_kernel, 1, 1025, 0, buf.data(), 1.0f), gc::rt::RuntimeError);
+  EXPECT_THROW(gc::tree::cuda::launch(fill_kernel, 0, 32, 0, buf.data(), 1.0f), gc::rt::RuntimeError);
+  EXPECT_THROW(gc::tree::cuda::launch(fill_kernel, 1, 1025, 0, buf.data(), 1.0f), gc::rt::RuntimeError);
   float host[32];
-  EXPECT_THROW(gcm::cuda::launch(fill_kernel, 1, 32, 0, host, 1.0f), gc::rt::RuntimeError);
+  EXPECT_THROW(gc::tree::cuda::launch(fill_kernel, 1, 32, 0, host, 1.0f), gc::rt::RuntimeError);
   EXPECT_EQ(download(buf)[0], 2.5f);  // none of them ran
   // Copies must stay inside an allocation and name the right direction.
   EXPECT_EQ(cudaMemcpy(buf.data() + 1, host, sizeof host, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
@@ -125,7 +126,7 @@ TEST(CudaEmulator, RuntimeReportsMisuseLikeCuda) {
 // operation (the legacy default stream's implicit synchronization).
 TEST(CudaEmulator, CreatedStreamsRunTheirWorkWhenWaitedFor) {
   DeviceBuffer<float> buf(32);
-  gcm::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
+  gc::tree::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
   cudaStream_t side = nullptr;
   cudaEvent_t done = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
@@ -157,7 +158,7 @@ TEST(CudaEmulator, CreatedStreamsRunTheirWorkWhenWaitedFor) {
 // memory goes (so nothing queued touches freed memory, and a teardown meets what it left queued).
 TEST(CudaEmulator, FreeRunsWhatTheStreamsQueuedFirst) {
   DeviceBuffer<float> buf(32);
-  gcm::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
+  gc::tree::cuda::launch(fill_kernel, 1, 32, 0, buf.data(), 1.0f);
   cudaStream_t side = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
   void* scratch = nullptr;
@@ -216,7 +217,7 @@ struct Lt {
 template <typename T>
 DeviceBuffer<T> device(const std::vector<float>& v) {
   std::vector<T> host(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) host[i] = gcm::cuda::from_float<T>(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) host[i] = gc::tree::cuda::from_float<T>(v[i]);
   DeviceBuffer<T> d(host.size());
   d.upload(host.data(), host.size());
   return d;
@@ -225,7 +226,7 @@ DeviceBuffer<T> device(const std::vector<float>& v) {
 template <typename T>
 std::vector<float> host_floats(const DeviceBuffer<T>& d) {
   std::vector<float> out;
-  for (const T& x : download(d)) out.push_back(gcm::cuda::to_float(x));
+  for (const T& x : download(d)) out.push_back(gc::tree::cuda::to_float(x));
   return out;
 }
 

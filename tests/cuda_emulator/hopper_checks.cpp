@@ -18,9 +18,9 @@
 namespace {
 
 using gc::rt::cuda::DeviceBuffer;
-using gcm::cuda::bf16;
-namespace hopper = gcm::cuda::hopper;
-namespace wgmma = gcm::cuda::wgmma;
+using gc::tree::cuda::bf16;
+namespace hopper = gc::tree::cuda::hopper;
+namespace wgmma = gc::tree::cuda::wgmma;
 
 template <typename T>
 std::vector<T> download(const DeviceBuffer<T>& d) {
@@ -53,7 +53,7 @@ TEST(CudaEmulatorHopper, BulkCopiesLandOnlyWhenTheirMbarrierIsWaitedFor) {
   for (int i = 0; i < 16; ++i) in[i] = float(i) + 0.25f;
   DeviceBuffer<float> in_d(16), out_d(32);
   in_d.upload(in.data(), 16);
-  gcm::cuda::launch(early_read_kernel, 1, 16, 1024, out_d.data(), in_d.data());
+  gc::tree::cuda::launch(early_read_kernel, 1, 16, 1024, out_d.data(), in_d.data());
   const auto out = download(out_d);
   for (int i = 0; i < 16; ++i) {
     EXPECT_TRUE(std::isnan(out[i])) << "read before the wait, element " << i;
@@ -87,10 +87,13 @@ __global__ void misaligned_copy_kernel(const float* in) {
 TEST(CudaEmulatorHopperDeathTest, MisuseAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   DeviceBuffer<float> in_d(64);
-  EXPECT_DEATH(gcm::cuda::launch(never_arrives_kernel, 1, 2, 0), "deadlock.*2 waiting for the mbarrier at .* \\(phase parity 0\\)");
-  EXPECT_DEATH(gcm::cuda::launch(copy_never_waited_kernel, 1, 1, 64, in_d.data()), "exited with 1 bulk copy in flight");
-  EXPECT_DEATH(gcm::cuda::launch(misaligned_copy_kernel, 1, 1, 64, in_d.data()), "size 24 is not a positive multiple of 16");
-  EXPECT_DEATH(gc_emu::setmaxnreg(20), "20 is not a multiple of 8 in \\[24, 256\\]");
+  EXPECT_DEATH(gc::tree::cuda::launch(never_arrives_kernel, 1, 2, 0),
+               "deadlock.*2 waiting for the mbarrier at .* \\(phase parity 0\\)");
+  EXPECT_DEATH(gc::tree::cuda::launch(copy_never_waited_kernel, 1, 1, 64, in_d.data()),
+               "exited with 1 bulk copy in flight");
+  EXPECT_DEATH(gc::tree::cuda::launch(misaligned_copy_kernel, 1, 1, 64, in_d.data()),
+               "size 24 is not a positive multiple of 16");
+  EXPECT_DEATH(gc::emu::setmaxnreg(20), "20 is not a multiple of 8 in \\[24, 256\\]");
 }
 
 // The accumulators of a wgmma change at the wait_group, not at the issue: one 64×16 × 16×16
@@ -98,7 +101,7 @@ TEST(CudaEmulatorHopperDeathTest, MisuseAborts) {
 __global__ void accumulate_at_wait_kernel(float* out) {
   unsigned char* smem = hopper::dynamic_shared();
   for (int e = int(threadIdx.x); e < 64 * 16 + 16 * 16; e += 128) {
-    reinterpret_cast<bf16*>(smem)[e] = gcm::cuda::from_float<bf16>(1.0f);
+    reinterpret_cast<bf16*>(smem)[e] = gc::tree::cuda::from_float<bf16>(1.0f);
   }
   __syncthreads();
   float d[8];
@@ -134,7 +137,7 @@ __global__ void partial_warpgroup_kernel() { wgmma::fence(); }
 
 TEST(CudaEmulatorHopper, WgmmaAccumulatorsChangeAtTheWait) {
   DeviceBuffer<float> out_d(256);
-  gcm::cuda::launch(accumulate_at_wait_kernel, 1, 128, 4096, out_d.data());
+  gc::tree::cuda::launch(accumulate_at_wait_kernel, 1, 128, 4096, out_d.data());
   const auto out = download(out_d);
   for (int t = 0; t < 128; ++t) {
     EXPECT_EQ(out[t], 5.0f) << "before the wait, thread " << t;
@@ -144,9 +147,12 @@ TEST(CudaEmulatorHopper, WgmmaAccumulatorsChangeAtTheWait) {
 
 TEST(CudaEmulatorHopperDeathTest, WgmmaMisuseAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(gcm::cuda::launch(unwaited_mma_kernel, 1, 128, 4096), "wgmma.mma_async not completed by a wgmma.wait_group");
-  EXPECT_DEATH(gcm::cuda::launch(divergent_descriptor_kernel, 1, 128, 4096), "thread 5 of its warpgroup issued it with other operands");
-  EXPECT_DEATH(gcm::cuda::launch(partial_warpgroup_kernel, 1, 96, 0), "warpgroup \\(threads 0..127\\) is incomplete in a block of 96");
+  EXPECT_DEATH(gc::tree::cuda::launch(unwaited_mma_kernel, 1, 128, 4096),
+               "wgmma.mma_async not completed by a wgmma.wait_group");
+  EXPECT_DEATH(gc::tree::cuda::launch(divergent_descriptor_kernel, 1, 128, 4096),
+               "thread 5 of its warpgroup issued it with other operands");
+  EXPECT_DEATH(gc::tree::cuda::launch(partial_warpgroup_kernel, 1, 96, 0),
+               "warpgroup \\(threads 0..127\\) is incomplete in a block of 96");
 }
 
 // The worked example of the 128-byte swizzle (K-major B, 128-byte rows, SBO 1024): element
@@ -157,17 +163,17 @@ TEST(CudaEmulatorHopper, DescriptorsDecodeTheCanonicalLayouts) {
     return std::uint64_t(start >> 4) | std::uint64_t(lbo >> 4) << 16 | std::uint64_t(sbo >> 4) << 32 |
            std::uint64_t(mode) << 62;
   };
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(0, 16, 1024, 1), 9, 37, false), 1242u);
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(64, 16, 1024, 1), 9, 5, false), 1242u);
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(0, 16, 1024, 1), 9, 37, false), 1242u);
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(64, 16, 1024, 1), 9, 5, false), 1242u);
   // No swizzle: core matrix (1, 1) at SBO + LBO, row 1 of it at +16, k 3 at +6.
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(2048, 128, 256, 0), 9, 11, false), 2048u + 256 + 128 + 16 + 6);
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(2048, 128, 256, 0), 9, 11, false), 2048u + 256 + 128 + 16 + 6);
   // 64-byte swizzle: chunk bits [5:4] ^= bits [8:7]; row 3 starts at byte 192 (bits [8:7] = 1), so
   // its chunk 1 (k 8) moves to chunk 0.
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(0, 16, 512, 2), 3, 8, false), 3u * 64 + 16 * (1 ^ 1));
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(0, 16, 512, 2), 3, 8, false), 3u * 64 + 16 * (1 ^ 1));
   // 32-byte swizzle: bit 4 ^= bit 7; row 5 (byte 160: bit 7 set), chunk 0 -> 1.
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(0, 16, 256, 3), 5, 2, false), 5u * 32 + 16 + 4);
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(0, 16, 256, 3), 5, 2, false), 5u * 32 + 16 + 4);
   // MN-major without swizzle: 8 consecutive mn of one k are 16 contiguous bytes.
-  EXPECT_EQ(gc_emu::wgmma_operand_offset(desc(0, 128, 256, 0), 10, 3, true), 256u + 4 + 48);
+  EXPECT_EQ(gc::emu::wgmma_operand_offset(desc(0, 128, 256, 0), 10, 3, true), 256u + 4 + 48);
 }
 
 }  // namespace

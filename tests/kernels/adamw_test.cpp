@@ -5,10 +5,12 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::adamw_step;
-using gcm::cpu::AdamWHyper;
+using gc::tree::cpu::adamw_step;
+using gc::tree::cpu::AdamWHyper;
 
 // Scalar AdamW written from the formula (seed 003 eq. 1: decay uses the pre-update θ).
 struct ScalarAdamW {
@@ -95,9 +97,10 @@ TEST(KernelAdamW, GlobalGradNormMatchesNaiveAndIgnoresThreadCount) {
     naive += double(x) * x;
   }
   auto norm = [&] {
-    const double squares[2] = {gcm::cpu::sum_of_squares(a.data(), big), gcm::cpu::sum_of_squares(b.data(), small)};
-    gcm::StepVerdict v;
-    gcm::judge_step(v, 1.0, squares, 2, 0.0, 1);
+    const double squares[2] = {gc::tree::cpu::sum_of_squares(a.data(), big),
+                               gc::tree::cpu::sum_of_squares(b.data(), small)};
+    gc::tree::StepVerdict v;
+    gc::tree::judge_step(v, 1.0, squares, 2, 0.0, 1);
     return v.grad_norm;
   };
   double one = 0.0, two = 0.0;
@@ -111,11 +114,11 @@ TEST(KernelAdamW, GlobalGradNormMatchesNaiveAndIgnoresThreadCount) {
 
 // The clip multiplier is torch's clip_grad_norm_'s; the first non-finite step is kept.
 TEST(KernelAdamW, StepVerdictClipsAndRemembersTheFirstNonFiniteStep) {
-  const auto judge = [](gcm::StepVerdict& v, double loss, double squares_sum, double max_norm, std::int64_t step) {
+  const auto judge = [](gc::tree::StepVerdict& v, double loss, double squares_sum, double max_norm, std::int64_t step) {
     const double squares[2] = {squares_sum * 0.25, squares_sum * 0.75};
-    gcm::judge_step(v, loss, squares, 2, max_norm, step);
+    gc::tree::judge_step(v, loss, squares, 2, max_norm, step);
   };
-  gcm::StepVerdict v;
+  gc::tree::StepVerdict v;
   judge(v, 2.0, 0.25, 1.0, 1);
   EXPECT_EQ(v.grad_norm, 0.5);
   EXPECT_EQ(v.clip, 1.0);
@@ -129,7 +132,7 @@ TEST(KernelAdamW, StepVerdictClipsAndRemembersTheFirstNonFiniteStep) {
   judge(v, 2.0, HUGE_VAL, 1.0, 5);
   EXPECT_EQ(v.stopped_at, 4) << "the first non-finite step is kept";
   EXPECT_TRUE(std::isinf(v.grad_norm));
-  gcm::StepVerdict w;
+  gc::tree::StepVerdict w;
   judge(w, 2.0, HUGE_VAL, 1.0, 7);
   EXPECT_EQ(w.stopped_at, 7) << "an infinite gradient norm";
   EXPECT_EQ(w.stopped_loss, 2.0);

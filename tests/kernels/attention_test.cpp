@@ -4,11 +4,13 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::attention_backward;
-using gcm::cpu::attention_forward;
-using gcm::AttentionDims;
+using gc::tree::AttentionDims;
+using gc::tree::cpu::attention_backward;
+using gc::tree::cpu::attention_forward;
 
 // Naive causal GQA attention in double: the full masked probability matrix P [B,H,T,T].
 struct Reference {
@@ -68,7 +70,7 @@ TEST(KernelAttention, ForwardFloatMatchesNaiveReference) {
        {kGqa, AttentionDims{1, 9, 3, 3, 4}, AttentionDims{2, 5, 4, 1, 8}, AttentionDims{1, 128, 4, 2, 32}}) {
     // amplitude 2 gives peaked rows (|s| up to ~10) so the max subtraction matters
     const Inputs in(dims, 100 + dims.kv_heads, 2.0);
-    const double scale = gcm::cpu::default_attention_scale(dims.head_dim);
+    const double scale = gc::tree::cpu::default_attention_scale(dims.head_dim);
     const Reference ref = reference_attention(in.q, in.k, in.v, dims, scale);
     const auto qf = kt::cast<float>(in.q), kf = kt::cast<float>(in.k), vf = kt::cast<float>(in.v);
     std::vector<float> out(in.q.size()), lse(ref.lse.size());
@@ -114,7 +116,7 @@ TEST(KernelAttention, BackwardMatchesFiniteDifferencesWithGqa) {
 TEST(KernelAttention, BackwardFloatMatchesDoubleBackward) {
   const AttentionDims d{2, 31, 4, 2, 16};
   const Inputs in(d, 250, 1.5);
-  const double scale = gcm::cpu::default_attention_scale(d.head_dim);
+  const double scale = gc::tree::cpu::default_attention_scale(d.head_dim);
   const auto dout = kt::random_vector(in.q.size(), 8);
   auto run = [&](auto zero) {
     using T = decltype(zero);
@@ -140,14 +142,14 @@ TEST(KernelAttention, BackwardFloatMatchesDoubleBackward) {
 TEST(KernelAttention, SinkScoreAndEntropyMatchNaiveProbabilities) {
   const AttentionDims d = kGqa;
   const Inputs in(d, 300, 1.5);
-  const double scale = gcm::cpu::default_attention_scale(d.head_dim);
+  const double scale = gc::tree::cpu::default_attention_scale(d.head_dim);
   const Reference ref = reference_attention(in.q, in.k, in.v, d, scale);
   const auto qf = kt::cast<float>(in.q), kf = kt::cast<float>(in.k), vf = kt::cast<float>(in.v);
   std::vector<float> out(in.q.size()), lse(ref.lse.size());
   attention_forward(out.data(), lse.data(), qf.data(), kf.data(), vf.data(), d, scale);
   std::vector<double> sink(d.heads), entropy(d.heads);
-  gcm::cpu::sink_score(sink.data(), qf.data(), kf.data(), lse.data(), d, scale);
-  gcm::cpu::attention_entropy(entropy.data(), qf.data(), kf.data(), lse.data(), d, scale);
+  gc::tree::cpu::sink_score(sink.data(), qf.data(), kf.data(), lse.data(), d, scale);
+  gc::tree::cpu::attention_entropy(entropy.data(), qf.data(), kf.data(), lse.data(), d, scale);
 
   std::vector<double> ref_sink(d.heads, 0.0), ref_entropy(d.heads, 0.0);
   const int T = d.seq_len;
@@ -180,8 +182,8 @@ TEST(KernelAttention, UniformScoresGiveHarmonicSinkScore) {
   const auto k = kt::random_vector(std::size_t(d.seq_len) * d.head_dim, 5);
   std::vector<double> out(q.size()), lse(std::size_t(d.heads) * d.seq_len), sink(d.heads), entropy(d.heads);
   attention_forward(out.data(), lse.data(), q.data(), k.data(), k.data(), d, 1.0);
-  gcm::cpu::sink_score(sink.data(), q.data(), k.data(), lse.data(), d, 1.0);
-  gcm::cpu::attention_entropy(entropy.data(), q.data(), k.data(), lse.data(), d, 1.0);
+  gc::tree::cpu::sink_score(sink.data(), q.data(), k.data(), lse.data(), d, 1.0);
+  gc::tree::cpu::attention_entropy(entropy.data(), q.data(), k.data(), lse.data(), d, 1.0);
   double harmonic = 0.0, mean_log = 0.0;
   for (int i = 0; i < d.seq_len; ++i) {
     harmonic += 1.0 / (i + 1) / d.seq_len;
@@ -198,7 +200,7 @@ TEST(KernelAttention, ResultsAreIndependentOfThreadCount) {
   const Inputs in(d, 400);
   const auto qf = kt::cast<float>(in.q), kf = kt::cast<float>(in.k), vf = kt::cast<float>(in.v);
   const auto dout = kt::cast<float>(kt::random_vector(in.q.size(), 9));
-  const double scale = gcm::cpu::default_attention_scale(d.head_dim);
+  const double scale = gc::tree::cpu::default_attention_scale(d.head_dim);
   auto run = [&](int threads) {
     std::vector<float> out(in.q.size()), lse(std::size_t(d.batch) * d.heads * d.seq_len);
     std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());

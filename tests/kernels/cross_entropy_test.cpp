@@ -4,10 +4,12 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::cross_entropy_backward;
-using gcm::cpu::cross_entropy_forward;
+using gc::tree::cpu::cross_entropy_backward;
+using gc::tree::cpu::cross_entropy_forward;
 
 // Naive per-row loss −log softmax(α·logits)[target], with a plain (shifted) sum.
 std::vector<double> reference_losses(const std::vector<double>& logits, const std::vector<std::int32_t>& targets, int N,

@@ -4,10 +4,12 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::embedding_backward;
-using gcm::cpu::embedding_forward;
+using gc::tree::cpu::embedding_backward;
+using gc::tree::cpu::embedding_forward;
 
 TEST(KernelEmbedding, ForwardFloatMatchesDoubleReference) {
   const int V = 11, d = 70, N = 9;  // d spans two column blocks

@@ -11,7 +11,7 @@
 
 namespace {
 
-using gcm::cpu::exp_fixed;
+using gc::tree::cpu::exp_fixed;
 
 double ulps(double a, double b) { return std::abs(a - b) / (std::nextafter(std::abs(b), INFINITY) - std::abs(b)); }
 

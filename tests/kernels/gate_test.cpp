@@ -4,9 +4,11 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::GatedAttention;
+using gc::tree::GatedAttention;
 
 // Naive seed 000 eq. 3-4 gate: out = σ(z) ⊙ attn, z per head or per element.
 std::vector<double> reference_gate(GatedAttention mode, const std::vector<double>& attn, const std::vector<double>& z, int N,
@@ -32,7 +34,7 @@ void check_forward(const char* label) {
   const auto z = kt::random_vector(nz, 2, 0.1, 4.0);
   const auto af = kt::cast<float>(attn), zf = kt::cast<float>(z);
   std::vector<float> out(attn.size());
-  gcm::cpu::gate_forward<kMode>(out.data(), af.data(), zf.data(), N, heads, hd);
+  gc::tree::cpu::gate_forward<kMode>(out.data(), af.data(), zf.data(), N, heads, hd);
   const double err = kt::rel_error(out, reference_gate(kMode, attn, z, N, heads, hd));
   kt::report(label, err);
   EXPECT_LT(err, kt::kForwardTol);
@@ -47,11 +49,11 @@ void check_backward(const char* label_attn, const char* label_z) {
   const auto r = kt::random_vector(attn.size(), 5);
   auto loss = [&] {
     std::vector<double> out(attn.size());
-    gcm::cpu::gate_forward<kMode>(out.data(), attn.data(), z.data(), N, heads, hd);
+    gc::tree::cpu::gate_forward<kMode>(out.data(), attn.data(), z.data(), N, heads, hd);
     return kt::dot(r, out);
   };
   std::vector<double> dattn(attn.size()), dz(z.size());
-  gcm::cpu::gate_backward<kMode>(dattn.data(), dz.data(), r.data(), attn.data(), z.data(), N, heads, hd);
+  gc::tree::cpu::gate_backward<kMode>(dattn.data(), dz.data(), r.data(), attn.data(), z.data(), N, heads, hd);
   const double err_a = kt::rel_error(dattn, kt::numeric_grad(attn, loss));
   const double err_z = kt::rel_error(dz, kt::numeric_grad(z, loss));
   kt::report(label_attn, err_a);
@@ -79,8 +81,9 @@ TEST(KernelGate, ElementwiseBackwardMatchesFiniteDifferences) {
 TEST(KernelGate, ExtremePreActivationsSaturateWithoutNaN) {
   const std::vector<float> attn = {1.5f, -2.0f}, z = {-200.0f, 200.0f};
   std::vector<float> out(2), dattn(2), dz(2);
-  gcm::cpu::gate_forward<GatedAttention::elementwise>(out.data(), attn.data(), z.data(), 1, 1, 2);
-  gcm::cpu::gate_backward<GatedAttention::elementwise>(dattn.data(), dz.data(), attn.data(), attn.data(), z.data(), 1, 1, 2);
+  gc::tree::cpu::gate_forward<GatedAttention::elementwise>(out.data(), attn.data(), z.data(), 1, 1, 2);
+  gc::tree::cpu::gate_backward<GatedAttention::elementwise>(dattn.data(), dz.data(), attn.data(), attn.data(), z.data(),
+                                                            1, 1, 2);
   EXPECT_EQ(out[0], 0.0f);
   EXPECT_EQ(out[1], -2.0f);
   for (float g : {dattn[0], dattn[1], dz[0], dz[1]}) {

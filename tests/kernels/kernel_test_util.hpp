@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace kt {
+namespace gc::test::kernels {
 
 // Uniform values in ±[lo, hi] with a random sign: never zero, never tiny.
 inline std::vector<double> random_vector(std::size_t n, unsigned seed, double lo = 0.1, double hi = 1.0) {
@@ -113,4 +113,4 @@ inline void report(const std::string& what, double error) {
 inline constexpr double kForwardTol = 1e-5;  // fp32 kernel vs float64 reference
 inline constexpr double kGradTol = 1e-6;     // float64 backward vs central differences
 
-}  // namespace kt
+}  // namespace gc::test::kernels

@@ -4,10 +4,12 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::linear_backward;
-using gcm::cpu::linear_forward;
+using gc::tree::cpu::linear_backward;
+using gc::tree::cpu::linear_forward;
 
 // Naive y = x W^T + b in double.
 std::vector<double> reference_linear(const std::vector<double>& x, const std::vector<double>& W,
@@ -69,8 +71,8 @@ TEST(KernelLinear, AccumulateDxAddsToExistingGradient) {
   const auto dy = kt::random_vector(N * out, 21), W = kt::random_vector(out * in, 22);
   const auto prior = kt::random_vector(N * in, 23);
   std::vector<double> fresh(prior.size()), acc = prior;
-  gcm::cpu::linear_backward_input(fresh.data(), dy.data(), W.data(), N, in, out);
-  gcm::cpu::linear_backward_input(acc.data(), dy.data(), W.data(), N, in, out, /*accumulate_dx=*/true);
+  gc::tree::cpu::linear_backward_input(fresh.data(), dy.data(), W.data(), N, in, out);
+  gc::tree::cpu::linear_backward_input(acc.data(), dy.data(), W.data(), N, in, out, /*accumulate_dx=*/true);
   for (std::size_t i = 0; i < acc.size(); ++i) {
     EXPECT_NEAR(acc[i], prior[i] + fresh[i], 1e-12);
   }
@@ -84,7 +86,7 @@ TEST(KernelLinear, PlainNullptrMeansNoBiasAndNoInputGradient) {
   EXPECT_LT(kt::rel_error(y, reference_linear(x, W, nullptr, N, in, out)), 1e-14);
   linear_backward(nullptr, dW.data(), nullptr, y.data(), x.data(), W.data(), N, in, out);
   std::vector<double> dW_ref(W.size(), 0.0);
-  gcm::cpu::linear_backward_params(dW_ref.data(), nullptr, y.data(), x.data(), N, in, out);
+  gc::tree::cpu::linear_backward_params(dW_ref.data(), nullptr, y.data(), x.data(), N, in, out);
   EXPECT_EQ(dW, dW_ref);
 }
 
@@ -104,8 +106,8 @@ TEST(KernelLinear, PortableGemmMatchesCblasForEveryTransposeAndBeta) {
       const auto C0 = kt::random_vector(std::size_t(M) * ldc, 13);
       for (double beta : {0.0, 0.5}) {
         std::vector<double> want = C0, got = C0;
-        gcm::core::blas::gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
-        gcm::core::blas::portable_gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+        gc::tree::core::blas::gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        gc::tree::core::blas::portable_gemm(ta, tb, M, N, K, 1.5, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
         EXPECT_LT(kt::rel_error(got, want), 1e-13) << "trans_a " << ta << " trans_b " << tb << " beta " << beta;
       }
     }

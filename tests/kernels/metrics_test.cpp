@@ -13,9 +13,11 @@
 #include "metrics/heatmap.hpp"
 #include "metrics/matrix_stats.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using namespace gcm::metrics;
+using namespace gc::tree::metrics;
 
 // Orthonormal columns (k of them, length n) by Gram-Schmidt on random vectors.
 std::vector<std::vector<double>> orthonormal(int n, int k, unsigned seed) {

@@ -12,9 +12,11 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::core::MoeBalance;
+using gc::tree::core::MoeBalance;
 
 constexpr int kE = 4, kK = 2, kT = 5, kG = 3;  // 3 sequences of 5 rows, top-2 of 4 experts
 
@@ -34,10 +36,10 @@ TEST(MoeBalance, SelectedCountsTheKeptRowsAndTheDroppedIntoTheTally) {
   const std::vector<std::int64_t> offsets = {0, 8, 8, 19, 24};  // kept rows 8, 0, 11, 5 (of 30)
   const std::vector<std::int64_t> dropped = {1, 0, 2, 0, 0, 1, 0, 0, 1, 0, 0, 2};  // [g][e]
   std::vector<double> selected(kE), tally(kE + 1, 10.0);
-  gcm::core::count_selected(b, offsets.data(), dropped.data(), selected.data(), tally.data());
+  gc::tree::core::count_selected(b, offsets.data(), dropped.data(), selected.data(), tally.data());
   EXPECT_EQ(selected, (std::vector<double>{10, 1, 13, 7}));
   EXPECT_EQ(tally, (std::vector<double>{20, 11, 23, 17, 10 + 7}));
-  gcm::core::count_selected(b, offsets.data(), nullptr, selected.data(), tally.data());  // dropless
+  gc::tree::core::count_selected(b, offsets.data(), nullptr, selected.data(), tally.data());  // dropless
   EXPECT_EQ(selected, (std::vector<double>{8, 0, 11, 5}));
   EXPECT_EQ(tally, (std::vector<double>{28, 11, 34, 22, 17}));
 }
@@ -84,7 +86,7 @@ Routing random_routing() {
 double loss_of(const MoeBalance& b, const Routing& r) {
   const std::vector<double> P = r.mean(), Pg = r.sequence_mean();
   double aux = 0.5;  // the slot's earlier contents (the layer's z-loss) stay
-  gcm::core::add_balance_loss(b, r.selected.data(), P.data(), r.counts.data(), Pg.data(), &aux);
+  gc::tree::core::add_balance_loss(b, r.selected.data(), P.data(), r.counts.data(), Pg.data(), &aux);
   return aux - 0.5;
 }
 
@@ -120,7 +122,7 @@ TEST(MoeBalance, GradientIsTheLossesDerivativeInEachRowsProbability) {
     const std::int64_t group_rows = b.gradient_group_rows();
     std::vector<double> grad(std::size_t(b.rows / group_rows) * kE);
     const double scale = 0.25;  // the micro-batch's loss scale multiplies it
-    gcm::core::balance_gradient(b, r.selected.data(), r.counts.data(), scale, grad.data());
+    gc::tree::core::balance_gradient(b, r.selected.data(), r.counts.data(), scale, grad.data());
     for (int t : {0, 7, 14}) {
       for (int e = 0; e < kE; ++e) {
         const double h = 1e-6;
@@ -139,10 +141,10 @@ TEST(MoeBalance, StepEndAddsTheTallyToTheWindowAndMovesTheBiasTowardBalance) {
   const std::vector<double> step = {6, 2, 4, 4, 3};  // loads (mean 4) and 3 dropped
   std::vector<double> window = {1, 1, 1, 1, 1};
   std::vector<float> bias = {0.0f, 0.5f, -0.5f, 0.25f};
-  gcm::core::close_step(kE, step.data(), window.data(), bias.data(), 0.125);
+  gc::tree::core::close_step(kE, step.data(), window.data(), bias.data(), 0.125);
   EXPECT_EQ(window, (std::vector<double>{7, 3, 5, 5, 4}));
   EXPECT_EQ(bias, (std::vector<float>{-0.125f, 0.625f, -0.5f, 0.25f}));  // over, under, at the mean twice
-  gcm::core::close_step(kE, step.data(), window.data(), nullptr, 0.125);  // no aux_free: window only
+  gc::tree::core::close_step(kE, step.data(), window.data(), nullptr, 0.125);  // no aux_free: window only
   EXPECT_EQ(window, (std::vector<double>{13, 5, 9, 9, 7}));
 }
 

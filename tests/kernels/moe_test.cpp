@@ -8,9 +8,11 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::MoeShape;
+using gc::tree::cpu::MoeShape;
 
 // Naive scores of one token.
 std::vector<double> naive_scores(const double* r, int E, bool sigmoid) {
@@ -35,7 +37,8 @@ TEST(KernelMoe, RouteSelectsTheLargestScoresWithTiesToTheLowerIndex) {
                              -0.3, 0.7, 0.2, 0.9, -2.0, 0.4};
     std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * 3));
     std::vector<std::int32_t> expert(std::size_t(N * 3));
-    gcm::cpu::moe_route_forward(s.data(), expert.data(), w.data(), r.data(), static_cast<const float*>(nullptr), N, m);
+    gc::tree::cpu::moe_route_forward(s.data(), expert.data(), w.data(), r.data(), static_cast<const float*>(nullptr), N,
+                                     m);
     EXPECT_EQ(std::vector<std::int32_t>(expert.begin(), expert.begin() + 3), (std::vector<std::int32_t>{5, 1, 3}));
     EXPECT_EQ(std::vector<std::int32_t>(expert.begin() + 3, expert.begin() + 6), (std::vector<std::int32_t>{5, 4, 3}));
     EXPECT_EQ(std::vector<std::int32_t>(expert.begin() + 6, expert.end()), (std::vector<std::int32_t>{3, 1, 5}));
@@ -56,7 +59,7 @@ TEST(KernelMoe, SelectionBiasOnlySelectsAndNormalizedWeightsSumToOne) {
   const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 1.0f};  // lifts expert 3 to the top
   std::vector<double> s(4), w(2);
   std::vector<std::int32_t> expert(2);
-  gcm::cpu::moe_route_forward(s.data(), expert.data(), w.data(), r.data(), bias.data(), 1, m);
+  gc::tree::cpu::moe_route_forward(s.data(), expert.data(), w.data(), r.data(), bias.data(), 1, m);
   EXPECT_EQ(expert, (std::vector<std::int32_t>{3, 0}));
   EXPECT_NEAR(w[0] + w[1], 1.0, 1e-15);
   EXPECT_NEAR(w[0], s[3] / (s[3] + s[0]), 1e-15);  // the weights come from the scores, not the bias
@@ -67,7 +70,7 @@ TEST(KernelMoe, DispatchIsAStableCountingSortAndCombineMatchesNaive) {
   const std::vector<std::int32_t> expert = {4, 0, 1, 4, 0, 2, 4, 1, 0, 3, 1, 0, 4, 2};  // N·k, each token distinct
   std::vector<std::int32_t> order(N * k), position(N * k);
   std::vector<std::int64_t> offsets(E + 1);
-  gcm::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
+  gc::tree::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
   EXPECT_EQ(offsets, (std::vector<std::int64_t>{0, 4, 7, 9, 10, 14}));
   for (int e = 0; e < E; ++e) {
     for (std::int64_t p = offsets[std::size_t(e)]; p < offsets[std::size_t(e) + 1]; ++p) {
@@ -81,7 +84,7 @@ TEST(KernelMoe, DispatchIsAStableCountingSortAndCombineMatchesNaive) {
 
   const auto x = kt::random_normal(std::size_t(N * D), 7);
   std::vector<double> xs(std::size_t(N * k * D));
-  gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), N * k, D, k);
+  gc::tree::cpu::moe_gather(xs.data(), x.data(), order.data(), N * k, D, k);
   // "Experts": y = (e + 1)·x, so the combine can be checked in closed form.
   std::vector<double> ys(xs.size());
   for (int p = 0; p < N * k; ++p) {
@@ -91,7 +94,7 @@ TEST(KernelMoe, DispatchIsAStableCountingSortAndCombineMatchesNaive) {
   }
   const auto w = kt::random_vector(std::size_t(N * k), 8);
   std::vector<double> out(std::size_t(N * D), 5.0);
-  gcm::cpu::moe_combine(out.data(), ys.data(), w.data(), position.data(), N, D, k, false);
+  gc::tree::cpu::moe_combine(out.data(), ys.data(), w.data(), position.data(), N, D, k, false);
   for (int t = 0; t < N; ++t) {
     for (int c = 0; c < D; ++c) {
       double ref = 0.0;
@@ -111,11 +114,11 @@ TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
     std::vector<std::int32_t> expert = selected, order(N * k), position(N * k);
     std::vector<std::int64_t> offsets(E + 1), dropped(std::size_t(N / seq_len * E));
     if (capacity > 0) {
-      gcm::cpu::moe_apply_capacity(expert.data(), dropped.data(), selected.data(), N, seq_len, E, k, capacity);
+      gc::tree::cpu::moe_apply_capacity(expert.data(), dropped.data(), selected.data(), N, seq_len, E, k, capacity);
       EXPECT_EQ(expert, (std::vector<std::int32_t>{2, 0, 1, -1, 0, 1, 2, -1}));
       EXPECT_EQ(dropped, (std::vector<std::int64_t>{0, 0, 1, 0, 1, 0}));
     }
-    gcm::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
+    gc::tree::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
     const std::int64_t rows = offsets[E];
     EXPECT_EQ(rows, capacity > 0 ? 6 : 8);
     if (capacity > 0) EXPECT_EQ(position[3], -1);
@@ -125,19 +128,19 @@ TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
     // y_p = x_p² (elementwise; a nonlinear "expert").
     auto loss = [&] {
       std::vector<double> xs(std::size_t(rows * D)), out(std::size_t(N * D));
-      gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
+      gc::tree::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
       for (double& v : xs) v = v * v;
-      gcm::cpu::moe_combine(out.data(), xs.data(), w.data(), position.data(), N, D, k, false);
+      gc::tree::cpu::moe_combine(out.data(), xs.data(), w.data(), position.data(), N, D, k, false);
       return kt::dot(r, out);
     };
     std::vector<double> xs(std::size_t(rows * D)), ys(xs.size()), dys(xs.size()), dweight(std::size_t(N * k), 9.0);
-    gcm::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
+    gc::tree::cpu::moe_gather(xs.data(), x.data(), order.data(), rows, D, k);
     for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = xs[i] * xs[i];
-    gcm::cpu::moe_combine_backward(dys.data(), dweight.data(), r.data(), ys.data(), w.data(), order.data(), rows, N * k,
-                                   D, k);
+    gc::tree::cpu::moe_combine_backward(dys.data(), dweight.data(), r.data(), ys.data(), w.data(), order.data(), rows,
+                                        N * k, D, k);
     for (std::size_t i = 0; i < xs.size(); ++i) dys[i] *= 2.0 * xs[i];
     std::vector<double> dx(std::size_t(N * D), 0.0);
-    gcm::cpu::moe_scatter_add(dx.data(), dys.data(), position.data(), N, D, k);
+    gc::tree::cpu::moe_scatter_add(dx.data(), dys.data(), position.data(), N, D, k);
     EXPECT_LT(kt::rel_error(dx, kt::numeric_grad(x, loss)), kt::kGradTol) << capacity;
     EXPECT_LT(kt::rel_error(dweight, kt::numeric_grad(w, loss)), kt::kGradTol) << capacity;
     if (capacity > 0) EXPECT_EQ(dweight[3], 0.0);
@@ -165,36 +168,36 @@ TEST(KernelMoe, RouteBackwardMatchesFiniteDifferences) {
           std::vector<std::int32_t> fixed(std::size_t(N * k));
           {
             std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k));
-            gcm::cpu::moe_route_forward(s.data(), fixed.data(), w.data(), logits.data(),
-                                        static_cast<const float*>(nullptr), N, m);
+            gc::tree::cpu::moe_route_forward(s.data(), fixed.data(), w.data(), logits.data(),
+                                             static_cast<const float*>(nullptr), N, m);
           }
           // L = Σ dw_coef·w + Σ_ge a_ge·P_ge + z_coef · Σ_t lse_t², P_ge = mean over group g of p_t[e].
           auto loss = [&] {
             std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), P(std::size_t(groups * E)),
                 lse(static_cast<std::size_t>(N));
             std::vector<std::int32_t> sel(std::size_t(N * k));
-            gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(),
-                                        static_cast<const float*>(nullptr), N, m);
+            gc::tree::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(),
+                                             static_cast<const float*>(nullptr), N, m);
             EXPECT_EQ(sel, fixed);
             double L = kt::dot(dw_coef, w);
             if (aux_rows > 0) {
-              gcm::cpu::moe_mean_probs(P.data(), s.data(), N, aux_rows, m);
+              gc::tree::cpu::moe_mean_probs(P.data(), s.data(), N, aux_rows, m);
               L += kt::dot(a, P);
             }
-            if (z) L += z_coef * gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+            if (z) L += z_coef * gc::tree::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
             return L;
           };
           std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), dlogits(std::size_t(N * E)),
               lse(static_cast<std::size_t>(N));
           std::vector<std::int32_t> sel(std::size_t(N * k));
-          gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
-                                      N, m);
-          gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+          gc::tree::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(),
+                                           static_cast<const float*>(nullptr), N, m);
+          gc::tree::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
           std::vector<double> aux_grad(std::size_t(groups * E));
           for (std::size_t i = 0; i < aux_grad.size(); ++i) aux_grad[i] = a[i] / (aux_rows > 0 ? aux_rows : N);
-          gcm::cpu::moe_route_backward(dlogits.data(), dw_coef.data(), s.data(), sel.data(), w.data(),
-                                       aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
-                                       z ? lse.data() : nullptr, 2.0 * z_coef, N, m);
+          gc::tree::cpu::moe_route_backward(dlogits.data(), dw_coef.data(), s.data(), sel.data(), w.data(),
+                                            aux_rows > 0 ? aux_grad.data() : nullptr, aux_rows > 0 ? aux_rows : N,
+                                            z ? lse.data() : nullptr, 2.0 * z_coef, N, m);
           const double err = kt::rel_error(dlogits, kt::numeric_grad(logits, loss));
           kt::report(std::string("moe route backward") + (sigmoid ? " sigmoid" : " softmax") + (norm ? " norm" : "") +
                          (aux_rows > 0 ? " aux/" + std::to_string(aux_rows) : "") + (z ? " z" : ""),
@@ -215,9 +218,10 @@ TEST(KernelMoe, GroupCountsMeanProbsAndLseAgreeWithDirectSums) {
   std::vector<double> s(std::size_t(N * E)), w(std::size_t(N * k)), whole(static_cast<std::size_t>(E)),
       grouped(std::size_t(N / rows * E)), lse(static_cast<std::size_t>(N));
   std::vector<std::int32_t> sel(std::size_t(N * k));
-  gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr), N, m);
+  gc::tree::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr), N,
+                                   m);
   std::vector<std::int64_t> counts(std::size_t(N / rows * E));
-  gcm::cpu::moe_group_counts(counts.data(), sel.data(), N, rows, E, k);
+  gc::tree::cpu::moe_group_counts(counts.data(), sel.data(), N, rows, E, k);
   for (int g = 0; g < N / rows; ++g) {
     std::int64_t total = 0;
     for (int e = 0; e < E; ++e) {
@@ -230,14 +234,14 @@ TEST(KernelMoe, GroupCountsMeanProbsAndLseAgreeWithDirectSums) {
     }
     EXPECT_EQ(total, rows * k);
   }
-  gcm::cpu::moe_mean_probs(whole.data(), s.data(), N, N, m);
-  gcm::cpu::moe_mean_probs(grouped.data(), s.data(), N, rows, m);
+  gc::tree::cpu::moe_mean_probs(whole.data(), s.data(), N, N, m);
+  gc::tree::cpu::moe_mean_probs(grouped.data(), s.data(), N, rows, m);
   for (int e = 0; e < E; ++e) {
     double mean = 0.0;
     for (int g = 0; g < N / rows; ++g) mean += grouped[std::size_t(g * E + e)] / (N / rows);
     EXPECT_NEAR(mean, whole[std::size_t(e)], 1e-14);
   }
-  const double squares = gcm::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
+  const double squares = gc::tree::cpu::moe_router_lse(lse.data(), logits.data(), N, E);
   double direct_squares = 0.0;
   for (int t = 0; t < N; ++t) {
     double sum = 0.0;
@@ -256,9 +260,9 @@ TEST(KernelMoe, RoutingAndMeanProbsIgnoreThreadCount) {
     std::vector<float> s(std::size_t(N * E)), w(std::size_t(N * k));
     std::vector<std::int32_t> sel(std::size_t(N * k));
     std::vector<double> P(static_cast<std::size_t>(E));
-    gcm::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr), N,
-                                m);
-    gcm::cpu::moe_mean_probs(P.data(), s.data(), N, N, m);
+    gc::tree::cpu::moe_route_forward(s.data(), sel.data(), w.data(), logits.data(), static_cast<const float*>(nullptr),
+                                     N, m);
+    gc::tree::cpu::moe_mean_probs(P.data(), s.data(), N, N, m);
     return std::make_tuple(s, w, sel, P);
   };
   decltype(run()) one, two;

@@ -6,10 +6,12 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::rmsnorm_backward;
-using gcm::cpu::rmsnorm_forward;
+using gc::tree::cpu::rmsnorm_backward;
+using gc::tree::cpu::rmsnorm_forward;
 
 // Naive seed 000 eq. 2 in double.
 std::vector<double> reference_rmsnorm(const std::vector<double>& x, const std::vector<double>& g, int rows, int dim,
@@ -135,13 +137,13 @@ TEST(KernelRmsNorm, QkNormOverHeadVectorsMatchesFiniteDifferences) {
   const auto r = kt::random_vector(x.size(), 12);
   std::vector<double> y(x.size()), rstd(N * heads);
   auto loss = [&] {
-    gcm::cpu::rmsnorm_heads_forward(y.data(), rstd.data(), x.data(), g.data(), N, heads, hd, eps);
+    gc::tree::cpu::rmsnorm_heads_forward(y.data(), rstd.data(), x.data(), g.data(), N, heads, hd, eps);
     return kt::dot(r, y);
   };
   loss();
   EXPECT_LT(kt::rel_error(y, reference_rmsnorm(x, g, N * heads, hd, eps)), 1e-14);
   std::vector<double> dx(x.size()), dg(hd, 0.0);
-  gcm::cpu::rmsnorm_heads_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), N, heads, hd);
+  gc::tree::cpu::rmsnorm_heads_backward(dx.data(), dg.data(), r.data(), x.data(), g.data(), rstd.data(), N, heads, hd);
   const double err_x = kt::rel_error(dx, kt::numeric_grad(x, loss));
   const double err_g = kt::rel_error(dg, kt::numeric_grad(g, loss));
   kt::report("qk-norm backward dx vs FD", err_x);
@@ -162,15 +164,16 @@ TEST(KernelRmsNorm, QkNormInsideStackedRowsMatchesTheDenseForm) {
     std::copy_n(&stacked[std::size_t(n) * width + offset], heads * hd, &dense[std::size_t(n) * heads * hd]);
   }
   std::vector<double> y(dense.size()), y_ref(dense.size()), rstd(std::size_t(N) * heads), rstd_ref(rstd.size());
-  gcm::cpu::rmsnorm_heads_forward(y.data(), rstd.data(), stacked.data() + offset, g.data(), N, heads, hd, eps, width);
-  gcm::cpu::rmsnorm_heads_forward(y_ref.data(), rstd_ref.data(), dense.data(), g.data(), N, heads, hd, eps);
+  gc::tree::cpu::rmsnorm_heads_forward(y.data(), rstd.data(), stacked.data() + offset, g.data(), N, heads, hd, eps,
+                                       width);
+  gc::tree::cpu::rmsnorm_heads_forward(y_ref.data(), rstd_ref.data(), dense.data(), g.data(), N, heads, hd, eps);
   EXPECT_EQ(y, y_ref);
   EXPECT_EQ(rstd, rstd_ref);
   std::vector<double> dstacked(stacked.size(), 7.0), dg(hd, 0.0), dx_ref(dense.size()), dg_ref(hd, 0.0);
-  gcm::cpu::rmsnorm_heads_backward(dstacked.data() + offset, dg.data(), dy.data(), stacked.data() + offset, g.data(),
-                                   rstd.data(), N, heads, hd, false, width);
-  gcm::cpu::rmsnorm_heads_backward(dx_ref.data(), dg_ref.data(), dy.data(), dense.data(), g.data(), rstd.data(), N,
-                                   heads, hd);
+  gc::tree::cpu::rmsnorm_heads_backward(dstacked.data() + offset, dg.data(), dy.data(), stacked.data() + offset,
+                                        g.data(), rstd.data(), N, heads, hd, false, width);
+  gc::tree::cpu::rmsnorm_heads_backward(dx_ref.data(), dg_ref.data(), dy.data(), dense.data(), g.data(), rstd.data(), N,
+                                        heads, hd);
   EXPECT_EQ(dg, dg_ref);
   for (int n = 0; n < N; ++n) {
     for (int j = 0; j < width; ++j) {

@@ -7,11 +7,13 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using gcm::cpu::rope_backward;
-using gcm::cpu::rope_forward;
-using gcm::rope_table;
+using gc::tree::rope_table;
+using gc::tree::cpu::rope_backward;
+using gc::tree::cpu::rope_forward;
 
 // HF Llama, written independently: q·cos + rotate_half(q)·sin with cos/sin of length hd
 // (the hd/2 frequencies repeated twice) and rotate_half(q) = cat(−q[hd/2:], q[:hd/2]).
@@ -109,8 +111,8 @@ TEST(KernelRope, StackedQkvSplitsAndStacksLikeTheSeparatePasses) {
     std::copy(row + (H + KV) * hd, row + width, &v[r * KV * hd]);
   }
   std::vector<double> qr(q.size()), kr(k.size()), v_out(v.size());
-  gcm::cpu::qkv_rope_forward(qr.data(), kr.data(), v_out.data(), qkv.data(), tab.cos.data(), tab.sin.data(), B, T, H,
-                             KV, hd);
+  gc::tree::cpu::qkv_rope_forward(qr.data(), kr.data(), v_out.data(), qkv.data(), tab.cos.data(), tab.sin.data(), B, T,
+                                  H, KV, hd);
   std::vector<double> qr_ref(q.size()), kr_ref(k.size());
   rope_forward(qr_ref.data(), q.data(), tab.cos.data(), tab.sin.data(), B, T, H, hd);
   rope_forward(kr_ref.data(), k.data(), tab.cos.data(), tab.sin.data(), B, T, KV, hd);
@@ -121,8 +123,8 @@ TEST(KernelRope, StackedQkvSplitsAndStacksLikeTheSeparatePasses) {
   const auto dqr = kt::random_vector(q.size(), 12), dkr = kt::random_vector(k.size(), 13);
   const auto dv = kt::random_vector(v.size(), 14);
   std::vector<double> dqkv(qkv.size());
-  gcm::cpu::qkv_rope_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), tab.cos.data(), tab.sin.data(), B, T,
-                              H, KV, hd);
+  gc::tree::cpu::qkv_rope_backward(dqkv.data(), dqr.data(), dkr.data(), dv.data(), tab.cos.data(), tab.sin.data(), B, T,
+                                   H, KV, hd);
   std::vector<double> dq(q.size()), dk(k.size());
   rope_backward(dq.data(), dqr.data(), tab.cos.data(), tab.sin.data(), B, T, H, hd);
   rope_backward(dk.data(), dkr.data(), tab.cos.data(), tab.sin.data(), B, T, KV, hd);

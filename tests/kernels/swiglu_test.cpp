@@ -4,6 +4,8 @@
 
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
 TEST(KernelSwiGlu, ForwardFloatMatchesDoubleReference) {
@@ -15,7 +17,7 @@ TEST(KernelSwiGlu, ForwardFloatMatchesDoubleReference) {
   }
   const auto af = kt::cast<float>(a), bf = kt::cast<float>(b);
   std::vector<float> h(n);
-  gcm::cpu::swiglu_forward(h.data(), af.data(), bf.data(), std::int64_t(n));
+  gc::tree::cpu::swiglu_forward(h.data(), af.data(), bf.data(), std::int64_t(n));
   const double err = kt::rel_error(h, ref);
   kt::report("swiglu forward fp32", err);
   EXPECT_LT(err, kt::kForwardTol);
@@ -27,11 +29,11 @@ TEST(KernelSwiGlu, BackwardMatchesFiniteDifferences) {
   const auto r = kt::random_vector(n, 5);
   auto loss = [&] {
     std::vector<double> h(n);
-    gcm::cpu::swiglu_forward(h.data(), a.data(), b.data(), std::int64_t(n));
+    gc::tree::cpu::swiglu_forward(h.data(), a.data(), b.data(), std::int64_t(n));
     return kt::dot(r, h);
   };
   std::vector<double> da(n), db(n);
-  gcm::cpu::swiglu_backward(da.data(), db.data(), r.data(), a.data(), b.data(), std::int64_t(n));
+  gc::tree::cpu::swiglu_backward(da.data(), db.data(), r.data(), a.data(), b.data(), std::int64_t(n));
   const double err_a = kt::rel_error(da, kt::numeric_grad(a, loss));
   const double err_b = kt::rel_error(db, kt::numeric_grad(b, loss));
   kt::report("swiglu backward da vs FD", err_a);

@@ -9,9 +9,11 @@
 #include "analysis/token_compare.hpp"
 #include "kernels/kernel_test_util.hpp"
 
+namespace kt = gc::test::kernels;
+
 namespace {
 
-using namespace gcm::analysis;
+using namespace gc::tree::analysis;
 
 double naive_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

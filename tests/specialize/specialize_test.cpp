@@ -62,7 +62,7 @@ std::string output_of(const Outcome& o, const std::string& path) {
 const char* const kConfig = R"cpp(#pragma once
 #include "gc/knob.hpp"
 
-namespace gcx {
+namespace gc::fixture {
 enum class GateMode { none, headwise, elementwise };
 inline constexpr int kDModel = gc::knob<int>("model.d_model", 64);
 inline constexpr float kNormEps = gc::knob<float>("model.norm_eps", 1e-5f);
@@ -72,26 +72,26 @@ inline constexpr const char* kDescription = gc::knob<const char*>("experiment.de
 inline constexpr long long kTokens = gc::knob<long long>("train.tokens", 1);
 inline constexpr double kLr = gc::knob<double>("optim.lr", 1e-3);
 inline constexpr bool kGated = kGate != GateMode::none;
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp";
 
 TEST(Specialize, FoldsKnobsWithTypedLiteralsAndDropsTheKnobInclude) {
   const Outcome o = run({{"config.hpp", kConfig}});
   EXPECT_EQ(output_of(o, "config.hpp"), R"cpp(#pragma once
 
-namespace gcx {
+namespace gc::fixture {
 enum class GateMode { none, headwise, elementwise };
 inline constexpr int kDModel = 768;
 inline constexpr float kNormEps = 1e-12f;
 inline constexpr bool kQkNorm = true;
-inline constexpr GateMode kGate = gcx::GateMode::elementwise;
+inline constexpr GateMode kGate = gc::fixture::GateMode::elementwise;
 inline constexpr const char* kDescription =
     "say \"hi\" *"
     "/ ?\?=";
 inline constexpr long long kTokens = 36000000000;
 inline constexpr double kLr = 0.0006;
 inline constexpr bool kGated = kGate != GateMode::none;
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp");
   ASSERT_TRUE(o.result);
   EXPECT_EQ(o.result->used_knobs.size(), 7u);
@@ -100,7 +100,7 @@ inline constexpr bool kGated = kGate != GateMode::none;
 TEST(Specialize, PrunesConstantBranchesElseIfChainsAndNestedConditions) {
   const char* const kernel = R"cpp(#include "config.hpp"
 
-namespace gcx {
+namespace gc::fixture {
 float apply(float x, float g) {
   float y = x * kNormEps;
   if constexpr (kGate == GateMode::none) {
@@ -133,12 +133,12 @@ T generic(T x) {
     return x + 1;
   }
 }
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp";
   const Outcome o = run({{"config.hpp", kConfig}, {"kernel.cpp", kernel}});
   EXPECT_EQ(output_of(o, "kernel.cpp"), R"cpp(#include "config.hpp"
 
-namespace gcx {
+namespace gc::fixture {
 float apply(float x, float g) {
   float y = x * kNormEps;
 
@@ -161,7 +161,7 @@ T generic(T x) {
     return x + 1;
   }
 }
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp");
 }
 
@@ -265,7 +265,7 @@ TEST(Specialize, CudaTemplatesParseInCudaModeWithTheHeaderShim) {
   const char* const kernel = R"cpp(#include <cuda_runtime.h>
 #include "config.hpp"
 
-namespace gcx {
+namespace gc::fixture {
 __global__ void scale(float* x, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -275,20 +275,20 @@ __global__ void scale(float* x, int n) {
     x[i] = 0.0f;
   }
 }
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp";
   const Outcome o = run({{"config.hpp", kConfig}, {"scale.cu", kernel}});
   EXPECT_EQ(output_of(o, "scale.cu"), R"cpp(#include <cuda_runtime.h>
 #include "config.hpp"
 
-namespace gcx {
+namespace gc::fixture {
 __global__ void scale(float* x, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
 
   x[i] *= kNormEps;
 }
-}  // namespace gcx
+}  // namespace gc::fixture
 )cpp");
 }
 
@@ -300,7 +300,9 @@ namespace {
 
 TEST(Specialize, UnbracedIfConstexprBranchIsAnError) {
   const Outcome o = run({{"config.hpp", kConfig},
-                         {"k.cpp", "#include \"config.hpp\"\nint f(int x) {\n  if constexpr (gcx::kQkNorm) x += 1;\n  return x;\n}\n"}});
+                         {"k.cpp",
+                          "#include \"config.hpp\"\nint f(int x) {\n  if constexpr (gc::fixture::kQkNorm) x += 1;\n"
+                          "  return x;\n}\n"}});
   EXPECT_FALSE(o.result);
   EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/k.cpp:3:31: error: brace this branch of `if constexpr`: "
                                                   "templates brace every branch so the specializer can remove it "

@@ -11,14 +11,14 @@
 
 namespace {
 
-using gcm::profile::Category;
-using gcm::profile::OpTag;
-using gcm::profile::Pass;
-using gcm::profile::Recorder;
-using gcm::profile::Scope;
+using gc::tree::profile::Category;
+using gc::tree::profile::OpTag;
+using gc::tree::profile::Pass;
+using gc::tree::profile::Recorder;
+using gc::tree::profile::Scope;
 
 // A clock whose marks read a time the test advances by hand.
-class ScriptedClock final : public gcm::profile::Clock {
+class ScriptedClock final : public gc::tree::profile::Clock {
  public:
   double now_ms = 0.0;
   int reserved = 0, marks_taken = 0;
@@ -46,13 +46,13 @@ class ScriptedClock final : public gcm::profile::Clock {
 // One "step": a GEMM of 2 ms, a norm of 0.5 ms, 0.25 ms of nothing, a nested region inside the
 // norm (not timed on its own).
 void run_step(Recorder& r, ScriptedClock& clock) {
-  gcm::profile::timed(&r, gcm::profile::gemm(Category::gemm_qkv, Pass::forward, 1000, 64, 192),
-                      [&] { clock.now_ms += 2.0; });
+  gc::tree::profile::timed(&r, gc::tree::profile::gemm(Category::gemm_qkv, Pass::forward, 1000, 64, 192),
+                           [&] { clock.now_ms += 2.0; });
   clock.now_ms += 0.25;  // idle
-  gcm::profile::timed(&r, gcm::profile::memory(Category::norm, "rmsnorm_forward", Pass::forward, 1e6), [&] {
+  gc::tree::profile::timed(&r, gc::tree::profile::memory(Category::norm, "rmsnorm_forward", Pass::forward, 1e6), [&] {
     clock.now_ms += 0.2;
-    gcm::profile::timed(&r, gcm::profile::memory(Category::other, "inner", Pass::forward, 1.0),
-                        [&] { clock.now_ms += 0.1; });
+    gc::tree::profile::timed(&r, gc::tree::profile::memory(Category::other, "inner", Pass::forward, 1.0),
+                             [&] { clock.now_ms += 0.1; });
     clock.now_ms += 0.2;
   });
 }
@@ -75,7 +75,7 @@ TEST(StepProfile, TimesEachOpOfAStepAndCallsTheRestIdle) {
   EXPECT_EQ(r.steps(), 3);
   EXPECT_NEAR(r.step_ms(), 2.75, 1e-12);
   EXPECT_FALSE(r.overflowed());
-  const auto rows = gcm::profile::op_rows(r);
+  const auto rows = gc::tree::profile::op_rows(r);
   ASSERT_EQ(rows.size(), 2u);  // the nested region is not a row of its own
   EXPECT_EQ(rows[0].op->tag.category, Category::gemm_qkv);
   EXPECT_DOUBLE_EQ(rows[0].calls, 1.0);
@@ -85,11 +85,11 @@ TEST(StepProfile, TimesEachOpOfAStepAndCallsTheRestIdle) {
   EXPECT_NEAR(rows[1].ms, 0.5, 1e-12);
   EXPECT_NEAR(rows[1].gbps, 1e6 / 0.5e-3 / 1e9, 1e-9);
 
-  gcm::profile::ReportInfo info;
+  gc::tree::profile::ReportInfo info;
   info.backend = "cpu";
   info.device = "test";
   info.tokens_per_step = 1000;
-  const nlohmann::json j = gcm::profile::profile_json(r, info);
+  const nlohmann::json j = gc::tree::profile::profile_json(r, info);
   EXPECT_EQ(j["schema"], "gcompile-profile-1");
   EXPECT_EQ(j["profiled_steps"], 3);
   EXPECT_NEAR(j["idle_ms"].get<double>(), 0.25, 1e-12);
@@ -100,27 +100,28 @@ TEST(StepProfile, TimesEachOpOfAStepAndCallsTheRestIdle) {
   EXPECT_NEAR(j["categories"]["gemm.qkv"]["share"].get<double>(), 2.0 / 2.75, 1e-12);
   EXPECT_TRUE(j["ops"][1]["tflops"].is_null());  // a memory-bound op has a GB/s rate only
 
-  const std::string table = gcm::profile::profile_table(r, info);
+  const std::string table = gc::tree::profile::profile_table(r, info);
   EXPECT_NE(table.find("gemm.qkv"), std::string::npos) << table;
   EXPECT_NE(table.find("idle"), std::string::npos) << table;
   EXPECT_NE(table.find("TFLOP/s"), std::string::npos) << table;
   info.ceiling_tflops = 2 * 1000 * 64 * 192 / 2e-3 / 1e12 * 2;  // the GEMM ran at half of it
-  EXPECT_NE(gcm::profile::profile_table(r, info).find("(50%)"), std::string::npos);
+  EXPECT_NE(gc::tree::profile::profile_table(r, info).find("(50%)"), std::string::npos);
 }
 
 TEST(StepProfile, AStepWithMoreOpsThanCountedIsFlaggedNotOverrun) {
   ScriptedClock clock;
   Recorder r(clock);
   r.begin_counting();
-  gcm::profile::timed(&r, {Category::other, "a", Pass::forward}, [] {});
+  gc::tree::profile::timed(&r, {Category::other, "a", Pass::forward}, [] {});
   r.end_counting(/*slack=*/1);
   r.begin_step();
-  for (int i = 0; i < 3; ++i) gcm::profile::timed(&r, {Category::other, "a", Pass::forward}, [&] { clock.now_ms += 1; });
+  for (int i = 0; i < 3; ++i)
+    gc::tree::profile::timed(&r, {Category::other, "a", Pass::forward}, [&] { clock.now_ms += 1; });
   r.end_step();
   EXPECT_TRUE(r.overflowed());
-  ASSERT_EQ(gcm::profile::op_rows(r).size(), 1u);
-  EXPECT_DOUBLE_EQ(gcm::profile::op_rows(r)[0].calls, 1.0);  // the one that fitted
-  EXPECT_NE(gcm::profile::profile_table(r, {}).find("not timed"), std::string::npos);
+  ASSERT_EQ(gc::tree::profile::op_rows(r).size(), 1u);
+  EXPECT_DOUBLE_EQ(gc::tree::profile::op_rows(r)[0].calls, 1.0);  // the one that fitted
+  EXPECT_NE(gc::tree::profile::profile_table(r, {}).find("not timed"), std::string::npos);
 }
 
 TEST(StepProfile, OneRowPerCategoryOpAndPassWhateverTheSizes) {
@@ -130,12 +131,12 @@ TEST(StepProfile, OneRowPerCategoryOpAndPassWhateverTheSizes) {
   r.end_counting();
   r.begin_step();
   // The LM head in chunks of different rows: one row, FLOPs summed.
-  gcm::profile::timed(&r, gcm::profile::gemm(Category::lm_head_ce, Pass::backward, 512, 8, 100),
-                      [&] { clock.now_ms += 1; });
-  gcm::profile::timed(&r, gcm::profile::gemm(Category::lm_head_ce, Pass::backward, 100, 8, 100),
-                      [&] { clock.now_ms += 1; });
+  gc::tree::profile::timed(&r, gc::tree::profile::gemm(Category::lm_head_ce, Pass::backward, 512, 8, 100),
+                           [&] { clock.now_ms += 1; });
+  gc::tree::profile::timed(&r, gc::tree::profile::gemm(Category::lm_head_ce, Pass::backward, 100, 8, 100),
+                           [&] { clock.now_ms += 1; });
   r.end_step();
-  const auto rows = gcm::profile::op_rows(r);
+  const auto rows = gc::tree::profile::op_rows(r);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_DOUBLE_EQ(rows[0].calls, 2.0);
   EXPECT_NEAR(rows[0].tflops, 4.0 * (512 + 100) * 8 * 100 / 2e-3 / 1e12, 1e-12);  // backward: 4·rows·in·out

@@ -5,7 +5,7 @@
 
 namespace {
 
-using gcm::whole_utf8_chars;
+using gc::tree::whole_utf8_chars;
 
 TEST(Utf8, WellFormedTextIsUnchanged) {
   const std::string text = "plain ascii, caf\xC3\xA9, \xE2\x96\x81, \xF0\x9F\x98\x80";

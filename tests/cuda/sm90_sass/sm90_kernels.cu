@@ -15,24 +15,36 @@ struct Shape128 {
 };
 }  // namespace
 
-template __global__ void gcm::cuda::sm90::forward_kernel<Shape64>(gcm::cuda::bf16*, float*, const gcm::cuda::bf16*,
-                                                                  const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
-template __global__ void gcm::cuda::sm90::forward_kernel<Shape128>(gcm::cuda::bf16*, float*, const gcm::cuda::bf16*,
-                                                                   const gcm::cuda::bf16*, const gcm::cuda::bf16*, int);
+template __global__ void gc::tree::cuda::sm90::forward_kernel<Shape64>(gc::tree::cuda::bf16*, float*,
+                                                                       const gc::tree::cuda::bf16*,
+                                                                       const gc::tree::cuda::bf16*,
+                                                                       const gc::tree::cuda::bf16*, int);
+template __global__ void gc::tree::cuda::sm90::forward_kernel<Shape128>(gc::tree::cuda::bf16*, float*,
+                                                                        const gc::tree::cuda::bf16*,
+                                                                        const gc::tree::cuda::bf16*,
+                                                                        const gc::tree::cuda::bf16*, int);
 
-template __global__ void gcm::cuda::grouped::sm90::forward_kernel<768, 512>(gcm::cuda::bf16*, const gcm::cuda::bf16*,
-                                                                           const gcm::cuda::bf16*, const std::int64_t*,
-                                                                           int);
-template __global__ void gcm::cuda::grouped::sm90::forward_kernel<512, 768>(gcm::cuda::bf16*, const gcm::cuda::bf16*,
-                                                                           const gcm::cuda::bf16*, const std::int64_t*,
-                                                                           int);
-template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<768, 512, false>(
-    gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);
-template __global__ void gcm::cuda::grouped::sm90::backward_dx_kernel<512, 768, true>(
-    gcm::cuda::bf16*, const gcm::cuda::bf16*, const gcm::cuda::bf16*, const std::int64_t*, int);
-template __global__ void gcm::cuda::grouped::sm90::backward_dw_kernel<768, 512>(float*, const gcm::cuda::bf16*,
-                                                                                 const gcm::cuda::bf16*,
-                                                                                 const std::int64_t*);
-template __global__ void gcm::cuda::grouped::sm90::backward_dw_kernel<512, 768>(float*, const gcm::cuda::bf16*,
-                                                                                 const gcm::cuda::bf16*,
-                                                                                 const std::int64_t*);
+template __global__ void gc::tree::cuda::grouped::sm90::forward_kernel<768, 512>(gc::tree::cuda::bf16*,
+                                                                                 const gc::tree::cuda::bf16*,
+                                                                                 const gc::tree::cuda::bf16*,
+                                                                                 const std::int64_t*, int);
+template __global__ void gc::tree::cuda::grouped::sm90::forward_kernel<512, 768>(gc::tree::cuda::bf16*,
+                                                                                 const gc::tree::cuda::bf16*,
+                                                                                 const gc::tree::cuda::bf16*,
+                                                                                 const std::int64_t*, int);
+template __global__ void gc::tree::cuda::grouped::sm90::backward_dx_kernel<768, 512, false>(gc::tree::cuda::bf16*,
+                                                                                            const gc::tree::cuda::bf16*,
+                                                                                            const gc::tree::cuda::bf16*,
+                                                                                            const std::int64_t*, int);
+template __global__ void gc::tree::cuda::grouped::sm90::backward_dx_kernel<512, 768, true>(gc::tree::cuda::bf16*,
+                                                                                           const gc::tree::cuda::bf16*,
+                                                                                           const gc::tree::cuda::bf16*,
+                                                                                           const std::int64_t*, int);
+template __global__ void gc::tree::cuda::grouped::sm90::backward_dw_kernel<768, 512>(float*,
+                                                                                     const gc::tree::cuda::bf16*,
+                                                                                     const gc::tree::cuda::bf16*,
+                                                                                     const std::int64_t*);
+template __global__ void gc::tree::cuda::grouped::sm90::backward_dw_kernel<512, 768>(float*,
+                                                                                     const gc::tree::cuda::bf16*,
+                                                                                     const gc::tree::cuda::bf16*,
+                                                                                     const std::int64_t*);

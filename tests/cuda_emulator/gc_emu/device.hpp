@@ -38,7 +38,7 @@ inline thread_local dim3 gridDim;
 inline constexpr int warpSize = 32;
 
 // ---- barriers and warp collectives -----------------------------------------------------------
-namespace gc_emu {
+namespace gc::emu {
 
 enum class Collective : int { sync_warp, shfl_idx, shfl_up, shfl_down, shfl_xor };
 
@@ -58,29 +58,29 @@ T shuffle(Collective kind, unsigned mask, T var, int arg, int width) {
   return out;
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
 // Every thread of the block must arrive; one that exits or waits elsewhere is a deadlock.
 void __syncthreads();
 
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  gc_emu::warp_collective(gc_emu::Collective::sync_warp, mask, 0, 0, warpSize);
+  gc::emu::warp_collective(gc::emu::Collective::sync_warp, mask, 0, 0, warpSize);
 }
 template <typename T>
 T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
-  return gc_emu::shuffle(gc_emu::Collective::shfl_idx, mask, var, src_lane, width);
+  return gc::emu::shuffle(gc::emu::Collective::shfl_idx, mask, var, src_lane, width);
 }
 template <typename T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  return gc_emu::shuffle(gc_emu::Collective::shfl_up, mask, var, int(delta), width);
+  return gc::emu::shuffle(gc::emu::Collective::shfl_up, mask, var, int(delta), width);
 }
 template <typename T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  return gc_emu::shuffle(gc_emu::Collective::shfl_down, mask, var, int(delta), width);
+  return gc::emu::shuffle(gc::emu::Collective::shfl_down, mask, var, int(delta), width);
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
-  return gc_emu::shuffle(gc_emu::Collective::shfl_xor, mask, var, lane_mask, width);
+  return gc::emu::shuffle(gc::emu::Collective::shfl_xor, mask, var, lane_mask, width);
 }
 
 // ---- math ------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gc_emu {
+namespace gc::emu {
 
 // The launch's dynamic shared memory (aborts in a launch that asked for none).
 unsigned char* dynamic_shared_memory();
@@ -60,4 +60,4 @@ void bulk_copy_global_to_shared(void* dst, const void* src, unsigned bytes, std:
 // setmaxnreg.{inc,dec}.sync.aligned.u32: checked (a multiple of 8 in [24, 256]), otherwise a no-op.
 void setmaxnreg(unsigned registers);
 
-}  // namespace gc_emu
+}  // namespace gc::emu

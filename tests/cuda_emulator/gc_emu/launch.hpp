@@ -1,5 +1,5 @@
-// CUDA emulator: kernel launches. gc_emu::launch(kernel, grid, block, smem, args...) is what
-// gcm::cuda::launch (templates/cuda/common.cuh) calls in place of kernel<<<grid, block, smem>>>:
+// CUDA emulator: kernel launches. gc::emu::launch(kernel, grid, block, smem, args...) is what
+// gc::tree::cuda::launch (templates/cuda/common.cuh) calls in place of kernel<<<grid, block, smem>>>:
 // the arguments are converted to the kernel's parameter types once (as a launch does), checked
 // (a non-null pointer argument must point into device memory), and then every thread of every
 // block calls the kernel with its own copy of them. Blocks run one after another in x, y, z order;
@@ -17,7 +17,7 @@
 #include "gc_emu/runtime.hpp"
 #include "gc_emu/types.hpp"
 
-namespace gc_emu {
+namespace gc::emu {
 
 using GridBody = void (*)(const void* context);
 
@@ -59,4 +59,4 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynami
   }, &context);
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu

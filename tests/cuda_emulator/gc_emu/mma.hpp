@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-namespace gc_emu {
+namespace gc::emu {
 
 inline float bf16_bits_to_float(std::uint32_t bits) {
   const std::uint32_t u = (bits & 0xffffu) << 16;
@@ -139,4 +139,4 @@ inline void cp_async_wait(int newest_pending) {
   }
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu

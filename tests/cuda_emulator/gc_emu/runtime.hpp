@@ -48,7 +48,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop)
 // created without cudaStreamNonBlocking also before the next default-stream operation (the
 // legacy default stream's implicit synchronization). Work is therefore as late as a GPU may run
 // it: a consumer that does not wait for a stream reads the buffer before its work lands.
-// Kernels always run on the default stream (gcm::cuda::launch has no stream argument).
+// Kernels always run on the default stream (gc::tree::cuda::launch has no stream argument).
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
@@ -79,7 +79,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, Kernel*) {
   return emulated_kernel_image();
 }
 
-namespace gc_emu {
+namespace gc::emu {
 cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attribute, int value);
 }
 // cudaFuncAttributeMaxDynamicSharedMemorySize is kept per kernel and checked at launch (more than
@@ -87,10 +87,10 @@ cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attribu
 // accepted and ignored.
 template <typename Kernel>
 cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attribute, int value) {
-  return gc_emu::set_function_attribute(reinterpret_cast<const void*>(kernel), attribute, value);
+  return gc::emu::set_function_attribute(reinterpret_cast<const void*>(kernel), attribute, value);
 }
 
-namespace gc_emu {
+namespace gc::emu {
 
 // Whether [ptr, ptr + bytes) lies inside one live device allocation (bytes may be 0: then ptr
 // may also be the allocation's end).
@@ -107,9 +107,9 @@ void run_pending_copies();
 // (an error for a stream that is not live).
 cudaError_t enqueue(cudaStream_t stream, std::function<void()> op);
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
-namespace gc_emu {
+namespace gc::emu {
 
 // Calls made so far after which a real GPU's host waits for the device work queued before them:
 // cudaMemcpy (either direction), cudaMemset, cudaDeviceSynchronize, cudaStreamSynchronize,
@@ -118,4 +118,4 @@ namespace gc_emu {
 // Tests use it to check that a training step queues its work without stalls.
 std::int64_t host_waits();
 
-}  // namespace gc_emu
+}  // namespace gc::emu

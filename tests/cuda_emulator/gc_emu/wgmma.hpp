@@ -37,7 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gc_emu {
+namespace gc::emu {
 
 // The shared-window address of `p`, which must lie in the launch's dynamic shared memory.
 unsigned shared_window_address(const void* p);
@@ -57,4 +57,4 @@ void wgmma_wait_group(int pending);
 void wgmma_bf16(float* d, int n, std::uint64_t desc_a, const std::uint32_t* a, std::uint64_t desc_b, bool accumulate,
                 int scale_a, int scale_b, bool trans_a, bool trans_b);
 
-}  // namespace gc_emu
+}  // namespace gc::emu

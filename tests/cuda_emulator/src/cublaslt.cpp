@@ -276,16 +276,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               const void* beta, const void* C, cublasLtMatrixLayout_t c_desc, void* D,
                               cublasLtMatrixLayout_t d_desc, const cublasLtMatmulAlgo_t* algo, void* workspace,
                               std::size_t workspace_bytes, cudaStream_t) {
-  gc_emu::run_pending_copies();  // queued before this matmul on the stream
+  gc::emu::run_pending_copies();  // queued before this matmul on the stream
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const cublasStatus_t s = check_problem(desc, a_desc, b_desc, c_desc, d_desc);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   if (algo != nullptr && algo->data[0] != kAlgoMagic) return invalid("algo does not come from the heuristic");
   if (alpha == nullptr || beta == nullptr) return invalid("alpha or beta is null");
-  if (gc_emu::is_device_range(alpha, 0) || gc_emu::is_device_range(beta, 0)) {
+  if (gc::emu::is_device_range(alpha, 0) || gc::emu::is_device_range(beta, 0)) {
     return invalid("alpha or beta is a device pointer, but the pointer mode is host");
   }
-  if (workspace_bytes > 0 && !gc_emu::is_device_range(workspace, workspace_bytes)) {
+  if (workspace_bytes > 0 && !gc::emu::is_device_range(workspace, workspace_bytes)) {
     return invalid("the workspace is not " + std::to_string(workspace_bytes) + " bytes of device memory");
   }
   const float a_scale = *static_cast<const float*>(alpha);
@@ -299,7 +299,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   for (const auto& op : operands) {
     if (op.p == nullptr && op.name[0] == 'C') continue;
     const std::size_t bytes = extent_bytes(*op.l);
-    if (bytes > 0 && !gc_emu::is_device_range(op.p, bytes)) {
+    if (bytes > 0 && !gc::emu::is_device_range(op.p, bytes)) {
       return invalid(std::string(op.name) + " (" + shape(*op.l) + ", " + std::to_string(bytes) +
                      " bytes) is not inside one device allocation");
     }

@@ -14,7 +14,7 @@
 #include "gc_emu/runtime.hpp"
 #include "internal.hpp"
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 constexpr std::size_t kDefaultDynamicLimit = 48 << 10;  // without cudaFuncSetAttribute
@@ -242,4 +242,4 @@ void setmaxnreg(unsigned registers) {
   }
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu

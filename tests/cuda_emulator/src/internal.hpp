@@ -8,7 +8,7 @@
 
 #include "gc_emu/types.hpp"
 
-namespace gc_emu {
+namespace gc::emu {
 
 // src/runtime.cpp: the deferred host→device copies from page-locked memory.
 void run_pending_copies_until(std::uint64_t sequence);
@@ -49,4 +49,4 @@ void hopper_block_end();
 // src/wgmma.cpp, for src/hopper.cpp's block hook: checks that no MMA is in flight.
 void wgmma_block_end();
 
-}  // namespace gc_emu
+}  // namespace gc::emu

@@ -64,11 +64,11 @@ ncclResult_t fail(ncclComm_t comm, ncclResult_t rc, const std::string& what) {
 ncclResult_t check_buffers(ncclComm_t comm, const char* call, const void* send, std::size_t send_bytes, void* recv,
                            std::size_t recv_bytes) {
   if (comm == nullptr) return fail(comm, ncclInvalidArgument, std::string(call) + ": null communicator");
-  if (!gc_emu::is_device_range(send, send_bytes)) {
+  if (!gc::emu::is_device_range(send, send_bytes)) {
     return fail(comm, ncclInvalidArgument, std::string(call) + ": sendbuff is not " + std::to_string(send_bytes) +
                                                " bytes of device memory");
   }
-  if (!gc_emu::is_device_range(recv, recv_bytes)) {
+  if (!gc::emu::is_device_range(recv, recv_bytes)) {
     return fail(comm, ncclInvalidArgument, std::string(call) + ": recvbuff is not " + std::to_string(recv_bytes) +
                                                " bytes of device memory");
   }
@@ -203,7 +203,7 @@ ncclResult_t queue(ncclComm_t comm, const char* call, cudaStream_t stream, std::
     if (signature.call != nullptr && comm != nullptr && comm->size > 1) check_same_collective(comm, signature);
     op();
   };
-  if (gc_emu::enqueue(stream, std::move(op)) != cudaSuccess) {
+  if (gc::emu::enqueue(stream, std::move(op)) != cudaSuccess) {
     return fail(comm, ncclUnhandledCudaError, std::string(call) + ": not a live stream");
   }
   return ncclSuccess;
@@ -258,7 +258,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  gc_emu::drain_all_streams();  // NCCL's destroy waits for the communicator's queued operations
+  gc::emu::drain_all_streams();  // NCCL's destroy waits for the communicator's queued operations
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm != nullptr && comm->mpi != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm->mpi);

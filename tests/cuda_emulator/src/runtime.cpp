@@ -12,7 +12,7 @@
 #include "gc_emu/runtime.hpp"
 #include "internal.hpp"
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 constexpr std::size_t kAlignment = 256;  // cudaMalloc's guarantee
@@ -109,35 +109,35 @@ bool is_pinned_range(const void* ptr, std::size_t bytes) {
   return ptr != nullptr && find_in(memory().pinned, ptr, bytes) != memory().pinned.end();
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
-  gc_emu::count_host_wait();
-  if (ptr == nullptr) return gc_emu::record_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
+  gc::emu::count_host_wait();
+  if (ptr == nullptr) return gc::emu::record_error(cudaErrorInvalidValue, "cudaMalloc: null result pointer");
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
-  const std::size_t rounded = (bytes + gc_emu::kAlignment - 1) / gc_emu::kAlignment * gc_emu::kAlignment;
-  void* p = std::aligned_alloc(gc_emu::kAlignment, rounded);
-  if (p == nullptr) return gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
+  const std::size_t rounded = (bytes + gc::emu::kAlignment - 1) / gc::emu::kAlignment * gc::emu::kAlignment;
+  void* p = std::aligned_alloc(gc::emu::kAlignment, rounded);
+  if (p == nullptr) return gc::emu::record_error(cudaErrorMemoryAllocation, "cudaMalloc: out of memory");
   std::memset(p, 0xff, rounded);  // NaN in float, bf16 and double: unwritten outputs show
-  gc_emu::memory().allocations.emplace(static_cast<const char*>(p), bytes);
-  gc_emu::memory().in_use += bytes;
+  gc::emu::memory().allocations.emplace(static_cast<const char*>(p), bytes);
+  gc::emu::memory().in_use += bytes;
   *ptr = p;
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
-  gc_emu::count_host_wait();
+  gc::emu::count_host_wait();
   // cudaFree waits for the device: what every stream queued runs first, so work queued before a
   // free never reads or writes freed memory (as on a GPU) and a teardown that frees while a
   // collective is queued meets that collective here (issue 41).
-  gc_emu::drain_all_streams();
-  gc_emu::run_pending_copies();
+  gc::emu::drain_all_streams();
+  gc::emu::run_pending_copies();
   if (ptr == nullptr) return cudaSuccess;
-  auto& m = gc_emu::memory();
+  auto& m = gc::emu::memory();
   const auto it = m.allocations.find(static_cast<const char*>(ptr));
   if (it == m.allocations.end()) {
-    return gc_emu::record_error(cudaErrorInvalidValue, "cudaFree: " + gc_emu::hex(ptr) + " is not an allocation");
+    return gc::emu::record_error(cudaErrorInvalidValue, "cudaFree: " + gc::emu::hex(ptr) + " is not an allocation");
   }
   m.in_use -= it->second;
   m.allocations.erase(it);
@@ -145,7 +145,7 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
-namespace gc_emu {
+namespace gc::emu {
 
 namespace {
 std::int64_t host_wait_count = 0;
@@ -154,9 +154,9 @@ std::int64_t host_wait_count = 0;
 void count_host_wait() { ++host_wait_count; }
 std::int64_t host_waits() { return host_wait_count; }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 // Checks a copy's kind and ranges (cudaMemcpyDefault resolved by where the pointers lie).
@@ -184,23 +184,23 @@ cudaError_t enqueue_copy(cudaStream_t stream, void* dst, const void* src, std::s
   return enqueue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
 namespace {
 
 cudaError_t copy_now(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  gc_emu::run_pending_copies();
+  gc::emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
-  const cudaError_t e = gc_emu::check_copy(dst, src, bytes, kind, "cudaMemcpy");
+  const cudaError_t e = gc::emu::check_copy(dst, src, bytes, kind, "cudaMemcpy");
   if (e != cudaSuccess) return e;
   std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
 cudaError_t memset_now(void* ptr, int value, std::size_t bytes) {
-  gc_emu::run_pending_copies();
+  gc::emu::run_pending_copies();
   if (bytes == 0) return cudaSuccess;
-  const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemset", "range");
+  const cudaError_t e = gc::emu::check_range(ptr, bytes, "cudaMemset", "range");
   if (e != cudaSuccess) return e;
   std::memset(ptr, value, bytes);
   return cudaSuccess;
@@ -209,7 +209,7 @@ cudaError_t memset_now(void* ptr, int value, std::size_t bytes) {
 }  // namespace
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  gc_emu::count_host_wait();
+  gc::emu::count_host_wait();
   return copy_now(dst, src, bytes, kind);
 }
 
@@ -218,51 +218,52 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (stream != nullptr) {  // a created stream: checked now, run in that stream's order
-    return gc_emu::enqueue_copy(stream, dst, src, bytes, kind);
+    return gc::emu::enqueue_copy(stream, dst, src, bytes, kind);
   }
-  const bool to_device = kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc_emu::is_device_range(dst, 0));
+  const bool to_device =
+      kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && gc::emu::is_device_range(dst, 0));
   if (kind == cudaMemcpyDeviceToDevice) return copy_now(dst, src, bytes, kind);
-  if (bytes == 0 || !to_device || !gc_emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
-  const cudaError_t e = gc_emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
+  if (bytes == 0 || !to_device || !gc::emu::is_pinned_range(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
+  const cudaError_t e = gc::emu::check_range(dst, bytes, "cudaMemcpyAsync", "destination");
   if (e != cudaSuccess) return e;
-  gc_emu::memory().pending.push_back({dst, src, bytes, gc_emu::memory().next_sequence++});
+  gc::emu::memory().pending.push_back({dst, src, bytes, gc::emu::memory().next_sequence++});
   return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) {
-  gc_emu::count_host_wait();
+  gc::emu::count_host_wait();
   return memset_now(ptr, value, bytes);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
   if (stream == nullptr) return memset_now(ptr, value, bytes);
-  const cudaError_t e = gc_emu::check_range(ptr, bytes, "cudaMemsetAsync", "range");
+  const cudaError_t e = gc::emu::check_range(ptr, bytes, "cudaMemsetAsync", "range");
   if (e != cudaSuccess) return e;
-  return gc_emu::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
+  return gc::emu::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
 }
 
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
-  gc_emu::count_host_wait();
+  gc::emu::count_host_wait();
   *ptr = std::malloc(bytes == 0 ? 1 : bytes);
-  if (*ptr == nullptr) return gc_emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
-  gc_emu::memory().pinned[static_cast<const char*>(*ptr)] = bytes;
+  if (*ptr == nullptr) return gc::emu::record_error(cudaErrorMemoryAllocation, "cudaMallocHost: out of memory");
+  gc::emu::memory().pinned[static_cast<const char*>(*ptr)] = bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void* ptr) {
-  gc_emu::count_host_wait();
-  gc_emu::run_pending_copies();  // (freeing a source with a copy in flight is a bug on a GPU)
-  gc_emu::memory().pinned.erase(static_cast<const char*>(ptr));
+  gc::emu::count_host_wait();
+  gc::emu::run_pending_copies();  // (freeing a source with a copy in flight is a bug on a GPU)
+  gc::emu::memory().pinned.erase(static_cast<const char*>(ptr));
   std::free(ptr);
   return cudaSuccess;
 }
 
 cudaError_t cudaGetLastError() {
-  const cudaError_t e = gc_emu::memory().last_error;
-  gc_emu::memory().last_error = cudaSuccess;
+  const cudaError_t e = gc::emu::memory().last_error;
+  gc::emu::memory().last_error = cudaSuccess;
   return e;
 }
 
-cudaError_t cudaPeekAtLastError() { return gc_emu::memory().last_error; }
+cudaError_t cudaPeekAtLastError() { return gc::emu::memory().last_error; }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
@@ -327,7 +328,7 @@ int physical_device(int device) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = emulated_devices();
-  return *count > 0 ? cudaSuccess : gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
+  return *count > 0 ? cudaSuccess : gc::emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
 }
 
 namespace {
@@ -335,7 +336,7 @@ int current_device = 0;
 }  // namespace
 
 cudaError_t cudaGetDevice(int* device) {
-  if (emulated_devices() == 0) return gc_emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
+  if (emulated_devices() == 0) return gc::emu::record_error(cudaErrorNoDevice, "GC_CUDA_EMULATOR_DEVICES=0");
   *device = current_device;
   return cudaSuccess;
 }
@@ -343,7 +344,7 @@ cudaError_t cudaGetDevice(int* device) {
 // The devices share one emulated memory: a device number only has to be valid.
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= emulated_devices()) {
-    return gc_emu::record_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + ")");
+    return gc::emu::record_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + ")");
   }
   current_device = device;
   return cudaSuccess;
@@ -351,14 +352,14 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device < 0 || device >= emulated_devices()) {
-    return gc_emu::record_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + ")");
+    return gc::emu::record_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties(" + std::to_string(device) + ")");
   }
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "gcompile CUDA emulator (CPU)");
   char uuid[17] = {};
   std::snprintf(uuid, sizeof uuid, "gc-emu-gpu-%05d", physical_device(device));
   std::memcpy(prop->uuid.bytes, uuid, 16);
-  prop->totalGlobalMem = gc_emu::kNominalTotal;
+  prop->totalGlobalMem = gc::emu::kNominalTotal;
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;
   prop->regsPerBlock = 65536;
@@ -373,7 +374,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->minor = 0;
   const char* cc = std::getenv("GC_CUDA_EMULATOR_CC");
   if (cc != nullptr && std::sscanf(cc, "%d.%d", &prop->major, &prop->minor) != 2) {
-    return gc_emu::record_error(cudaErrorInvalidValue, std::string("GC_CUDA_EMULATOR_CC=") + cc + " (want MAJOR.MINOR)");
+    return gc::emu::record_error(cudaErrorInvalidValue,
+                                 std::string("GC_CUDA_EMULATOR_CC=") + cc + " (want MAJOR.MINOR)");
   }
   return cudaSuccess;
 }
@@ -381,13 +383,13 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 cudaError_t emulated_kernel_image() {
   const char* none = std::getenv("GC_CUDA_EMULATOR_NO_KERNEL_IMAGE");
   if (none != nullptr && std::strcmp(none, "1") == 0) {
-    return gc_emu::record_error(cudaErrorNoKernelImageForDevice, "GC_CUDA_EMULATOR_NO_KERNEL_IMAGE=1");
+    return gc::emu::record_error(cudaErrorNoKernelImageForDevice, "GC_CUDA_EMULATOR_NO_KERNEL_IMAGE=1");
   }
   return cudaSuccess;
 }
 
 cudaError_t cudaMemGetInfo(std::size_t* free, std::size_t* total) {
-  *total = gc_emu::kNominalTotal;
-  *free = gc_emu::kNominalTotal - gc_emu::device_bytes_in_use();
+  *total = gc::emu::kNominalTotal;
+  *free = gc::emu::kNominalTotal - gc::emu::device_bytes_in_use();
   return cudaSuccess;
 }

@@ -43,7 +43,7 @@
 #include <ucontext.h>
 #endif
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 constexpr int kWarp = 32;
@@ -506,14 +506,14 @@ void group_barrier(int group, int count, const std::string& what) {
 
 [[noreturn]] void fail(const std::string& what) { fatal("%s", what.c_str()); }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
 void __syncthreads() {
-  gc_emu::Block& b = gc_emu::block_or_die("__syncthreads");
-  b.current->state = gc_emu::State::block_barrier;
+  gc::emu::Block& b = gc::emu::block_or_die("__syncthreads");
+  b.current->state = gc::emu::State::block_barrier;
   if (++b.at_block_barrier == b.threads) {
-    for (gc_emu::Fiber& f : b.fibers) f.state = gc_emu::State::ready;
+    for (gc::emu::Fiber& f : b.fibers) f.state = gc::emu::State::ready;
     b.at_block_barrier = 0;
   }
-  gc_emu::suspend(b);
+  gc::emu::suspend(b);
 }

@@ -33,7 +33,7 @@ struct CUevent_st {
   std::uint64_t position = 0;     // on a created stream: its operations before the record
 };
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 constexpr unsigned kLiveStream = 0x7374726d, kLiveEvent = 0x6576656e;
@@ -136,22 +136,22 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> op) {
   return cudaSuccess;
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   *stream = new CUstream_st;
   (*stream)->blocking = (flags & cudaStreamNonBlocking) == 0;
-  (*stream)->eager = gc_emu::next_stream_is_eager();
-  gc_emu::live_streams().push_back(*stream);
+  (*stream)->eager = gc::emu::next_stream_is_eager();
+  gc::emu::live_streams().push_back(*stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!gc_emu::is_live(stream)) return gc_emu::bad_stream("cudaStreamDestroy");
-  gc_emu::run_all(stream);  // destroying does not cancel queued work
-  auto& all = gc_emu::live_streams();
+  if (!gc::emu::is_live(stream)) return gc::emu::bad_stream("cudaStreamDestroy");
+  gc::emu::run_all(stream);  // destroying does not cancel queued work
+  auto& all = gc::emu::live_streams();
   all.erase(std::find(all.begin(), all.end(), stream));
   stream->magic = 0;
   delete stream;
@@ -159,29 +159,29 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
-  if (stream != nullptr && !gc_emu::is_live(stream)) return gc_emu::bad_stream("cudaStreamWaitEvent");
-  if (!gc_emu::is_live(event)) return gc_emu::bad_event("cudaStreamWaitEvent");
+  if (stream != nullptr && !gc::emu::is_live(stream)) return gc::emu::bad_stream("cudaStreamWaitEvent");
+  if (!gc::emu::is_live(event)) return gc::emu::bad_event("cudaStreamWaitEvent");
   // The waiting stream's later work runs after the event's: running the event's stream now is
   // at least as late as that (the default stream runs everything at once anyway).
-  gc_emu::complete_up_to(event);
+  gc::emu::complete_up_to(event);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  gc_emu::count_host_wait();
+  gc::emu::count_host_wait();
   if (stream == nullptr) {
-    gc_emu::run_pending_copies();
+    gc::emu::run_pending_copies();
     return cudaSuccess;
   }
-  if (!gc_emu::is_live(stream)) return gc_emu::bad_stream("cudaStreamSynchronize");
-  gc_emu::run_all(stream);
+  if (!gc::emu::is_live(stream)) return gc::emu::bad_stream("cudaStreamSynchronize");
+  gc::emu::run_all(stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize() {
-  gc_emu::count_host_wait();
-  for (cudaStream_t s : gc_emu::live_streams()) gc_emu::run_all(s);
-  gc_emu::run_pending_copies();
+  gc::emu::count_host_wait();
+  for (cudaStream_t s : gc::emu::live_streams()) gc::emu::run_all(s);
+  gc::emu::run_pending_copies();
   return cudaSuccess;
 }
 
@@ -193,33 +193,33 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (!gc_emu::is_live(event)) return gc_emu::bad_event("cudaEventDestroy");
+  if (!gc::emu::is_live(event)) return gc::emu::bad_event("cudaEventDestroy");
   event->magic = 0;
   delete event;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!gc_emu::is_live(event)) return gc_emu::bad_event("cudaEventRecord");
-  if (stream != nullptr && !gc_emu::is_live(stream)) return gc_emu::bad_stream("cudaEventRecord");
+  if (!gc::emu::is_live(event)) return gc::emu::bad_event("cudaEventRecord");
+  if (stream != nullptr && !gc::emu::is_live(stream)) return gc::emu::bad_stream("cudaEventRecord");
   event->recorded = std::chrono::steady_clock::now();
   event->was_recorded = true;
-  event->after_copy = gc_emu::last_queued_sequence();
+  event->after_copy = gc::emu::last_queued_sequence();
   event->stream = stream;
   event->position = stream != nullptr ? stream->queued : 0;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (!gc_emu::is_live(event)) return gc_emu::bad_event("cudaEventSynchronize");
-  gc_emu::complete_up_to(event);
+  if (!gc::emu::is_live(event)) return gc::emu::bad_event("cudaEventSynchronize");
+  gc::emu::complete_up_to(event);
   return cudaSuccess;
 }
 
 // Milliseconds of host time between the two records.
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
-  if (!gc_emu::is_live(start) || !gc_emu::is_live(stop) || !start->was_recorded || !stop->was_recorded) {
-    return gc_emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: not two recorded events");
+  if (!gc::emu::is_live(start) || !gc::emu::is_live(stop) || !start->was_recorded || !stop->was_recorded) {
+    return gc::emu::record_error(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: not two recorded events");
   }
   *ms = std::chrono::duration<float, std::milli>(stop->recorded - start->recorded).count();
   return cudaSuccess;

@@ -11,7 +11,7 @@
 #include "gc_emu/hopper.hpp"
 #include "internal.hpp"
 
-namespace gc_emu {
+namespace gc::emu {
 namespace {
 
 constexpr int kWarpgroup = 128;
@@ -224,4 +224,4 @@ void wgmma_block_end() {
   }
 }
 
-}  // namespace gc_emu
+}  // namespace gc::emu
