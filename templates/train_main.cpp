@@ -17,6 +17,9 @@
 #include "runtime/error.hpp"
 #include "train/host_allocations.hpp"
 #include "train/trainer.hpp"
+#include "train/trainer_checkpoint.hpp"
+#include "train/trainer_impl.hpp"
+#include "train/trainer_metrics.hpp"
 
 // The global operator new, counting (train/host_allocations.hpp). new[] and
 // the nothrow forms go through it in libstdc++; the aligned forms are left as

@@ -6,44 +6,28 @@
 // host for checkpoints and metrics. Deterministic: a resumed run continues
 // bit-identically.
 //
-// In parts: the loop (trainer_impl.hpp), checkpoints (trainer_checkpoint.hpp),
-// measuring (trainer_metrics.hpp, at the steps of metrics_schedule.hpp), and the
-// host copy of the state with its freshness (host_state.hpp).
+// This header declares the class; its members are defined in three ordinary headers, each with
+// its own includes, which a program that builds a Trainer includes (train_main.cpp): the loop
+// (trainer_impl.hpp), checkpoints (trainer_checkpoint.hpp) and measuring (trainer_metrics.hpp, at
+// the steps of metrics_schedule.hpp). The host copy of the state with its freshness:
+// host_state.hpp.
 #pragma once
 
-#include <algorithm>
-#include <chrono>
-#include <map>
+#include <cstdint>
 #include <memory>
-#include <cmath>
-#include <cstdio>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
-#include "analysis/anchor_eval.hpp"
 #include "config.hpp"
-#include "core/fingerprint.hpp"
-#include "engine/make_engine.hpp"
-#include "train/host_allocations.hpp"
-#include "train/host_state.hpp"
-#include "train/metrics_schedule.hpp"
-#include "train/moe_state.hpp"
-#include "engine/zero.hpp"
+#include "engine/engine.hpp"
 #include "metrics/collector.hpp"
-#include "metrics/device_scratch.hpp"
-#include "model/model.hpp"
-#include "plan.hpp"
-#include "runtime/checkpoint.hpp"
 #include "runtime/comm.hpp"
-#include "runtime/error.hpp"
-#include "train/load_weights.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
 #include "runtime/watchdog.hpp"
-#include "train/sample.hpp"
+#include "train/host_state.hpp"
+#include "train/metrics_schedule.hpp"
 #include "train/trainer_profile.hpp"
-#include "train/schedule.hpp"
 
 namespace gc::tree {
 
@@ -151,7 +135,3 @@ class Trainer {
 };
 
 }  // namespace gc::tree
-
-#include "train/trainer_checkpoint.hpp"
-#include "train/trainer_impl.hpp"
-#include "train/trainer_metrics.hpp"

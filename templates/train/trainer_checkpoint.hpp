@@ -1,10 +1,14 @@
-// Trainer member definitions, checkpoints (included by trainer.hpp): where --resume continues
+// Trainer member definitions, checkpoints (train/trainer.hpp declares the class): where --resume continues
 // from, resuming, --init-from, saving. The files themselves: runtime/checkpoint.hpp.
 #pragma once
 
-#include "train/trainer.hpp"  // self-contained when parsed alone
-
 #include <filesystem>
+#include <string>
+
+#include "runtime/checkpoint.hpp"
+#include "runtime/error.hpp"
+#include "train/load_weights.hpp"
+#include "train/trainer.hpp"
 
 namespace gc::tree {
 

@@ -1,14 +1,26 @@
-// Trainer member definitions, the loop (included by trainer.hpp): the engine's choice and
+// Trainer member definitions, the loop (train/trainer.hpp declares the class): the engine's choice and
 // the checks before it, the step, when the host reads a step, the run.
 #pragma once
 
-#include "train/trainer.hpp"  // self-contained when parsed alone
-
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "analysis/anchor_eval.hpp"
+#include "core/fingerprint.hpp"
+#include "engine/make_engine.hpp"
+#include "runtime/error.hpp"
+#include "train/host_allocations.hpp"
+#include "train/moe_state.hpp"
+#include "train/schedule.hpp"
+#include "train/trainer.hpp"
 
 namespace gc::tree {
 

@@ -1,13 +1,21 @@
-// Trainer member definitions, measuring (included by trainer.hpp): the validation loss, the
+// Trainer member definitions, measuring (train/trainer.hpp declares the class): the validation loss, the
 // in-loop analyses of metrics/ at the steps train/metrics_schedule.hpp names, the anchor task,
 // the closing summary record and the greedy sample.
 #pragma once
 
-#include "train/trainer.hpp"  // self-contained when parsed alone
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "analysis/anchor_eval.hpp"
+#include "metrics/device_scratch.hpp"
+#include "model/model.hpp"
+#include "plan.hpp"
+#include "train/moe_state.hpp"
+#include "train/sample.hpp"
+#include "train/trainer.hpp"
 
 namespace gc::tree {
 

@@ -304,7 +304,7 @@ TEST(Specialize, UnbracedIfConstexprBranchIsAnError) {
                           "#include \"config.hpp\"\nint f(int x) {\n  if constexpr (gc::fixture::kQkNorm) x += 1;\n"
                           "  return x;\n}\n"}});
   EXPECT_FALSE(o.result);
-  EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/k.cpp:3:31: error: brace this branch of `if constexpr`: "
+  EXPECT_EQ(o.messages, (std::vector<std::string>{"templates/k.cpp:3:39: error: brace this branch of `if constexpr`: "
                                                   "templates brace every branch so the specializer can remove it "
                                                   "cleanly"}));
 }

@@ -5,7 +5,9 @@ The two backends are peers over a neutral core: what both share lives in core/, 
 only core/; model/, metrics/, train/, analysis/, profile/, cuda/ and the top-level headers include
 nothing from cpu/ (the CPU model alias and the CPU metric ops live with the engine and the CPU
 backend; the programs, *_main.cpp and parity_main.cu, compose everything); cpu/ and cuda/ hold kernels and their backend, and include nothing from model/,
-engine/ or train/. engine/ is where a model meets its backend and may include both.
+engine/ or train/. engine/ is where a model meets its backend and may include both, and nothing
+from train/; train/ reaches engine/ only through the interface (engine.hpp), the one factory
+(make_engine.hpp) and the host model (cpu_model.hpp).
 
 Exit 0 when every rule holds; otherwise each violation is printed as FILE:LINE: the include and
 the rule it breaks. `--self-test` first checks that violating files are caught; `--root DIR`
@@ -26,6 +28,14 @@ RULES = [
      ("cpu/",), "only engine/ (and cpu/ itself) include the CPU backend: the backends are peers"),
     (("cpu/", "cuda/"), ("model/", "engine/", "train/"),
      "a backend holds kernels and their backend only, below the model"),
+    (("engine/",), ("train/",), "engine/ sits below train/: the loop uses an engine, never the reverse"),
+]
+
+# (folders, a prefix, the only headers under it they may include, why): train/ sees the engine
+# interface, the one factory and the host model, never an engine itself or its ZeRO-1 shards.
+ALLOWED = [
+    (("train/",), "engine/", ("engine/engine.hpp", "engine/make_engine.hpp", "engine/cpu_model.hpp"),
+     "train/ sees engine/ through engine.hpp, the factory make_engine.hpp and the host model cpu_model.hpp"),
 ]
 
 
@@ -51,6 +61,9 @@ def violations(files: dict[str, str]) -> list[str]:
             for sources, banned, why in RULES:
                 if folder in sources and target.startswith(banned):
                     out.append(f"{path}:{line}: includes \"{target}\": {why}")
+            for sources, prefix, allowed, why in ALLOWED:
+                if folder in sources and target.startswith(prefix) and target not in allowed:
+                    out.append(f"{path}:{line}: includes \"{target}\": {why}")
     return out
 
 
@@ -74,8 +87,11 @@ def self_test() -> None:
         "cpu/ok.hpp": '#include "core/blas.hpp"\n#include "metrics/activation_stats.hpp"\n',
         "ok_main.cpp": '#include "cpu/metric_ops.hpp"\n',
         "shared.hpp": '#include "cpu/common.hpp"\n',
+        "engine/cycle.hpp": '#include "engine/engine.hpp"\n#include "train/host_state.hpp"\n',
+        "train/deep.hpp": '#include "engine/engine.hpp"\n#include "engine/make_engine.hpp"\n#include "engine/zero.hpp"\n',
     })
-    want = ["core/z.hpp:2:", "cuda/y.cuh:1:", "model/x.hpp:2:", "shared.hpp:1:"]
+    want = ["core/z.hpp:2:", "cuda/y.cuh:1:", "engine/cycle.hpp:2:", "model/x.hpp:2:", "shared.hpp:1:",
+            "train/deep.hpp:3:"]
     got = [v.split(" ", 1)[0] for v in caught]
     if got != want:
         sys.exit(f"include_rules self-test: expected violations at {want}, got {caught}")
