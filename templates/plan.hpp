@@ -9,22 +9,9 @@
 #include <array>
 #include <cstdint>
 
+#include "plan_types.hpp"
+
 namespace gc::tree {
-
-enum class InitKind { normal, trunc_normal, uniform, ones };
-
-struct ParamInfo {
-  const char* name;      // HF Llama-style name
-  const char* cls;       // parameter class
-  int layer;             // -1 outside the layer stack
-  int rank;
-  std::int64_t shape[3];
-  std::int64_t numel;
-  InitKind init;          // σ of the rule: kInitStd[row] (plan_init.cpp)
-  double cutoff;         // trunc_normal: ±cutoff·σ
-  double lr_mult;
-  double weight_decay;   // decoupled λ (seed 003 eq. 1); 0 when exempt
-};
 
 inline constexpr int kNumParams = 21;
 inline constexpr std::int64_t kTotalParams = 106816;
@@ -77,30 +64,6 @@ inline constexpr int kParamEmbed = 0;
 inline constexpr int kParamEmbedNorm = -1;
 inline constexpr int kParamFinalNorm = 19;
 inline constexpr int kParamLmHead = 20;
-
-struct LayerParams {
-  int input_norm;
-  int q;
-  int k;
-  int v;
-  int q_norm;
-  int k_norm;
-  int gate;
-  int o;
-  int attn_out_norm;
-  int post_attn_norm;
-  int mlp_gate;
-  int mlp_up;
-  int mlp_down;
-  int mlp_out_norm;
-  int router;
-  int experts_gate;
-  int experts_up;
-  int experts_down;
-  int shared_gate;
-  int shared_up;
-  int shared_down;
-};
 
 inline constexpr int kNumLayers = 2;
 inline constexpr LayerParams kLayerParams[kNumLayers] = {

@@ -2,9 +2,14 @@
 // settings) as constexpr tables, in the order of the plan's parameter table.
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <regex>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "common/embedded.hpp"
 #include "common/text.hpp"
 #include "emit/emit.hpp"
 #include "spec/schema.hpp"
@@ -29,10 +34,10 @@ std::string literal(double v) {
   return s;
 }
 
-// The fields of LayerParams, each with the tensor name (after
-// "model.layers.N.") whose row index it holds; -1 when the layer lacks it.
-const std::vector<std::pair<const char*, const char*>>& layer_fields() {
-  static const std::vector<std::pair<const char*, const char*>> fields = {
+// The tensor (after "model.layers.N.") whose row index each field of LayerParams holds; -1 when
+// the layer lacks it.
+const std::map<std::string, std::string>& layer_field_tensors() {
+  static const std::map<std::string, std::string> tensors = {
       {"input_norm", "input_layernorm.weight"},
       {"q", "self_attn.q_proj.weight"},
       {"k", "self_attn.k_proj.weight"},
@@ -55,6 +60,61 @@ const std::vector<std::pair<const char*, const char*>>& layer_fields() {
       {"shared_up", "mlp.shared_experts.up_proj.weight"},
       {"shared_down", "mlp.shared_experts.down_proj.weight"},
   };
+  return tensors;
+}
+
+// What a row of kParams holds, in the order the emitter writes it.
+const std::vector<std::string> kParamInfoFields = {"name",  "cls",  "layer",  "rank",    "shape",
+                                                   "numel", "init", "cutoff", "lr_mult", "weight_decay"};
+
+// The members of `type` in templates/plan_types.hpp, in declaration order (one per line: the name
+// before ';' or '[').
+std::vector<std::string> declared_fields(const std::string& type) {
+  const std::string* text = nullptr;
+  for (const auto& f : embedded_templates()) {
+    if (f.path == "plan_types.hpp") text = &f.text;
+  }
+  if (!text) throw std::logic_error("templates/plan_types.hpp is not embedded in gcompile");
+  const std::size_t open = text->find("struct " + type + " {");
+  const std::size_t close = open == std::string::npos ? open : text->find("\n};", open);
+  if (close == std::string::npos) throw std::logic_error("templates/plan_types.hpp declares no struct " + type);
+  static const std::regex member(R"((\w+)\s*(\[\d+\])?\s*;\s*$)");
+  std::vector<std::string> fields;
+  std::istringstream lines(text->substr(open, close - open));
+  for (std::string line; std::getline(lines, line);) {
+    line = line.substr(0, line.find("//"));
+    std::smatch m;
+    if (std::regex_search(line, m, member)) fields.push_back(m[1]);
+  }
+  return fields;
+}
+
+// ParamInfo's fields in the template are those of the row plan_header writes, in its order.
+void check_param_info_fields() {
+  if (declared_fields("ParamInfo") != kParamInfoFields) {
+    throw std::logic_error("templates/plan_types.hpp: ParamInfo's fields differ from the row "
+                           "compiler/emit/plan_header.cpp writes (kParamInfoFields)");
+  }
+}
+
+// LayerParams' fields in the template's order; each must have its tensor here, and every tensor
+// here its field (the rows are written positionally, so a field added, removed or moved on one
+// side only would shift every value after it).
+const std::vector<std::string>& layer_fields() {
+  static const std::vector<std::string> fields = [] {
+    std::vector<std::string> declared = declared_fields("LayerParams");
+    for (const auto& f : declared) {
+      if (!layer_field_tensors().count(f)) {
+        throw std::logic_error("templates/plan_types.hpp: LayerParams::" + f +
+                               " has no tensor in compiler/emit/plan_header.cpp (layer_field_tensors)");
+      }
+    }
+    if (declared.size() != layer_field_tensors().size()) {
+      throw std::logic_error("templates/plan_types.hpp: LayerParams lacks a field that compiler/emit/plan_header.cpp "
+                             "fills (layer_field_tensors)");
+    }
+    return declared;
+  }();
   return fields;
 }
 
@@ -71,16 +131,13 @@ void layer_index_tables(std::ostringstream& o, const Plan& plan) {
   o << "inline constexpr int kParamEmbedNorm = " << index_of(plan, "model.embed_norm.weight") << ";\n";
   o << "inline constexpr int kParamFinalNorm = " << index_of(plan, "model.norm.weight") << ";\n";
   o << "inline constexpr int kParamLmHead = " << index_of(plan, "lm_head.weight") << ";\n\n";
-  o << "struct LayerParams {\n";
-  for (const auto& f : layer_fields()) o << "  int " << f.first << ";\n";
-  o << "};\n\n";
   o << "inline constexpr int kNumLayers = " << plan.layers.size() << ";\n";
   o << "inline constexpr LayerParams kLayerParams[kNumLayers] = {\n";
   for (const auto& layer : plan.layers) {
     const std::string prefix = "model.layers." + std::to_string(layer.index) + ".";
     o << "    {";
     for (std::size_t i = 0; i < layer_fields().size(); ++i) {
-      o << (i ? ", " : "") << index_of(plan, prefix + layer_fields()[i].second);
+      o << (i ? ", " : "") << index_of(plan, prefix + layer_field_tensors().at(layer_fields()[i]));
     }
     o << "},\n";
   }
@@ -157,25 +214,13 @@ std::string plan_init_source(const Plan& plan, const std::string& banner) {
 }
 
 std::string plan_header(const Plan& plan, const std::string& banner) {
+  check_param_info_fields();
   std::ostringstream o;
   o << banner;
   o << "// The parameter table: every trainable tensor with its init rule (seed 000\n"
        "// §4.2: σ = fan^-γ unless the spec gives a std expression) and optimizer\n"
        "// settings. Row order is the order of the checkpoint and of the optimizer.\n"
-       "#pragma once\n\n#include <array>\n#include <cstdint>\n\nnamespace gc::tree {\n\n";
-  o << "enum class InitKind { normal, trunc_normal, uniform, ones };\n\n";
-  o << "struct ParamInfo {\n"
-       "  const char* name;      // HF Llama-style name\n"
-       "  const char* cls;       // parameter class\n"
-       "  int layer;             // -1 outside the layer stack\n"
-       "  int rank;\n"
-       "  std::int64_t shape[3];\n"
-       "  std::int64_t numel;\n"
-       "  InitKind init;          // σ of the rule: kInitStd[row] (plan_init.cpp)\n"
-       "  double cutoff;         // trunc_normal: ±cutoff·σ\n"
-       "  double lr_mult;\n"
-       "  double weight_decay;   // decoupled λ (seed 003 eq. 1); 0 when exempt\n"
-       "};\n\n";
+       "#pragma once\n\n#include <array>\n#include <cstdint>\n\n#include \"plan_types.hpp\"\n\nnamespace gc::tree {\n\n";
   o << "inline constexpr int kNumParams = " << plan.params.size() << ";\n";
   o << "inline constexpr std::int64_t kTotalParams = " << plan.counts.total << ";\n";
   o << "// Elements of the flat parameter array as planned (each tensor 128-aligned; model.hpp checks it).\n";
