@@ -68,7 +68,7 @@ const std::vector<std::string> kParamInfoFields = {"name",  "cls",  "layer",  "r
                                                    "numel", "init", "cutoff", "lr_mult", "weight_decay"};
 
 // The members of `type` in templates/plan_types.hpp, in declaration order (one per line: the name
-// before ';' or '[').
+// before ';' or '['; the header declares one member per line, without initializers).
 std::vector<std::string> declared_fields(const std::string& type) {
   const std::string* text = nullptr;
   for (const auto& f : embedded_templates()) {
@@ -90,10 +90,18 @@ std::vector<std::string> declared_fields(const std::string& type) {
 }
 
 // ParamInfo's fields in the template are those of the row plan_header writes, in its order.
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 void check_param_info_fields() {
-  if (declared_fields("ParamInfo") != kParamInfoFields) {
-    throw std::logic_error("templates/plan_types.hpp: ParamInfo's fields differ from the row "
-                           "compiler/emit/plan_header.cpp writes (kParamInfoFields)");
+  const std::vector<std::string> declared = declared_fields("ParamInfo");
+  if (declared != kParamInfoFields) {
+    throw std::logic_error("templates/plan_types.hpp: ParamInfo's fields (" + joined(declared) +
+                           ") differ from the row compiler/emit/plan_header.cpp writes (kParamInfoFields: " +
+                           joined(kParamInfoFields) + ")");
   }
 }
 
@@ -109,9 +117,14 @@ const std::vector<std::string>& layer_fields() {
                                " has no tensor in compiler/emit/plan_header.cpp (layer_field_tensors)");
       }
     }
+    for (const auto& [field, tensor] : layer_field_tensors()) {
+      if (std::find(declared.begin(), declared.end(), field) == declared.end()) {
+        throw std::logic_error("templates/plan_types.hpp: LayerParams lacks the field " + field + " (" + tensor +
+                               ") that compiler/emit/plan_header.cpp fills (layer_field_tensors)");
+      }
+    }
     if (declared.size() != layer_field_tensors().size()) {
-      throw std::logic_error("templates/plan_types.hpp: LayerParams lacks a field that compiler/emit/plan_header.cpp "
-                             "fills (layer_field_tensors)");
+      throw std::logic_error("templates/plan_types.hpp: LayerParams declares a field twice (" + joined(declared) + ")");
     }
     return declared;
   }();

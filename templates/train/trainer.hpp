@@ -86,6 +86,7 @@ class Trainer {
   // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
   // steps (s = 0: at initialization).
   double evaluate(metrics::ActivationMetrics* metrics = nullptr);
+  // A rank that measures nothing itself joins rank 0's weight metrics' collectives (trainer_impl.hpp).
   void join_weight_metrics(std::int64_t s);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);

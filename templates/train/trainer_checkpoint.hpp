@@ -2,12 +2,15 @@
 // from, resuming, --init-from, saving. The files themselves: runtime/checkpoint.hpp.
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "runtime/checkpoint.hpp"
 #include "runtime/error.hpp"
+#include "runtime/hf_import.hpp"
 #include "train/load_weights.hpp"
+#include "train/moe_state.hpp"
 #include "train/trainer.hpp"
 
 namespace gc::tree {

@@ -9,13 +9,16 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
-#include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "analysis/anchor_eval.hpp"
 #include "core/fingerprint.hpp"
 #include "engine/make_engine.hpp"
+#include "model/param_offsets.hpp"
+#include "plan.hpp"
 #include "runtime/error.hpp"
 #include "train/host_allocations.hpp"
 #include "train/moe_state.hpp"

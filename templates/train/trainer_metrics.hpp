@@ -7,15 +7,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <map>
 
 #include "analysis/anchor_eval.hpp"
 #include "metrics/device_scratch.hpp"
 #include "model/model.hpp"
 #include "plan.hpp"
-#include "train/moe_state.hpp"
 #include "train/sample.hpp"
 #include "train/trainer.hpp"
+#include "train/utf8.hpp"
 
 namespace gc::tree {
 

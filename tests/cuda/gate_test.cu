@@ -3,11 +3,8 @@
 // call the model makes (gate backward with dattn = dout).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "cpu/gate.hpp"

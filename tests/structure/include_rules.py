@@ -31,8 +31,9 @@ RULES = [
     (("engine/",), ("train/",), "engine/ sits below train/: the loop uses an engine, never the reverse"),
 ]
 
-# (folders, a prefix, the only headers under it they may include, why): train/ sees the engine
-# interface, the one factory and the host model, never an engine itself or its ZeRO-1 shards.
+# (folders, a prefix, the only headers under it they may include, why): train/ includes directly
+# the engine interface, the one factory and the host model, never an engine itself or its ZeRO-1
+# shards (the factory includes those).
 ALLOWED = [
     (("train/",), "engine/", ("engine/engine.hpp", "engine/make_engine.hpp", "engine/cpu_model.hpp"),
      "train/ sees engine/ through engine.hpp, the factory make_engine.hpp and the host model cpu_model.hpp"),
