@@ -7,6 +7,7 @@
 
 #include "common/text.hpp"
 #include "common/version.hpp"
+#include "plan/cuda_kernels.hpp"
 #include "plan/metrics_scratch.hpp"
 #include "spec/schema.hpp"
 
@@ -206,6 +207,17 @@ void schedule_section(std::ostringstream& o, const Plan& plan) {
     << "\n\n";
 }
 
+// The CUDA kernels this spec gets (plan/cuda_kernels.hpp): for every GPU architecture the tree is
+// built for; the sm_90a warpgroup kernels are built and tested but no tree runs them yet.
+void kernels_section(std::ostringstream& o, const Plan& plan) {
+  o << "Kernels (CUDA backend, sm_80 and newer)\n";
+  for (const KernelChoice& k : cuda_kernels(plan.spec)) {
+    o << "  " << pad(k.op, 13) << k.kernel << "\n" << std::string(15, ' ') << "(" << k.why << ")\n";
+  }
+  o << "  sm_90a       cuda/attention_sm90.cuh, cuda/grouped_gemm_sm90.cuh (warpgroup MMAs)\n"
+       "               (built and tested under the emulator; no tree runs them until measured on a GPU)\n\n";
+}
+
 void metrics_section(std::ostringstream& o, const Plan& plan) {
   o << "Metrics";
   if (plan.metrics.empty()) o << ": none";
@@ -280,6 +292,7 @@ std::string explain_text(const Plan& plan) {
   table_section(o, plan);
   optimizer_section(o, plan);
   schedule_section(o, plan);
+  kernels_section(o, plan);
   metrics_section(o, plan);
   return o.str();
 }
@@ -343,6 +356,9 @@ nlohmann::ordered_json explain_json(const Plan& plan) {
     metrics.push_back({{"name", mp.name}, {"interval", mp.interval}, {"classes", names}, {"layers", mp.layers}});
   }
   j["metrics"] = metrics;
+  json kernels = json::array();
+  for (const KernelChoice& k : cuda_kernels(s)) kernels.push_back({{"op", k.op}, {"kernel", k.kernel}, {"why", k.why}});
+  j["cuda_kernels"] = kernels;
   return j;
 }
 

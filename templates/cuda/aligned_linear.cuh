@@ -15,6 +15,7 @@
 // scratch buffers sized by the plan (plan.hpp's kAlignScratchActElems and kAlignScratchGradElems:
 // compiler/plan, align_scratch), allocated once; a call that would need more is a bug and throws,
 // naming its shape. fp32 (the parity path) and aligned widths call cuBLASLt directly.
+// gcompile explain names the widths a spec pads (compiler/plan/cuda_kernels.cpp, the same rule).
 #pragma once
 
 #include <cstdint>

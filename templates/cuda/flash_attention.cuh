@@ -41,7 +41,8 @@
 
 namespace gc::tree::cuda {
 
-// Whether the tensor-core kernels take attention shape S in element type T.
+// Whether the tensor-core kernels take attention shape S in element type T
+// (compiler/plan/cuda_kernels.cpp states the same rule for gcompile explain).
 template <class S, typename T>
 constexpr bool flash_attention_supported() {
   return std::is_same_v<T, bf16> && S::kHeadDim % 16 == 0 && S::kHeadDim <= 128;

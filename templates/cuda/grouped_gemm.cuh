@@ -35,7 +35,8 @@ inline constexpr int kTileRows = 128;  // rows of the activations per row tile (
 inline constexpr int kStep = 32;       // K per shared-memory stage (2 mma k-steps)
 inline constexpr int kStages = 4;      // stages in flight: 3 loading while one is multiplied
 
-// Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages).
+// Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages;
+// compiler/plan/cuda_kernels.cpp states the same rule for gcompile explain).
 template <int IN, int OUT>
 inline constexpr bool kSupported = IN % 64 == 0 && OUT % 64 == 0;
 

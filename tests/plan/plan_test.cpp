@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "plan/cuda_kernels.hpp"
 #include "plan/plan.hpp"
 #include "test_util.hpp"
 
@@ -389,6 +390,36 @@ TEST(Plan, ProjectionsWithWidthsNotAMultipleOf8GetPaddedScratchInBf16Only) {
   text.replace(text.find("tokens = 5000"), 13, "tokens = 5000\nprecision = \"fp32\"");
   EXPECT_EQ(must_plan(text).align_scratch.act_elems, 0);
   EXPECT_EQ(must_plan(text).align_scratch.grad_elems, 0);
+}
+
+// gcompile explain's kernels section (plan/cuda_kernels.hpp) follows the templates' compile-time
+// choices: tensor-core attention for bf16 and head_dim a multiple of 16 up to 128
+// (flash_attention_supported), grouped expert GEMMs for bf16 and whole 64-column tiles
+// (grouped::kSupported), zero-padded projections for widths not a multiple of 8 (bf16 only).
+TEST(Plan, CudaKernelsFollowThePrecisionAndTheShapes) {
+  const auto chosen = [](const std::string& text, const std::string& op) {
+    for (const KernelChoice& k : cuda_kernels(must_plan(text).spec)) {
+      if (k.op == op) return k.kernel.substr(0, k.kernel.find(':'));
+    }
+    return std::string("none");
+  };
+  const auto with = [](std::string text, const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  const std::string fp32 = with(kFullDense, "tokens = 5000", "tokens = 5000\nprecision = \"fp32\"");
+  EXPECT_EQ(chosen(kFullDense, "attention"), "cuda/flash_attention.cuh");  // bf16, head_dim 32
+  EXPECT_EQ(chosen(fp32, "attention"), "cuda/attention.cuh");
+  EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 24"), "attention"), "cuda/attention.cuh");
+  EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 144"), "attention"), "cuda/attention.cuh");
+  EXPECT_EQ(chosen(kFullDense, "experts"), "none");  // a dense model
+  EXPECT_EQ(chosen(kMoe, "experts"), "cuda/expert_linear.cuh");  // expert_d_ff 32: half a tile
+  EXPECT_EQ(chosen(with(kMoe, "expert_d_ff = 32", "expert_d_ff = 128"), "experts"), "cuda/grouped_gemm.cuh");
+  EXPECT_TRUE(unaligned_widths(must_plan(kFullDense).spec).empty());
+  const std::string odd = with(with(kFullDense, "vocab_size = 1000", "vocab_size = 1001"), "d_ff = 160", "d_ff = 150");
+  EXPECT_EQ(unaligned_widths(must_plan(odd).spec), (std::vector<std::string>{"vocab_size 1001", "d_ff 150"}));
+  EXPECT_TRUE(unaligned_widths(must_plan(with(odd, "tokens = 5000", "tokens = 5000\nprecision = \"fp32\"")).spec)
+                  .empty());
 }
 
 }  // namespace

@@ -1,0 +1,76 @@
+#include "plan/cuda_kernels.hpp"
+
+#include <cstdint>
+#include <utility>
+
+namespace gc {
+namespace {
+
+std::string str(std::int64_t v) { return std::to_string(v); }
+
+// templates/cuda/flash_attention.cuh, flash_attention_supported<S, T>(): bf16 and a head_dim that
+// is a multiple of 16, at most 128.
+KernelChoice attention(const Spec& spec) {
+  const std::int64_t hd = spec.model.head_dim;
+  const bool bf16 = spec.train.precision == Precision::bf16;
+  if (bf16 && hd % 16 == 0 && hd <= 128) {
+    return {"attention", "cuda/flash_attention.cuh: tensor cores (mma.sync m16n8k16), forward and backward",
+            "bf16, head_dim " + str(hd)};
+  }
+  return {"attention", "cuda/attention.cuh: the reference kernels (no tensor cores)",
+          bf16 ? "head_dim " + str(hd) + " is not a multiple of 16 up to 128" : "fp32"};
+}
+
+KernelChoice projections(const Spec& spec) {
+  const std::vector<std::string> padded = unaligned_widths(spec);
+  std::string why = spec.train.precision == Precision::bf16 ? "bf16" : "fp32";
+  if (!padded.empty()) {
+    why += "; a projection in or out of a width not a multiple of 8 runs on zero-padded copies "
+           "(cuda/aligned_linear.cuh):";
+    for (std::size_t i = 0; i < padded.size(); ++i) why += (i ? ", " : " ") + padded[i];
+  }
+  return {"projections", "cuBLASLt (runtime/cuda/blaslt.hpp)", why};
+}
+
+// templates/cuda/expert_linear.cuh: bf16 and grouped::kSupported<d_model, expert_d_ff>
+// (templates/cuda/grouped_gemm.cuh: both widths whole 64-column tiles).
+KernelChoice experts(const Spec& spec) {
+  const std::int64_t d = spec.model.d_model, f = spec.moe.expert_d_ff;
+  const bool bf16 = spec.train.precision == Precision::bf16;
+  if (bf16 && d % 64 == 0 && f % 64 == 0) {
+    return {"experts", "cuda/grouped_gemm.cuh: one launch per projection and direction for every expert (mma.sync)",
+            "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of 64"};
+  }
+  return {"experts", "cuda/expert_linear.cuh: the plain kernels (reference speed)",
+          bf16 ? "d_model " + str(d) + " or expert_d_ff " + str(f) + " is not a multiple of 64" : "fp32"};
+}
+
+}  // namespace
+
+std::vector<std::string> unaligned_widths(const Spec& spec) {
+  if (spec.train.precision != Precision::bf16) return {};
+  const ModelSpec& m = spec.model;
+  // The widths of plan/align_scratch.cpp's calls: a projection in or out of one of these is padded.
+  const std::vector<std::pair<std::string, std::int64_t>> widths = {
+      {"d_model", m.d_model},
+      {"n_heads·head_dim", m.n_heads * m.head_dim},
+      {"n_kv_heads·head_dim", m.n_kv_heads * m.head_dim},
+      {"vocab_size", m.vocab_size},
+      {"n_heads (headwise gate)", m.gated_attention == GatedAttention::headwise ? m.n_heads : 0},
+      {"d_ff", m.arch == Arch::moe ? spec.moe.dense_d_ff : m.d_ff},
+      {"shared experts' d_ff", m.arch == Arch::moe ? spec.moe.n_shared_experts * spec.moe.shared_d_ff : 0},
+  };
+  std::vector<std::string> out;
+  for (const auto& [name, w] : widths) {
+    if (w > 0 && w % 8 != 0) out.push_back(name + " " + str(w));
+  }
+  return out;
+}
+
+std::vector<KernelChoice> cuda_kernels(const Spec& spec) {
+  std::vector<KernelChoice> out = {attention(spec), projections(spec)};
+  if (spec.model.arch == Arch::moe) out.push_back(experts(spec));
+  return out;
+}
+
+}  // namespace gc
