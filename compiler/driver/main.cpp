@@ -2,7 +2,9 @@
 // report, and `gcompile SPEC` (generate and build).
 //
 // Exit status: 0 success, 1 the spec has errors (report: a run or file
-// cannot be read), 2 usage error.
+// cannot be read), 2 usage error, 3 internal error (a bug in gcompile).
+#include <cstdio>
+#include <exception>
 #include <iostream>
 #include <algorithm>
 #include <optional>
@@ -26,6 +28,7 @@ namespace {
 constexpr int kOk = 0;
 constexpr int kSpecError = 1;
 constexpr int kUsageError = 2;
+constexpr int kInternalError = 3;  // a bug in gcompile, not in the spec or the command line
 
 const char* const kUsage = R"(usage: gcompile SPEC [--no-build] [--cpu-only] [--cuda-arch LIST] [--quick-build]
                     [--programs LIST] [-o DIR] [-j N]
@@ -83,7 +86,7 @@ options:
   --version               print the version
 
 exit status: 0 success, 1 the spec has errors (report: a run or file cannot
-be read), 2 usage error
+be read), 2 usage error, 3 internal error (a bug in gcompile: please report it)
 Spec language reference: docs/spec.md
 )";
 
@@ -373,10 +376,18 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "sweep") return gc::sweep_command(argc - 2, argv + 2);
-  if (argc > 1 && std::string(argv[1]) == "export") return gc::export_command(argc - 2, argv + 2);
-  int status = kOk;
-  auto args = parse_args(argc, argv, status);
-  if (!args) return status;
-  return run(*args);
+  try {
+    if (argc > 1 && std::string(argv[1]) == "sweep") return gc::sweep_command(argc - 2, argv + 2);
+    if (argc > 1 && std::string(argv[1]) == "export") return gc::export_command(argc - 2, argv + 2);
+    int status = kOk;
+    auto args = parse_args(argc, argv, status);
+    if (!args) return status;
+    return run(*args);
+  } catch (const std::exception& e) {
+    // Spec, data and usage errors are diagnostics with their own statuses; what reaches here is a
+    // broken invariant of gcompile itself (say, templates that disagree with the emitter).
+    std::fprintf(stderr, "gcompile: internal error: %s\n(a bug in gcompile, not in your spec: please report it)\n",
+                 e.what());
+    return kInternalError;
+  }
 }
