@@ -73,9 +73,11 @@ inline constexpr bool kSeparateMaster = !std::is_same_v<ComputeType, float>;
 
 class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
  public:
-  // The optimizer state is allocated by the first initialize or upload, after join has decided
-  // how much of it this rank holds (so the allocation peak is the rank's own).
-  CudaEngine(int micro_batch, int seq_len) : model_(micro_batch, seq_len), shard_(kOffsets.at[kNumParams], 0, 1) {
+  // The gradients and the optimizer state are allocated by the first initialize or upload, after
+  // join and split_experts have decided how much of them this rank holds (so the allocation peak
+  // is the rank's own: the whole gradient array never exists first).
+  CudaEngine(int micro_batch, int seq_len)
+      : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::Gradients::defer), shard_(kOffsets.at[kNumParams], 0, 1) {
     upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
     readout_.squares.resize(std::size_t(kNumParams));
@@ -472,6 +474,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
+    model_.allocate_gradients();
     if (!m_.empty()) return;
     const std::size_t n = std::size_t(state_slots());
     if (kSeparateMaster || expert_blocks_) master_.resize(n);

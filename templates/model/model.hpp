@@ -74,9 +74,13 @@ class BasicModel {
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
+  // Whether the constructor allocates the gradient array: an engine that may still change where
+  // a rank keeps its gradients (ZeRO-1's padding, an expert block) defers it to its first
+  // initialize or upload (allocate_gradients), so the whole array never exists beside the final one.
+  enum class Gradients { allocate, defer };
   // head_rows: rows of LM-head logits held at once (the plan's kHeadChunkRows; clamped to
   // [1, N]; kKeepLogits keeps them all).
-  BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows);
+  BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows, Gradients gradients = Gradients::allocate);
 
   Buffer<Act> params;  // flat, in kParams order (kOffsets)
   Buffer<Grad> grads;  // flat, in state_layout()
@@ -100,6 +104,11 @@ class BasicModel {
     state_ = layout;
     grads = Buffer<Grad>();  // release the old array before allocating the new one
     Backend::allocate(grads, state_.total());
+  }
+  // The gradient array in state_layout(), zero, unless it exists (a model built with
+  // Gradients::defer has none until this or use_state_layout).
+  void allocate_gradients() {
+    if (grads.size() == 0) Backend::allocate(grads, state_.total());
   }
 
   // Mean cross-entropy of next-token prediction plus the MoE balancing loss

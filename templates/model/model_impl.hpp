@@ -58,7 +58,7 @@ using profile::kFwd;
 }  // namespace detail
 
 template <typename Backend>
-BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
+BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows, Gradients gradients)
     : B_(batch),
       T_(seq_len),
       N_(batch * seq_len),
@@ -67,7 +67,7 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows)
   const std::int64_t N = N_, D = kDModel, F = kDff;
   ops_.prepare(batch, seq_len);
   Backend::allocate(params, kOffsets.at[kNumParams]);  // state, not counted in buffer_bytes()
-  Backend::allocate(grads, state_.total());
+  if (gradients == Gradients::allocate) Backend::allocate(grads, state_.total());
   allocate(e_, N * D);
   allocate(e_norm_, N * D);
   if constexpr (kEmbeddingNorm) {

@@ -198,6 +198,22 @@ TEST(CudaEngine, ANonFiniteStepStopsEveryLaterUpdate) {
   }
 }
 
+// The engine allocates its gradients at the first initialize (in the layout join and
+// split_experts leave), not when it is built: the whole array never exists beside an expert
+// block's. The device bytes live after construction exclude them; initialize adds them.
+TEST(CudaEngine, GradientsAreAllocatedAtTheFirstInitializeNotAtConstruction) {
+  const std::int64_t before = gc::rt::cuda::allocation_stats().live_bytes;
+  const std::unique_ptr<gc::tree::Engine> gpu = gc::tree::make_cuda_engine(gc::tree::kMicroBatch, gc::tree::kSeqLen);
+  EXPECT_EQ(gpu->gradient_bytes(), 0);
+  const std::int64_t built = gc::rt::cuda::allocation_stats().live_bytes;
+  gpu->initialize(gc::tree::kSeed);
+  EXPECT_EQ(gpu->gradient_bytes(), std::int64_t(sizeof(float)) * gc::tree::kOffsets.at[gc::tree::kNumParams]);
+  EXPECT_GE(gc::rt::cuda::allocation_stats().live_bytes - built, gpu->gradient_bytes());
+  EXPECT_GT(built, before);
+  gpu->initialize(gc::tree::kSeed + 1);  // again: nothing more
+  EXPECT_EQ(gpu->gradient_bytes(), std::int64_t(sizeof(float)) * gc::tree::kOffsets.at[gc::tree::kNumParams]);
+}
+
 #ifdef GC_CUDA_EMULATOR
 // A step (after the first, which sizes cuBLASLt's workspace) is queued without the host waiting
 // for the GPU: uploads, forward, backward, norms, the verdict and AdamW; read_step then waits.
