@@ -90,18 +90,12 @@ std::vector<std::string> declared_fields(const std::string& type) {
 }
 
 // ParamInfo's fields in the template are those of the row plan_header writes, in its order.
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 void check_param_info_fields() {
   const std::vector<std::string> declared = declared_fields("ParamInfo");
   if (declared != kParamInfoFields) {
-    throw std::logic_error("templates/plan_types.hpp: ParamInfo's fields (" + joined(declared) +
+    throw std::logic_error("templates/plan_types.hpp: ParamInfo's fields (" + join(declared, ", ") +
                            ") differ from the row compiler/emit/plan_header.cpp writes (kParamInfoFields: " +
-                           joined(kParamInfoFields) + ")");
+                           join(kParamInfoFields, ", ") + ")");
   }
 }
 
@@ -124,7 +118,7 @@ const std::vector<std::string>& layer_fields() {
       }
     }
     if (declared.size() != layer_field_tensors().size()) {
-      throw std::logic_error("templates/plan_types.hpp: LayerParams declares a field twice (" + joined(declared) + ")");
+      throw std::logic_error("templates/plan_types.hpp: LayerParams declares a field twice (" + join(declared, ", ") + ")");
     }
     return declared;
   }();

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/text.hpp"
+
 namespace gc {
 namespace {
 
@@ -27,7 +29,7 @@ KernelChoice projections(const Spec& spec) {
   if (!padded.empty()) {
     why += "; a projection in or out of a width not a multiple of 8 runs on zero-padded copies "
            "(cuda/aligned_linear.cuh):";
-    for (std::size_t i = 0; i < padded.size(); ++i) why += (i ? ", " : " ") + padded[i];
+    why += " " + join(padded, ", ");
   }
   return {"projections", "cuBLASLt (runtime/cuda/blaslt.hpp)", why};
 }

@@ -103,7 +103,7 @@ class BasicModel {
   void use_state_layout(const StateLayout& layout) {
     state_ = layout;
     grads = Buffer<Grad>();  // release the old array before allocating the new one
-    Backend::allocate(grads, state_.total());
+    allocate_gradients();
   }
   // The gradient array in state_layout(), zero, unless it exists (a model built with
   // Gradients::defer has none until this or use_state_layout).

@@ -23,6 +23,8 @@ import re
 import sys
 from collections import defaultdict
 
+from include_rules import template_files  # every C++/CUDA file of templates/, by path
+
 KNOB = re.compile(r'gc::knob<\s*([^>]+?)\s*>\(\s*"([^"]+)"\s*,\s*([^;]+?)\)\s*;', re.S)
 # Where a knob may be declared: the knob table, the per-experiment strings, the kernels' shapes.
 ALLOWED = ("config.hpp", "experiment.cpp", "cuda/")
@@ -53,17 +55,6 @@ def problems(table: dict[str, list[tuple[str, int, str, str]]]) -> list[str]:
             where = "; ".join(f"templates/{p}:{l}: gc::knob<{t}>(..., {d})" for p, l, t, d in places)
             found.append(f"{key}: declared with different types or defaults: {where}")
     return found
-
-
-def template_files(root: str) -> dict[str, str]:
-    files = {}
-    for base, _, names in os.walk(root):
-        for name in names:
-            if name.endswith((".hpp", ".cpp", ".cu", ".cuh")):
-                full = os.path.join(base, name)
-                with open(full, encoding="utf-8") as f:
-                    files[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
-    return files
 
 
 def self_test() -> None:
