@@ -34,7 +34,6 @@ Standard library at import; torch is passed in.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import sys
 import time
@@ -67,28 +66,12 @@ def param_class(name):
     raise ValueError(f"no class for parameter {name}")
 
 
-def oracle_module(hoist_rope=False):
-    """tests/reference/reference_model.py; with hoist_rope a private copy of it whose RoPE tables
-    are computed once per (T, head_dim, theta, dtype) and reused (the module the tests import
-    is left as it is)."""
-    path = REPO / "tests" / "reference" / "reference_model.py"
-    if not hoist_rope:
-        sys.path.insert(0, str(path.parent))
-        import reference_model
-        return reference_model
-    spec = importlib.util.spec_from_file_location("reference_model_rope_hoisted", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    tables, compute = {}, module.rope_cos_sin
+def oracle_module():
+    """tests/reference/reference_model.py (the test oracle: gcompile_decoder at its plain execution)."""
+    sys.path.insert(0, str(REPO / "tests" / "reference"))
+    import reference_model
 
-    def rope_cos_sin(T, hd, theta, dtype):
-        key = (T, hd, theta, dtype)
-        if key not in tables:
-            tables[key] = compute(T, hd, theta, dtype)
-        return tables[key]
-
-    module.rope_cos_sin = rope_cos_sin
-    return module
+    return reference_model
 
 
 def oracle_weights(torch, cfg):
@@ -136,20 +119,26 @@ class Model:
 
 def oracle_model(torch, tree, spec, sdpa, logits_out=True, hoist_rope=False):
     """The old rows' model: reference_model.forward over a dict of parameters."""
-    ref = oracle_module(hoist_rope)
+    ref = oracle_module()
     try:
         cfg = ref.Config(tree, {})  # architecture from spec.resolved.toml, scales from src/config.hpp
     except (OSError, ValueError, KeyError) as e:
         raise BaselineError(f"PyTorch model: {e}") from None
     W = oracle_weights(torch, cfg)
+    tables = None
     if hoist_rope:  # computed here, so that torch.compile finds them made and treats them as constants
-        ref.rope_cos_sin(int(spec["train"]["seq_len"]), cfg.hd, cfg.theta, W["model.embed_tokens.weight"].dtype)
+        T = int(spec["train"]["seq_len"])
+        tables = ref.gd.rope_tables(torch.arange(T), cfg.hd, cfg.theta, W["model.embed_tokens.weight"].dtype)
+
+    def rope(tokens):
+        return tables if tables is not None and tokens.shape[1] == tables[0].shape[0] else None
+
     if logits_out:
         def loss_fn(tokens, targets):
-            return ref.forward(cfg, W, tokens, targets, sdpa=sdpa)  # (logits, loss), as first written
+            return ref.forward(cfg, W, tokens, targets, sdpa=sdpa, cos_sin=rope(tokens))  # (logits, loss)
     else:
         def loss_fn(tokens, targets):
-            return ref.forward(cfg, W, tokens, targets, sdpa=sdpa)[1]
+            return ref.forward(cfg, W, tokens, targets, sdpa=sdpa, cos_sin=rope(tokens))[1]
     text = "tests/reference/reference_model.py functions" + (", RoPE tables built once" if hoist_rope else "")
     return Model(loss_fn, list(W.values()), oracle_groups(spec, W), cfg.V, "oracle", text, module=W)
 

@@ -46,45 +46,43 @@ import cpu_torch_plain as ctp  # noqa: E402
 
 
 def fuse_projections(torch, model, cfg):
-    """Rewires bench/torch_model.py's attention and MLP forwards to one GEMM for q, k, v (and the
-    gate) and one for the MLP's gate and up projections: the plan's separate weights are
-    concatenated inside the forward, so the parameters, their init and AdamW groups stay the same."""
+    """Rewires the layers of bench/torch_model.py's model (gcompile_decoder's DecoderLayer) to one
+    GEMM for q, k, v (and the gate) and one for the MLP's gate and up projections: the plan's
+    separate weights are concatenated inside the forward, so the parameters, their init and AdamW
+    groups stay the same. The rest is the shared model's own functions."""
+    import torch_model
+
+    gd = torch_model.decoder_module()
     F = torch.nn.functional
     H, K, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    if cfg.qk_norm or cfg.norm_placement != "pre":
-        raise ctp.BaselineError("fused projections: this experiment covers pre-norm without QK-norm only")
+    if cfg.qk_norm or cfg.norm_placement != "pre" or cfg.moe:
+        raise ctp.BaselineError("fused projections: this experiment covers dense pre-norm without QK-norm only")
 
-    def rope(x, cos, sin):
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        c, s = cos[None, :, None, :], sin[None, :, None, :]
-        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-
-    def attention(self, x, cos, sin):
-        B, T, _ = x.shape
-        ws = [self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]
+    def layer_forward(self, h, cos, sin, mask=None, routes=None, run=None):
+        B, T, _ = h.shape
+        a, attn = self.input_layernorm(h), self.self_attn
+        ws = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
         sizes = [H * hd, K * hd, K * hd]
         if cfg.gate_dim:
-            ws.append(self.gate_proj.weight)
+            ws.append(attn.gate_proj.weight)
             sizes.append(cfg.gate_dim)
-        parts = F.linear(x, torch.cat(ws)).split(sizes, dim=-1)
+        parts = F.linear(a, torch.cat(ws)).split(sizes, dim=-1)
         q, k, v = parts[0].view(B, T, H, hd), parts[1].view(B, T, K, hd), parts[2].view(B, T, K, hd)
-        q, k, v = rope(q, cos, sin).transpose(1, 2), rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.attn_scale,
+        q, k = gd.apply_rope(q, cos, sin).transpose(1, 2), gd.apply_rope(k, cos, sin).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True, scale=cfg.attn_scale,
                                            **({"enable_gqa": True} if K != H else {})).transpose(1, 2)
         if cfg.gated_attention == "headwise":
             o = o * torch.sigmoid(parts[3]).unsqueeze(-1)
         elif cfg.gated_attention == "elementwise":
             o = o * torch.sigmoid(parts[3]).view(B, T, H, hd)
-        return self.o_proj(o.reshape(B, T, H * hd))
-
-    def mlp(self, x):
-        g, u = F.linear(x, torch.cat([self.gate_proj.weight, self.up_proj.weight])).chunk(2, dim=-1)
-        return self.down_proj(F.silu(g) * u)
+        h = h + attn.o_proj(o.reshape(B, T, H * hd))
+        mlp = self.mlp
+        g, u = F.linear(self.post_attention_layernorm(h), torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).chunk(
+            2, dim=-1)
+        return h + mlp.down_proj(F.silu(g) * u), None
 
     for layer in model.module.model.layers:
-        layer.self_attn.forward = types.MethodType(attention, layer.self_attn)
-        layer.mlp.forward = types.MethodType(mlp, layer.mlp)
+        layer.forward = types.MethodType(layer_forward, layer)
     model.text += ", fused projections"
     return model
 

@@ -1,7 +1,9 @@
-"""The PyTorch model of bench/torch_baseline.py: the Llama-style decoder a gcompile spec describes
-(dense, or mixture of experts through bench/torch_moe.py),
-written with plain PyTorch modules the way a user would write it, its parameters named, shaped and
-initialized as gcompile's plan says, and the AdamW groups of the plan.
+"""The PyTorch model of bench/torch_baseline.py: gcompile's decoder as
+compiler/export/python/gcompile_decoder.py defines it (the one PyTorch definition, shared with the
+export and the test oracle), run the way a fast PyTorch training loop runs it: SDPA attention, the
+RoPE tables built once, the mixture-of-experts layers' experts through torch._grouped_mm
+(bench/torch_moe.py), top-k by torch.topk; its parameters named, shaped and initialized as
+gcompile's plan says, and the AdamW groups of the plan.
 
 Standard library at import; torch is passed in (the caller imports it), so bench/gpu_vs_torch can
 import bench/torch_baseline.py on a machine without torch. `cfg` is torch_baseline.Config.
@@ -13,151 +15,49 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_moe import is_moe_layer, moe_block  # noqa: E402  (the MoE layers' block)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+DECODER_DIR = os.path.join(os.path.dirname(HERE), "compiler", "export", "python")
+
+
+def decoder_module():
+    """compiler/export/python/gcompile_decoder.py (imports torch)."""
+    if DECODER_DIR not in sys.path:
+        sys.path.insert(0, DECODER_DIR)
+    import gcompile_decoder
+
+    return gcompile_decoder
+
+
+def decoder_shape(cfg, gd):
+    """The gcompile_decoder shape of a torch_baseline.Config."""
+    moe = None
+    if cfg.moe:
+        m = cfg.moe
+        moe = gd.MoeShape(layers=gd.moe_layer_indices(cfg.n_layers, m["n_dense_layers"], m["layer_interval"]),
+                          n_experts=m["n_experts"], top_k=m["top_k"], expert_d_ff=m["expert_d_ff"],
+                          shared_d_ff=m["shared_d_ff"], router_scoring=m["router_scoring"],
+                          norm_topk_prob=m["norm_topk_prob"], load_balance=m["load_balance"],
+                          load_balance_coef=m["load_balance_coef"], seq_aux_loss=m.get("seq_aux_loss", 0.0),
+                          z_loss=m.get("z_loss", 0.0))
+    return gd.DecoderShape(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
+                           n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, d_ff=cfg.d_ff,
+                           norm_eps=cfg.norm_eps, norm_placement=cfg.norm_placement,
+                           embedding_norm=cfg.embedding_norm, qk_norm=cfg.qk_norm,
+                           tie_embeddings=cfg.tie_embeddings, gated_attention=cfg.gated_attention,
+                           rope_theta=cfg.rope_theta, embedding_scale=cfg.embedding_scale,
+                           attn_scale=cfg.attn_scale, logit_scale=cfg.logit_scale, moe=moe)
 
 
 def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):
-    """The decoder, its parameters named as the plan names them and
-    initialized as it says. use_sdpa: F.scaled_dot_product_attention with
-    scale= (torch >= 2.1); use_sdpa_gqa: its enable_gqa= (torch >= 2.5), else
-    K/V are repeated."""
-    nn = torch.nn
-    F = torch.nn.functional
+    """The decoder, its parameters named as the plan names them and initialized as it says.
+    use_sdpa: F.scaled_dot_product_attention with scale= (torch >= 2.1); use_sdpa_gqa: its
+    enable_gqa= (torch >= 2.5), else K/V are repeated. forward(tokens, targets) -> loss."""
+    from torch_moe import grouped_experts
 
-    class RMSNorm(nn.Module):
-        def __init__(self, dim: int, eps: float):
-            super().__init__()
-            self.eps = eps
-            self.weight = nn.Parameter(torch.ones(dim))
-
-        def forward(self, x):
-            xf = x.float() if x.element_size() < 4 else x  # mean of squares in fp32 at least
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-            return (y * self.weight).to(x.dtype)
-
-    def rope(x, cos, sin):
-        # x [B, T, heads, hd]; cos/sin [T, hd/2]; pairs (i, i + hd/2).
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        c = cos[None, :, None, :].to(x.dtype)
-        s = sin[None, :, None, :].to(x.dtype)
-        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            d = cfg.d_model
-            self.q_proj = nn.Linear(d, cfg.q_dim, bias=False)
-            self.k_proj = nn.Linear(d, cfg.kv_dim, bias=False)
-            self.v_proj = nn.Linear(d, cfg.kv_dim, bias=False)
-            if cfg.qk_norm:
-                self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-                self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
-            if cfg.gate_dim:
-                self.gate_proj = nn.Linear(d, cfg.gate_dim, bias=False)
-            self.o_proj = nn.Linear(cfg.q_dim, d, bias=False)
-            if cfg.norm_placement == "sandwich":
-                self.out_norm = RMSNorm(d, cfg.norm_eps)
-
-        def forward(self, x, cos, sin):
-            B, T, _ = x.shape
-            H, K, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-            q = self.q_proj(x).view(B, T, H, hd)
-            k = self.k_proj(x).view(B, T, K, hd)
-            v = self.v_proj(x).view(B, T, K, hd)
-            if cfg.qk_norm:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
-            if K != H and not use_sdpa_gqa:
-                k = k.repeat_interleave(H // K, dim=1)
-                v = v.repeat_interleave(H // K, dim=1)
-            if use_sdpa:
-                kwargs = {"enable_gqa": True} if (K != H and use_sdpa_gqa) else {}
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.attn_scale, **kwargs)
-            else:  # torch < 2.1 (CPU smoke tests only)
-                scores = (q @ k.transpose(-1, -2)) * cfg.attn_scale
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-                o = torch.softmax(scores.float().masked_fill(mask, float("-inf")), dim=-1).to(v.dtype) @ v
-            o = o.transpose(1, 2)  # [B, T, H, hd]
-            if cfg.gated_attention == "headwise":
-                o = o * torch.sigmoid(self.gate_proj(x)).unsqueeze(-1)
-            elif cfg.gated_attention == "elementwise":
-                o = o * torch.sigmoid(self.gate_proj(x)).view(B, T, H, hd)
-            o = self.o_proj(o.reshape(B, T, H * hd))
-            return self.out_norm(o) if cfg.norm_placement == "sandwich" else o
-
-    class MLP(nn.Module):
-        def __init__(self, d_ff: int = 0, out_norm: bool = True):
-            super().__init__()
-            d_ff = d_ff or cfg.d_ff
-            self.gate_proj = nn.Linear(cfg.d_model, d_ff, bias=False)
-            self.up_proj = nn.Linear(cfg.d_model, d_ff, bias=False)
-            self.down_proj = nn.Linear(d_ff, cfg.d_model, bias=False)
-            if cfg.norm_placement == "sandwich" and out_norm:
-                self.out_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-
-        def forward(self, x):
-            m = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-            return self.out_norm(m) if hasattr(self, "out_norm") else m
-
-    class Block(nn.Module):
-        def __init__(self, layer: int):
-            super().__init__()
-            self.input_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.self_attn = Attention()
-            self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.mlp = moe_block(cfg, torch, MLP) if is_moe_layer(cfg, layer) else MLP()
-
-        def forward(self, h, cos, sin):
-            h = h + self.self_attn(self.input_layernorm(h), cos, sin)
-            return h + self.mlp(self.post_attention_layernorm(h))
-
-    class Body(nn.Module):  # Hugging Face's LlamaModel layout: the plan's "model." names
-        def __init__(self):
-            super().__init__()
-            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-            if cfg.embedding_norm:
-                self.embed_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-            self.layers = nn.ModuleList(Block(i) for i in range(cfg.n_layers))
-            self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-
-    class Decoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = Body()
-            if not cfg.tie_embeddings:
-                self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-            inv_freq = cfg.rope_theta ** (-torch.arange(0, cfg.head_dim // 2, dtype=torch.float64) * 2.0 / cfg.head_dim)
-            angles = torch.arange(cfg.seq_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
-            self.register_buffer("rope_cos", angles.cos().float(), persistent=False)
-            self.register_buffer("rope_sin", angles.sin().float(), persistent=False)
-
-        def forward(self, tokens, targets):
-            m = self.model
-            h = m.embed_tokens(tokens)
-            if cfg.embedding_scale != 1.0:
-                h = h * cfg.embedding_scale
-            if cfg.embedding_norm:
-                h = m.embed_norm(h)
-            for layer in m.layers:
-                h = layer(h, self.rope_cos, self.rope_sin)
-            h = m.norm(h)
-            head = m.embed_tokens.weight if cfg.tie_embeddings else self.lm_head.weight
-            logits = F.linear(h, head)
-            if cfg.logit_scale != 1.0:
-                logits = logits * cfg.logit_scale
-            if logits.element_size() < 4:
-                logits = logits.float()
-            loss = F.cross_entropy(logits.view(-1, cfg.vocab_size), targets.reshape(-1))
-            for layer in m.layers:  # the MoE layers' balancing losses of this forward
-                aux = getattr(layer.mlp, "aux_loss", None)
-                if aux is not None:
-                    loss = loss + aux
-            return loss
-
-    model = Decoder()
+    gd = decoder_module()
+    run = gd.Execution(sdpa=use_sdpa, gqa_native=use_sdpa_gqa, experts=grouped_experts(torch), exact_ties=False)
+    model = gd.Decoder(decoder_shape(cfg, gd), run, rope_cache=cfg.seq_len)
     with torch.no_grad():
         for p, entry in plan_tensors(model, cfg):
             init_tensor(torch, p, entry["init"])

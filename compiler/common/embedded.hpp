@@ -17,6 +17,6 @@ const std::vector<EmbeddedFile>& embedded_templates();
 const std::vector<EmbeddedFile>& embedded_runtime();
 const std::vector<EmbeddedFile>& embedded_third_party();
 const std::vector<EmbeddedFile>& embedded_tree_files();  // CMakeLists.txt.in (templates/)
-const std::vector<EmbeddedFile>& embedded_hf_code();  // modeling_gcompile.py, configuration_gcompile.py
+const std::vector<EmbeddedFile>& embedded_hf_code();  // compiler/export/python/*.py
 
 }  // namespace gc

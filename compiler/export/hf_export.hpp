@@ -6,9 +6,11 @@
 //   - Qwen2MoeForCausalLM an MoE model Qwen2-MoE can express exactly (zero
 //                         q/k/v biases, a shared-expert gate of constant 1/2
 //                         with the shared down projection doubled);
-//   - GcompileForCausalLM every other spec, with modeling_gcompile.py and
-//                         configuration_gcompile.py written into the export and
-//                         registered through auto_map (trust_remote_code=True).
+//   - GcompileForCausalLM every other spec, with modeling_gcompile.py,
+//                         configuration_gcompile.py and gcompile_decoder.py (the
+//                         model, shared with the bench and the test oracle)
+//                         written into the export and registered through
+//                         auto_map (trust_remote_code=True).
 // Beside config.json, generation_config.json and model.safetensors (F32 or
 // BF16), a run on text data gets its SentencePiece model as tokenizer.model
 // with the config a Llama tokenizer needs (BOS added, as the training data had).

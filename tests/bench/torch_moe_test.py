@@ -1,8 +1,9 @@
-#!/usr/bin/env python3
-"""bench/torch_moe.py, the PyTorch MoE peer of moe_3b, without a GPU: its block against the MoE
-written token by token, its grouped GEMMs' operands under autocast (a torch whose _grouped_mm keeps
-the CUDA kernel's bf16-only contract), and a CPU run of the baseline on specs/moe_tiny.toml through
-gcompile's plan (skipped, saying so, without torch or a built gcompile).
+"""bench/torch_moe.py, the grouped experts of the PyTorch MoE peer of moe_3b, without a GPU: the
+shared model's MoE layer (compiler/export/python/gcompile_decoder.py) with them against the same
+layer with its experts one at a time and against the MoE written token by token, its grouped GEMMs'
+operands under autocast (a torch whose _grouped_mm keeps the CUDA kernel's bf16-only contract), and
+a CPU run of the baseline on specs/moe_tiny.toml through gcompile's plan (skipped, saying so,
+without torch or a built gcompile).
 
     .venv/bin/python tests/bench/torch_moe_test.py
 """
@@ -12,17 +13,33 @@ import math
 import os
 import tempfile
 import unittest
-from types import SimpleNamespace
 
 from torch_baseline_test import ROOT, run_baseline  # also puts bench/ on the path
 
 
-class MoeBlock(unittest.TestCase):
-    """bench/torch_moe.py's block (sorted, padded groups, torch._grouped_mm) against the MoE written
-    token by token: y_t = Σ over t's top-k experts of w · SwiGLU_e(x_t), plus the shared expert;
-    L_aux = coef · E · Σ_e f_e · P_e."""
+def moe_layer(torch, n_experts, top_k, scoring, renorm, capacity=0, shared=8, d=8, seed=0):
+    """(shape, W): one MoE layer of the shared model with random tensors (never zeros)."""
+    import torch_model
 
-    def test_grouped_block_equals_the_token_by_token_sum(self):
+    gd = torch_model.decoder_module()
+    m = gd.MoeShape(layers=frozenset({0}), n_experts=n_experts, top_k=top_k, expert_d_ff=16, shared_d_ff=shared,
+                    router_scoring=scoring, norm_topk_prob=renorm, load_balance="aux_loss", load_balance_coef=0.01,
+                    capacity=capacity)
+    shape = gd.DecoderShape(vocab_size=11, d_model=d, n_layers=1, n_heads=2, n_kv_heads=2, head_dim=4, d_ff=4,
+                            norm_eps=1e-5, moe=m)
+    g = torch.Generator().manual_seed(seed)
+    W = {name[len("model.layers.0."):]: torch.randn(dims, generator=g) * 0.5
+         for name, dims in gd.parameter_shapes(shape).items() if ".mlp." in name}
+    return gd, shape, W
+
+
+class MoeBlock(unittest.TestCase):
+    """bench/torch_moe.py's experts (sorted, padded groups, torch._grouped_mm) in the shared model's
+    MoE layer against its loop and against the MoE written token by token:
+    y_t = sum over t's top-k experts of w * SwiGLU_e(x_t), plus the shared expert;
+    L_aux = coef * E * sum_e f_e * P_e."""
+
+    def test_grouped_experts_equal_the_token_by_token_sum(self):
         try:
             import torch
         except ImportError:
@@ -30,32 +47,17 @@ class MoeBlock(unittest.TestCase):
         import torch_moe
         F = torch.nn.functional
         for scoring, renorm in (("softmax", False), ("sigmoid", True)):
-            moe = {"n_dense_layers": 0, "layer_interval": 1, "n_experts": 5, "top_k": 2, "expert_d_ff": 16,
-                   "shared_d_ff": 8, "dense_d_ff": 0, "router_scoring": scoring, "norm_topk_prob": renorm,
-                   "load_balance": "aux_loss", "load_balance_coef": 0.01}
-            cfg = SimpleNamespace(d_model=8, moe=moe, norm_placement="pre")
-            torch.manual_seed(0)
-
-            class Shared(torch.nn.Module):  # bench/torch_model.py's MLP, as the block builds it
-                def __init__(self, d_ff, out_norm=False):
-                    super().__init__()
-                    self.gate_proj = torch.nn.Linear(8, d_ff, bias=False)
-                    self.up_proj = torch.nn.Linear(8, d_ff, bias=False)
-                    self.down_proj = torch.nn.Linear(d_ff, 8, bias=False)
-
-                def forward(self, x):
-                    return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-            block = torch_moe.moe_block(cfg, torch, Shared)
-            with torch.no_grad():
-                for p in block.parameters():
-                    p.normal_(0.0, 0.5)
-            x = torch.randn(2, 7, 8)
-            got = block(x)
+            gd, shape, W = moe_layer(torch, 5, 2, scoring, renorm)
+            x = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(1))
+            grouped = gd.Execution(experts=torch_moe.grouped_experts(torch))
+            got, aux = gd.moe(shape, W, "", x, 0, None, grouped)
+            loop, loop_aux = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)
+            torch.testing.assert_close(got, loop, rtol=1e-5, atol=1e-5)
             xf = x.reshape(14, 8)
-            scores = F.linear(xf, block.router.weight)
+            scores = F.linear(xf, W["mlp.router.weight"])
             scores = torch.softmax(scores, -1) if scoring == "softmax" else torch.sigmoid(scores)
-            want = block.shared_experts(xf).clone()
+            want = gd.swiglu(xf, W["mlp.shared_experts.gate_proj.weight"], W["mlp.shared_experts.up_proj.weight"],
+                             W["mlp.shared_experts.down_proj.weight"])
             counts = [0] * 5
             for t in range(14):
                 w, chosen = scores[t].topk(2)
@@ -63,17 +65,33 @@ class MoeBlock(unittest.TestCase):
                     w = w / w.sum()
                 for weight, e in zip(w.tolist(), chosen.tolist()):
                     counts[e] += 1
-                    ex = block.experts
-                    h = F.silu(xf[t] @ ex.gate_proj.weight[e].t()) * (xf[t] @ ex.up_proj.weight[e].t())
-                    want[t] += weight * (h @ ex.down_proj.weight[e].t())
+                    h = F.silu(xf[t] @ W["mlp.experts.gate_proj.weight"][e].t()) * (
+                        xf[t] @ W["mlp.experts.up_proj.weight"][e].t())
+                    want[t] += weight * (h @ W["mlp.experts.down_proj.weight"][e].t())
             torch.testing.assert_close(got.reshape(14, 8), want, rtol=1e-5, atol=1e-5)
-            aux = 0.01 * 5 * sum(counts[e] / 28.0 * scores[:, e].mean().item() for e in range(5))
-            self.assertAlmostEqual(block.aux_loss.item(), aux, places=6)
-            self.assertTrue(torch_moe.is_moe_layer(cfg, 0))
+            prob = scores if scoring == "softmax" else scores / scores.sum(-1, keepdim=True)
+            expected = 0.01 * 5 * sum(counts[e] / 28.0 * prob[:, e].mean().item() for e in range(5))
+            self.assertAlmostEqual(aux.item(), expected, places=6)
+            self.assertAlmostEqual(loop_aux.item(), expected, places=6)
+
+    def test_grouped_experts_drop_what_the_capacity_drops(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch is not installed")
+        import torch_moe
+        gd, shape, W = moe_layer(torch, 4, 3, "softmax", False, capacity=2, shared=0)
+        x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(2))
+        got, _ = gd.moe(shape, W, "", x, 0, None, gd.Execution(experts=torch_moe.grouped_experts(torch)))
+        want, _ = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        dropless, _ = gd.moe(gd.DecoderShape(**{**shape.__dict__, "moe": gd.MoeShape(
+            **{**shape.moe.__dict__, "capacity": 0})}), W, "", x, 0, None, gd.PLAIN)
+        self.assertGreater(float((dropless - want).abs().max()), 1e-3)  # 18 assignments, 8 kept per sequence
 
     def test_grouped_mm_gets_bf16_operands_under_autocast(self):
         """torch._grouped_mm's CUDA kernel refuses fp32 operands and autocast does not cast them (the
-        first H200 run of the moe_bench row failed so, 2026-11-28): the block casts under autocast.
+        first H200 run of the moe_bench row failed so, 2026-11-28): the experts cast under autocast.
         Here a torch whose _grouped_mm refuses non-bf16 operands as the CUDA kernel does."""
         try:
             import torch
@@ -94,21 +112,11 @@ class MoeBlock(unittest.TestCase):
             def __getattr__(self, name):
                 return bf16_only_grouped_mm if name == "_grouped_mm" else getattr(torch, name)
 
-        moe = {"n_dense_layers": 0, "layer_interval": 1, "n_experts": 4, "top_k": 2, "expert_d_ff": 16,
-               "shared_d_ff": 0, "dense_d_ff": 0, "router_scoring": "softmax", "norm_topk_prob": False,
-               "load_balance": "none", "load_balance_coef": 0.0}
-        cfg = SimpleNamespace(d_model=16, moe=moe, norm_placement="pre")
-        torch.manual_seed(0)
-        reference = torch_moe.moe_block(cfg, torch, None)  # fp32 throughout, outside autocast
-        with torch.no_grad():
-            for p in reference.parameters():
-                p.normal_(0.0, 0.3)
-        block = torch_moe.moe_block(cfg, CudaLikeTorch(), None)
-        block.load_state_dict(reference.state_dict())
-        x = torch.randn(2, 8, 16)
-        want = reference(x)
+        gd, shape, W = moe_layer(torch, 4, 2, "softmax", False, shared=0, d=16)
+        x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(3))
+        want, _ = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)  # fp32 throughout, outside autocast
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            got = block(x)
+            got, _ = gd.moe(shape, W, "", x, 0, None, gd.Execution(experts=torch_moe.grouped_experts(CudaLikeTorch())))
         self.assertEqual(len(seen), 3)  # gate, up and down ran as bf16 grouped GEMMs
         self.assertEqual(got.dtype, x.dtype)
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)

@@ -17,43 +17,12 @@ against the float32 reference is below --tol (default 1e-5); the float64 column
 is reported alongside (it is the error of the C++ fp32 model against exact
 arithmetic). Exit status: 0 pass, 1 mismatch, 2 bad input.
 
-The model (written from the spec language's description, not from the C++):
-  e   = embedding_scale * E[tokens];  e = RMSNorm(e) if embedding_norm
-  per layer, pre-norm (sandwich adds RMSNorm on each sublayer output):
-    a = RMSNorm(h);  q, k, v = a Wq^T, a Wk^T, a Wv^T  (split into heads)
-    q, k = RMSNorm over head_dim (shared gain) if qk_norm
-    RoPE, HF rotate_half pairing (i with i + hd/2), base rope_theta, positions 0..T-1
-    o = softmax(attn_scale * q k^T + causal mask) v, query head h reads kv head h // (H/KV)
-    o = sigmoid(a Wg^T) * o   (headwise: one gate per head; elementwise: per channel)
-    h = h + [RMSNorm](o Wo^T)
-    b = RMSNorm(h);  h = h + [RMSNorm](MLP(b))
-    dense layer: MLP(b) = (silu(b Wgate^T) * (b Wup^T)) Wdown^T
-  logits = logit_scale * RMSNorm(h) W_lm^T   (W_lm = E when tied);  loss = mean CE
-  RMSNorm(x) = g * x / sqrt(mean(x^2) + eps)
-
-Mixture of experts (model.arch = "moe", settings in [moe]):
-  layer l is MoE iff l >= n_dense_layers and (l - n_dense_layers) % layer_interval == 0;
-  the other layers are dense with MLP width dense_d_ff. In an MoE layer, per token t
-  (the rows of b over batch and time, N of them):
-    r_t = b_t Wrouter^T (E logits);  s_t = softmax(r_t) or sigmoid(r_t) (router_scoring)
-    e_1..e_k = the k largest s_t[e] (ties to the lower index; the aux_free selection
-      bias is zero at step 0, which is what the probe holds, so it is left out)
-    w_tj = s_t[e_j], divided by sum_j s_t[e_j] if norm_topk_prob
-    MLP(b_t) = sum_j w_tj * Expert_{e_j}(b_t) + Shared(b_t)
-    Expert_e(x) = (silu(x G_e^T) * (x U_e^T)) Dn_e^T; Shared is one SwiGLU MLP of width
-      n_shared_experts * shared_d_ff (absent when n_shared_experts = 0)
-  Gradients flow through w (so into the router) and the experts, not through the
-  selection. The selection is made once from the float64 scores and reused for the
-  float32 run. With load_balance = "aux_loss" the loss adds, per MoE layer,
-    coef * E * sum_e f_e * P_e,  f_e = (assignments to e) / (N k) (a constant),
-    P_e = mean_t p_t[e],  p_t = s_t (softmax) or s_t / sum_e s_t[e] (sigmoid).
-  With seq_aux_loss > 0 it adds the same form over each sequence's T tokens, averaged over
-  the B sequences (DeepSeek-V3 eqs. 17-20):
-    seq_aux_loss * mean_b [E * sum_e f_be * P_be];
-  with z_loss > 0 the router z-loss (ST-MoE eq. 5): z_loss * mean_t logsumexp(r_t)^2.
-  With capacity_factor > 0 each expert keeps, per sequence, its first
-  C = ceil(capacity_factor * T * k / E) assignments in (token, rank) order; the others add
-  nothing (no renormalization); the balancing losses still count every selection.
+The model is compiler/export/python/gcompile_decoder.py (the one PyTorch definition that the
+export and the bench share, written from the spec language's math, not from the C++; its docstring
+states the math), run here with its plain execution: softmax attention written out, one expert at a
+time, ties to the lower index. This file reads the spec and the probe, and compares. MoE routing:
+the float64 run chooses the experts and the float32 run reuses its choice; a near-tie between the
+k-th and (k+1)-th scores is reported (the fp32 C++ model may route such a token differently).
 """
 
 import argparse
@@ -67,6 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler" / "export" / "python"))
+import gcompile_decoder as gd  # noqa: E402  (the model)
 
 DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
@@ -180,79 +152,24 @@ class Config:
                 f"shared={self.n_shared}x{self.shared_d_ff} scoring={self.scoring} balance={self.balance} "
                 f"coef={self.coef:g} norm_topk={self.norm_topk}")
 
+    def decoder_shape(self):
+        """The model's shape for gcompile_decoder (the MoE layers at their plain execution)."""
+        moe = None
+        if self.arch == "moe":
+            moe = gd.MoeShape(layers=frozenset(self.moe_layers), n_experts=self.n_experts, top_k=self.top_k,
+                              expert_d_ff=self.Fe, shared_d_ff=self.n_shared * self.shared_d_ff,
+                              router_scoring=self.scoring, norm_topk_prob=self.norm_topk,
+                              load_balance=self.balance, load_balance_coef=self.coef, seq_aux_loss=self.seq_aux,
+                              z_loss=self.z_loss, capacity=self.capacity)
+        return gd.DecoderShape(vocab_size=self.V, d_model=self.D, n_layers=self.L, n_heads=self.H, n_kv_heads=self.KV,
+                               head_dim=self.hd, d_ff=self.F, norm_eps=self.eps,
+                               norm_placement="sandwich" if self.sandwich else "pre",
+                               embedding_norm=self.embedding_norm, qk_norm=self.qk_norm, tie_embeddings=self.tied,
+                               gated_attention=self.gate, rope_theta=self.theta, embedding_scale=self.embedding_scale,
+                               attn_scale=self.attn_scale, logit_scale=self.logit_scale, moe=moe)
+
     def expected_shapes(self):
-        D, V, H, KV, hd, F = self.D, self.V, self.H, self.KV, self.hd, self.F
-        shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
-        if self.embedding_norm:
-            shapes["model.embed_norm.weight"] = (D,)
-        if not self.tied:
-            shapes["lm_head.weight"] = (V, D)
-        for l in range(self.L):
-            p = f"model.layers.{l}."
-            shapes[p + "input_layernorm.weight"] = (D,)
-            shapes[p + "self_attn.q_proj.weight"] = (H * hd, D)
-            shapes[p + "self_attn.k_proj.weight"] = (KV * hd, D)
-            shapes[p + "self_attn.v_proj.weight"] = (KV * hd, D)
-            shapes[p + "self_attn.o_proj.weight"] = (D, H * hd)
-            if self.qk_norm:
-                shapes[p + "self_attn.q_norm.weight"] = (hd,)
-                shapes[p + "self_attn.k_norm.weight"] = (hd,)
-            if self.gate != "none":
-                shapes[p + "self_attn.gate_proj.weight"] = (H if self.gate == "headwise" else H * hd, D)
-            if self.sandwich:
-                shapes[p + "self_attn.out_norm.weight"] = (D,)
-                shapes[p + "mlp.out_norm.weight"] = (D,)
-            shapes[p + "post_attention_layernorm.weight"] = (D,)
-            if self.is_moe(l):
-                E, Fe = self.n_experts, self.Fe
-                shapes[p + "mlp.router.weight"] = (E, D)
-                shapes[p + "mlp.experts.gate_proj.weight"] = (E, Fe, D)
-                shapes[p + "mlp.experts.up_proj.weight"] = (E, Fe, D)
-                shapes[p + "mlp.experts.down_proj.weight"] = (E, D, Fe)
-                if self.n_shared > 0:
-                    S = self.n_shared * self.shared_d_ff
-                    shapes[p + "mlp.shared_experts.gate_proj.weight"] = (S, D)
-                    shapes[p + "mlp.shared_experts.up_proj.weight"] = (S, D)
-                    shapes[p + "mlp.shared_experts.down_proj.weight"] = (D, S)
-            else:
-                shapes[p + "mlp.gate_proj.weight"] = (F, D)
-                shapes[p + "mlp.up_proj.weight"] = (F, D)
-                shapes[p + "mlp.down_proj.weight"] = (D, F)
-        return shapes
-
-
-def rms_norm(x, gain, eps):
-    return gain * (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps))
-
-
-def rope_cos_sin(T, hd, theta, dtype):
-    # Angles in float64, then rounded to the working precision.
-    i = torch.arange(hd // 2, dtype=torch.float64)
-    inv_freq = theta ** (-2.0 * i / hd)
-    angles = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]  # [T, hd/2]
-    angles = torch.cat([angles, angles], dim=-1)  # [T, hd]: channel i and i + hd/2 share an angle
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
-def apply_rope(x, cos, sin):
-    # x: [B, heads, T, hd]; cos, sin: [T, hd]
-    return x * cos + rotate_half(x) * sin
-
-
-def swiglu(x, gate_w, up_w, down_w):
-    return (torch.nn.functional.silu(x @ gate_w.T) * (x @ up_w.T)) @ down_w.T
-
-
-def select_experts(scores, k):
-    """The k largest scores per row, ties to the lower index: [N, k] int64 indices."""
-    s = scores.detach().to(torch.float64).numpy()
-    order = np.argsort(-s, axis=1, kind="stable")
-    return torch.from_numpy(order[:, :k].copy())
+        return gd.parameter_shapes(self.decoder_shape())
 
 
 def near_ties(scores, k):
@@ -264,134 +181,32 @@ def near_ties(scores, k):
     return [int(t) for t in np.nonzero(a - b <= 1e-6 * np.abs(a))[0]]
 
 
-def moe_mlp(cfg, W, p, b, routes, l):
-    """An MoE layer's output for b [B, T, D] and its balancing loss (0 unless aux_loss).
+def warn_near_ties(k):
+    """An Execution.on_route that reports near-ties of float64 scores (the oracle routes from float64:
+    main runs float64 first; a lone caller routing from float32 gets no check)."""
 
-    routes: layer -> [N, k] expert indices. A layer missing from it is routed from
-    this run's scores (the float64 run) and recorded, so a later run reuses it."""
-    B, T, D = b.shape
-    N, E, k = B * T, cfg.n_experts, cfg.top_k
-    x = b.reshape(N, D)
-    r = x @ W[p + "mlp.router.weight"].T  # [N, E]
-    s = torch.softmax(r, dim=-1) if cfg.scoring == "softmax" else torch.sigmoid(r)
-    if l not in routes:
-        # The oracle routes from float64 scores (main runs float64 first); a lone caller
-        # (bench/cpu_vs_torch) routes from its own dtype, without the near-tie check.
-        ties = near_ties(s, k) if s.dtype == torch.float64 else []
+    def check(layer, scores):
+        ties = near_ties(scores, k) if scores.dtype == torch.float64 else []
         if ties:
-            print(f"reference_model: warning: layer {l}: {len(ties)} token(s) (first {ties[0]}) have a near-tie "
+            print(f"reference_model: warning: layer {layer}: {len(ties)} token(s) (first {ties[0]}) have a near-tie "
                   f"between the {k}th and {k + 1}th expert scores; the fp32 C++ model may route differently",
                   file=sys.stderr)
-        routes[l] = select_experts(s, k)
-    sel = routes[l]  # [N, k]
-    w = torch.gather(s, 1, sel)  # [N, k], differentiable through s
-    if cfg.norm_topk:
-        w = w / w.sum(dim=-1, keepdim=True)
-    y = torch.zeros_like(x)
-    G = W[p + "mlp.experts.gate_proj.weight"]
-    U = W[p + "mlp.experts.up_proj.weight"]
-    Dn = W[p + "mlp.experts.down_proj.weight"]
-    keep = torch.ones_like(sel, dtype=torch.bool)
-    if cfg.capacity > 0:
-        one_hot = torch.nn.functional.one_hot(sel.reshape(B, T * k), E)  # [B, T k, E]
-        rank = (one_hot.cumsum(dim=1) * one_hot).sum(dim=-1)  # 1-based rank within its expert and sequence
-        keep = (rank <= cfg.capacity).reshape(N, k)
-    for e in range(E):
-        rows, slots = torch.nonzero((sel == e) & keep, as_tuple=True)
-        if rows.numel() == 0:
-            continue
-        out = swiglu(x[rows], G[e], U[e], Dn[e]) * w[rows, slots].unsqueeze(-1)
-        y = y.index_add(0, rows, out)
-    if cfg.n_shared > 0:
-        y = y + swiglu(x, W[p + "mlp.shared_experts.gate_proj.weight"], W[p + "mlp.shared_experts.up_proj.weight"],
-                       W[p + "mlp.shared_experts.down_proj.weight"])
-    aux = torch.zeros((), dtype=x.dtype)
-    if cfg.balance == "aux_loss":
-        counts = torch.bincount(sel.reshape(-1), minlength=E).to(x.dtype)
-        f = counts / (N * k)  # a constant
-        prob = s if cfg.scoring == "softmax" else s / s.sum(dim=-1, keepdim=True)
-        P = prob.mean(dim=0)
-        aux = cfg.coef * E * (f * P).sum()
-    if cfg.seq_aux > 0:
-        one_hot = torch.nn.functional.one_hot(sel.reshape(B, T * k), E).to(x.dtype)  # [B, T k, E]
-        f = one_hot.sum(dim=1) / (T * k)  # [B, E], a constant
-        prob = s if cfg.scoring == "softmax" else s / s.sum(dim=-1, keepdim=True)
-        P = prob.reshape(B, T, E).mean(dim=1)
-        aux = aux + cfg.seq_aux * E * (f * P).sum(dim=-1).mean()
-    if cfg.z_loss > 0:
-        aux = aux + cfg.z_loss * torch.logsumexp(r, dim=-1).pow(2).mean()
-    return y.reshape(B, T, D), aux
+
+    return check
 
 
-def forward(cfg, W, tokens, targets, routes=None, extras=None, sdpa=False):
+def forward(cfg, W, tokens, targets, routes=None, extras=None, sdpa=False, cos_sin=None):
     """W: name -> tensor (leaf, requires_grad). Returns (logits [B*T, V], loss).
 
-    MoE models: routes (layer -> expert indices) is filled by the first run and reused
-    by later ones (see moe_mlp); extras, if given, receives "aux" (the balancing loss)."""
-    if routes is None:
-        routes = {}
-    aux_total = None
-    B, T = tokens.shape
-    H, KV, hd = cfg.H, cfg.KV, cfg.hd
-    dtype = W["model.embed_tokens.weight"].dtype
-    E = W["model.embed_tokens.weight"]
-    h = E[tokens] * cfg.embedding_scale  # [B, T, D]
-    if cfg.embedding_norm:
-        h = rms_norm(h, W["model.embed_norm.weight"], cfg.eps)
-    cos, sin = rope_cos_sin(T, hd, cfg.theta, dtype)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    for l in range(cfg.L):
-        p = f"model.layers.{l}."
-        a = rms_norm(h, W[p + "input_layernorm.weight"], cfg.eps)
-        q = (a @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd)
-        k = (a @ W[p + "self_attn.k_proj.weight"].T).view(B, T, KV, hd)
-        v = (a @ W[p + "self_attn.v_proj.weight"].T).view(B, T, KV, hd)
-        if cfg.qk_norm:
-            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], cfg.eps)
-            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], cfg.eps)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, hd]
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
-        group = H // KV  # query heads per kv head: head h reads kv head h // group
-        if sdpa:  # PyTorch 2's fused attention, as users write it (bench/cpu_vs_torch); not the oracle
-            o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.attn_scale,
-                                                                 enable_gqa=group > 1)
-        else:
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-            scores = (q @ k.transpose(-1, -2)) * cfg.attn_scale
-            scores = scores.masked_fill(~causal, float("-inf"))
-            o = torch.softmax(scores, dim=-1) @ v  # [B, H, T, hd]
-        o = o.transpose(1, 2)  # [B, T, H, hd]
-        if cfg.gate != "none":
-            z = a @ W[p + "self_attn.gate_proj.weight"].T
-            if cfg.gate == "headwise":
-                o = torch.sigmoid(z)[..., None] * o  # [B, T, H, 1] broadcast over hd
-            else:
-                o = torch.sigmoid(z).view(B, T, H, hd) * o
-        o = o.reshape(B, T, H * hd)
-        attn = o @ W[p + "self_attn.o_proj.weight"].T
-        if cfg.sandwich:
-            attn = rms_norm(attn, W[p + "self_attn.out_norm.weight"], cfg.eps)
-        h = h + attn
-        b = rms_norm(h, W[p + "post_attention_layernorm.weight"], cfg.eps)
-        if cfg.is_moe(l):
-            mlp, aux = moe_mlp(cfg, W, p, b, routes, l)
-            aux_total = aux if aux_total is None else aux_total + aux
-        else:
-            mlp = swiglu(b, W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"], W[p + "mlp.down_proj.weight"])
-        if cfg.sandwich:
-            mlp = rms_norm(mlp, W[p + "mlp.out_norm.weight"], cfg.eps)
-        h = h + mlp
-    f = rms_norm(h, W["model.norm.weight"], cfg.eps)
-    head = E if cfg.tied else W["lm_head.weight"]
-    logits = (f @ head.T).reshape(B * T, cfg.V) * cfg.logit_scale
-    loss = torch.nn.functional.cross_entropy(logits, targets.reshape(-1), reduction="mean")
-    if aux_total is not None:
-        loss = loss + aux_total
+    MoE models: routes (layer -> expert indices) is filled by the first run and reused by later
+    ones; extras, if given, receives "aux" (the balancing loss). sdpa: PyTorch 2's fused attention, as
+    users write it (bench/cpu_vs_torch), not the oracle; cos_sin: RoPE tables built once by the caller."""
+    run = gd.Execution(sdpa=sdpa, on_route=warn_near_ties(cfg.top_k) if cfg.arch == "moe" else None)
+    z, aux = gd.forward(cfg.decoder_shape(), W, tokens, routes if routes is not None else {}, run, cos_sin)
+    loss = gd.training_loss(z, targets, aux)
     if extras is not None:
-        extras["aux"] = float(aux_total) if aux_total is not None else 0.0
-    return logits, loss
+        extras["aux"] = float(aux) if aux is not None else 0.0
+    return z.reshape(-1, cfg.V), loss
 
 
 def run_reference(cfg, params, tokens, targets, dtype, routes, extras=None):
