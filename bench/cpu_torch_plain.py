@@ -9,8 +9,8 @@ Two ways to write the same model and the same training step, fp32 on the CPU:
       PyTorch's default foreach path is for GPU tensors only). Eager with the explicit softmax,
       eager with SDPA, and SDPA under torch.compile.
 
-  "plain": what a competent PyTorch user writes for this spec: the nn.Module decoder of
-      bench/torch_model.py (the GPU baseline's model, bench/torch_baseline.py; parameters named,
+  "plain": what a competent PyTorch user runs for this spec: the modules of the shared model
+      as bench/torch_model.py builds them (the GPU baseline's model, bench/torch_baseline.py; parameters named,
       shaped and initialized as gcompile's plan says, RoPE tables as buffers, the cross-entropy
       inside the compiled forward and only the loss out), torch.compile(model, dynamic=False),
       F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), AdamW(fused=True) (PyTorch's
@@ -18,9 +18,10 @@ Two ways to write the same model and the same training step, fp32 on the CPU:
       clip_grad_norm_ (foreach, PyTorch's CPU default), zero_grad(set_to_none=True). The plan comes
       from TREE/plan.json when the tree has one (bench/gpu_vs_torch writes it), else from
       `gcompile explain TREE/spec.resolved.toml --json` ($GCOMPILE, else build/compiler/gcompile).
-      bench/torch_model.py is dense only: for a mixture-of-experts tree the plain row runs the
-      oracle's functions with the same training-step fixes (RoPE tables built once, only the loss
-      out of the compiled function, fused AdamW).
+      For a mixture-of-experts tree the plain row runs the oracle's functions with the same
+      training-step fixes (RoPE tables built once, only the loss out of the compiled function,
+      fused AdamW), as it did when bench/torch_model.py was dense only; its MoE experts target
+      torch._grouped_mm on GPUs.
 
 Same math in both: the same resolved spec, the same shapes, norms, gate, RoPE pairing, scales,
 AdamW settings (the optim.no_decay classes exempt, optim.lr_mult per class), global grad-norm

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch baseline for gcompile's GPU benchmark (bench/gpu_vs_torch).
 
-The same Llama-style decoder as a gcompile spec describes, written the way a
-user would write it in PyTorch (bench/torch_model.py), trained on random tokens
+The same Llama-style decoder as a gcompile spec describes: the project's one
+PyTorch definition of the model (compiler/export/python/gcompile_decoder.py),
+executed as a fast PyTorch training loop executes it (bench/torch_model.py:
+SDPA, RoPE tables once, torch._grouped_mm experts), trained on random tokens
 and timed, once per SDPA backend setting ("rows"), and profiled.
 
 Everything that describes the spec comes from gcompile itself; this script

@@ -50,8 +50,8 @@ class MoeBlock(unittest.TestCase):
             gd, shape, W = moe_layer(torch, 5, 2, scoring, renorm)
             x = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(1))
             grouped = gd.Execution(experts=torch_moe.grouped_experts(torch))
-            got, aux = gd.moe(shape, W, "", x, 0, None, grouped)
-            loop, loop_aux = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)
+            got, aux = gd.moe(shape, gd.Named(W), x, 0, None, grouped)
+            loop, loop_aux = gd.moe(shape, gd.Named(W), x, 0, None, gd.PLAIN)
             torch.testing.assert_close(got, loop, rtol=1e-5, atol=1e-5)
             xf = x.reshape(14, 8)
             scores = F.linear(xf, W["mlp.router.weight"])
@@ -82,11 +82,11 @@ class MoeBlock(unittest.TestCase):
         import torch_moe
         gd, shape, W = moe_layer(torch, 4, 3, "softmax", False, capacity=2, shared=0)
         x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(2))
-        got, _ = gd.moe(shape, W, "", x, 0, None, gd.Execution(experts=torch_moe.grouped_experts(torch)))
-        want, _ = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)
+        got, _ = gd.moe(shape, gd.Named(W), x, 0, None, gd.Execution(experts=torch_moe.grouped_experts(torch)))
+        want, _ = gd.moe(shape, gd.Named(W), x, 0, None, gd.PLAIN)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         dropless, _ = gd.moe(gd.DecoderShape(**{**shape.__dict__, "moe": gd.MoeShape(
-            **{**shape.moe.__dict__, "capacity": 0})}), W, "", x, 0, None, gd.PLAIN)
+            **{**shape.moe.__dict__, "capacity": 0})}), gd.Named(W), x, 0, None, gd.PLAIN)
         self.assertGreater(float((dropless - want).abs().max()), 1e-3)  # 18 assignments, 8 kept per sequence
 
     def test_grouped_mm_gets_bf16_operands_under_autocast(self):
@@ -114,9 +114,10 @@ class MoeBlock(unittest.TestCase):
 
         gd, shape, W = moe_layer(torch, 4, 2, "softmax", False, shared=0, d=16)
         x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(3))
-        want, _ = gd.moe(shape, W, "", x, 0, None, gd.PLAIN)  # fp32 throughout, outside autocast
+        want, _ = gd.moe(shape, gd.Named(W), x, 0, None, gd.PLAIN)  # fp32 throughout, outside autocast
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            got, _ = gd.moe(shape, W, "", x, 0, None, gd.Execution(experts=torch_moe.grouped_experts(CudaLikeTorch())))
+            grouped = gd.Execution(experts=torch_moe.grouped_experts(CudaLikeTorch()))
+            got, _ = gd.moe(shape, gd.Named(W), x, 0, None, grouped)
         self.assertEqual(len(seen), 3)  # gate, up and down ran as bf16 grouped GEMMs
         self.assertEqual(got.dtype, x.dtype)
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)

@@ -2,9 +2,10 @@
 """compiler/export/python/gcompile_decoder.py, the one PyTorch definition of the model, through its
 three users' doors, without gcompile or a tree: its modules hold exactly the plan's tensors; the
 modules (the bench's and the export's way) compute what the functions over a mapping of tensors (the
-oracle's way) compute; the bench's execution (SDPA, grouped experts, torch.topk) changes nothing; and
-the export's wrapper, imported as transformers imports it, gives left-padded sequences the logits
-they have alone.
+oracle's way) compute, and call every submodule that holds a tensor (what offload, device maps,
+adapters and quantized linears hook); the bench's execution (SDPA, grouped experts, torch.topk)
+changes nothing; and the export's wrapper, imported as transformers imports it, gives left-padded
+sequences the logits they have alone and runs under accelerate's CPU offload.
 
     .venv/bin/python tests/export/decoder_test.py
 """
@@ -47,10 +48,29 @@ def every_feature(tied=False, scoring="sigmoid"):
 
 
 def randomize(module, seed=0):
+    """Random parameters (gains near 1) and buffers (the selection biases), never zeros."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3 + (1.0 if p.dim() == 1 else 0.0))
+        for name, b in module.named_buffers():
+            if name.endswith("selection_bias"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.05)
+
+
+def holders_called(model, run):
+    """The names of the modules holding a parameter or buffer of their own that run() leaves uncalled."""
+    called, handles = set(), []
+    for name, m in model.named_modules():
+        if any(True for _ in m.parameters(recurse=False)) or any(True for _ in m.buffers(recurse=False)):
+            handles.append(m.register_forward_hook(lambda mod, args, out, name=name: called.add(name)))
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    return sorted(n for n, m in model.named_modules() if (any(True for _ in m.parameters(recurse=False)) or any(
+        True for _ in m.buffers(recurse=False))) and n not in called)
 
 
 def rel(a, b):
@@ -58,12 +78,14 @@ def rel(a, b):
 
 
 class SharedModel(unittest.TestCase):
-    def test_modules_hold_the_plans_tensors(self):
-        for tied in (False, True):
-            shape = every_feature(tied)
-            model = gd.Decoder(shape)
-            got = {name: tuple(p.shape) for name, p in model.named_parameters()}
-            self.assertEqual(got, gd.parameter_shapes(shape))
+    def test_parameter_shapes_are_the_layer_by_layer_tensors(self):
+        shapes = gd.parameter_shapes(every_feature(tied=True))
+        self.assertNotIn("lm_head.weight", shapes)  # tied: the embedding is the head
+        self.assertEqual(shapes["model.layers.0.mlp.gate_proj.weight"], (20, 16))  # layer 0 is dense
+        self.assertEqual(shapes["model.layers.1.mlp.experts.down_proj.weight"], (5, 16, 8))
+        self.assertEqual(shapes["model.layers.2.self_attn.gate_proj.weight"], (16, 16))  # elementwise: H hd
+        self.assertEqual(shapes["model.layers.2.mlp.out_norm.weight"], (16,))  # sandwich on an MoE layer
+        self.assertNotIn("model.layers.1.mlp.router.selection_bias", shapes)
 
     def test_modules_compute_what_the_functions_compute(self):
         for tied, scoring in ((False, "sigmoid"), (True, "softmax")):
@@ -75,8 +97,15 @@ class SharedModel(unittest.TestCase):
             loss = model(tokens, targets)
             z, aux = gd.forward(shape, gd.tensors_of(model), tokens)
             self.assertIsNotNone(aux)
-            self.assertGreater(float(aux), 0.0)
+            self.assertGreater(float(aux.detach()), 0.0)
             self.assertEqual(float(loss), float(gd.training_loss(z, targets, aux)))
+
+    def test_modules_call_every_holder_of_a_tensor(self):
+        shape = every_feature()
+        model = gd.Decoder(shape)
+        randomize(model)
+        tokens = torch.randint(0, 37, (2, 9), generator=torch.Generator().manual_seed(8))
+        self.assertEqual(holders_called(model, lambda: model(tokens, tokens)), [])
 
     def test_the_bench_execution_changes_nothing(self):
         import torch_moe
@@ -124,11 +153,21 @@ class ExportWrapper(unittest.TestCase):
             full = model(long).logits
         self.assertLess(rel(together[0, 3:], alone[0]), 1e-5)
         self.assertLess(rel(together[1], full[0]), 1e-5)
+        self.assertEqual(holders_called(model, lambda: model(long)), [])
         # The wrapper's model is the shared one: its tensors through gd.forward give its logits.
         tensors = {name: t for name, t in gd.tensors_of(model).items()}
         tensors.setdefault("lm_head.weight", model.lm_head.weight)
         z, _ = gd.forward(model.model.decoder_shape, tensors, long)
         self.assertLess(rel(full, z), 1e-6)
+        try:
+            import accelerate
+        except ImportError:
+            return
+        # Offloaded, a module's tensors exist only while it runs (the weights live on the meta device).
+        accelerate.cpu_offload(model, execution_device=torch.device("cpu"))
+        with torch.no_grad():
+            offloaded = model(long).logits
+        self.assertLess(rel(offloaded, full), 1e-6)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scores a multiple-choice task on a `gcompile export` the way
 lm-evaluation-harness's `hf` model does, and checks every log-likelihood
-against the independent reference model (tests/reference) run on the tree.
+against the reference model (tests/reference) run on the tree's spec.
 
     .venv/bin/python tests/export/loglikelihood.py EXPORT TREE TASK.jsonl [--tol 1e-4]
 
@@ -16,7 +16,11 @@ the largest log-likelihood, acc_norm the largest per byte of the choice.
 
 The same token sequences then go through reference_model.forward with the
 export's weights (the tensor names of Llama and custom-code exports are the
-checkpoint's), and each log-likelihood must agree within tol relative.
+checkpoint's), and each log-likelihood must agree within tol relative. For a
+Llama export that is transformers' own model against ours; a custom-code export
+runs the same gcompile_decoder.py as the reference, so there it checks the
+wrapper (configuration, masks, positions, the window), and check_export.py's
+comparison with the C++ model's logits checks the model.
 Exit 0 pass, 1 mismatch, 2 bad input.
 """
 

@@ -23,6 +23,9 @@ states the math), run here with its plain execution: softmax attention written o
 time, ties to the lower index. This file reads the spec and the probe, and compares. MoE routing:
 the float64 run chooses the experts and the float32 run reuses its choice; a near-tie between the
 k-th and (k+1)-th scores is reported (the fp32 C++ model may route such a token differently).
+The aux_free selection bias is zero at step 0, which is what a probe holds, so it is left out.
+moe.capacity_factor f gives each expert C = ceil(f * seq_len * top_k / n_experts) assignments per
+sequence (compiler/plan's moe_capacity), seq_len being the spec's train.seq_len.
 """
 
 import argparse
@@ -131,14 +134,8 @@ class Config:
                 raise ValueError("moe.capacity_factor needs train.seq_len in the spec")
             self.capacity = (max(1, math.ceil(factor * seq_len * self.top_k / self.n_experts - 1e-9))
                              if factor > 0 else 0)
-            if self.scoring not in ("softmax", "sigmoid"):
-                raise ValueError(f"unknown moe.router_scoring {self.scoring!r}")
-            if self.balance not in ("none", "aux_loss", "aux_free"):
-                raise ValueError(f"unknown moe.load_balance {self.balance!r}")
-            if self.layer_interval < 1 or not 1 <= self.top_k <= self.n_experts:
-                raise ValueError("moe: need layer_interval >= 1 and 1 <= top_k <= n_experts")
-            self.moe_layers = {l for l in range(self.L) if l >= self.n_dense_layers
-                               and (l - self.n_dense_layers) % self.layer_interval == 0}
+            self.moe_layers = set(gd.moe_layer_indices(self.L, self.n_dense_layers, self.layer_interval))
+        self.shape = self.decoder_shape()  # checks the settings (a ValueError names a bad one)
 
     def is_moe(self, l):
         return l in self.moe_layers
@@ -169,7 +166,7 @@ class Config:
                                attn_scale=self.attn_scale, logit_scale=self.logit_scale, moe=moe)
 
     def expected_shapes(self):
-        return gd.parameter_shapes(self.decoder_shape())
+        return gd.parameter_shapes(self.shape)
 
 
 def near_ties(scores, k):
@@ -202,7 +199,7 @@ def forward(cfg, W, tokens, targets, routes=None, extras=None, sdpa=False, cos_s
     ones; extras, if given, receives "aux" (the balancing loss). sdpa: PyTorch 2's fused attention, as
     users write it (bench/cpu_vs_torch), not the oracle; cos_sin: RoPE tables built once by the caller."""
     run = gd.Execution(sdpa=sdpa, on_route=warn_near_ties(cfg.top_k) if cfg.arch == "moe" else None)
-    z, aux = gd.forward(cfg.decoder_shape(), W, tokens, routes if routes is not None else {}, run, cos_sin)
+    z, aux = gd.forward(cfg.shape, W, tokens, routes if routes is not None else {}, run, cos_sin)
     loss = gd.training_loss(z, targets, aux)
     if extras is not None:
         extras["aux"] = float(aux) if aux is not None else 0.0

@@ -39,8 +39,9 @@ Mixture of experts (MoeShape): in an MoE layer, per token t (the N rows of b ove
     order; the others add nothing (no renormalization); the balancing losses count every selection.
 
 Tensors are named as gcompile's plan and checkpoints name them (Hugging Face's Llama layout). The
-functions take them as a mapping W from names to tensors plus a name prefix, so the same code runs
-over a probe's tensors (the oracle) and over the modules' parameters (the bench, the export).
+functions reach them through an accessor: Named (a mapping from names to tensors: the oracle's probe)
+or Modules (a module's submodules, each called, so that whatever wraps them sees every use:
+accelerate's offload and device maps, adapters such as LoRA, quantized linears; the bench, the export).
 """
 
 from __future__ import annotations
@@ -131,44 +132,9 @@ def moe_layer_indices(n_layers: int, n_dense_layers: int, layer_interval: int) -
 
 
 def parameter_shapes(shape: DecoderShape) -> dict:
-    """name -> shape of every parameter, in the plan's names (buffers such as the selection bias excluded)."""
-    D, V, H, KV, hd = shape.d_model, shape.vocab_size, shape.n_heads, shape.n_kv_heads, shape.head_dim
-    out = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
-    if shape.embedding_norm:
-        out["model.embed_norm.weight"] = (D,)
-    if not shape.tie_embeddings:
-        out["lm_head.weight"] = (V, D)
-    for l in range(shape.n_layers):
-        p = f"model.layers.{l}."
-        out[p + "input_layernorm.weight"] = (D,)
-        out[p + "self_attn.q_proj.weight"] = (H * hd, D)
-        out[p + "self_attn.k_proj.weight"] = (KV * hd, D)
-        out[p + "self_attn.v_proj.weight"] = (KV * hd, D)
-        out[p + "self_attn.o_proj.weight"] = (D, H * hd)
-        if shape.qk_norm:
-            out[p + "self_attn.q_norm.weight"] = (hd,)
-            out[p + "self_attn.k_norm.weight"] = (hd,)
-        if shape.gate_width:
-            out[p + "self_attn.gate_proj.weight"] = (shape.gate_width, D)
-        if shape.sandwich:
-            out[p + "self_attn.out_norm.weight"] = (D,)
-            out[p + "mlp.out_norm.weight"] = (D,)
-        out[p + "post_attention_layernorm.weight"] = (D,)
-        if shape.is_moe(l):
-            m = shape.moe
-            out[p + "mlp.router.weight"] = (m.n_experts, D)
-            out[p + "mlp.experts.gate_proj.weight"] = (m.n_experts, m.expert_d_ff, D)
-            out[p + "mlp.experts.up_proj.weight"] = (m.n_experts, m.expert_d_ff, D)
-            out[p + "mlp.experts.down_proj.weight"] = (m.n_experts, D, m.expert_d_ff)
-            if m.shared_d_ff:
-                out[p + "mlp.shared_experts.gate_proj.weight"] = (m.shared_d_ff, D)
-                out[p + "mlp.shared_experts.up_proj.weight"] = (m.shared_d_ff, D)
-                out[p + "mlp.shared_experts.down_proj.weight"] = (D, m.shared_d_ff)
-        else:
-            out[p + "mlp.gate_proj.weight"] = (shape.d_ff, D)
-            out[p + "mlp.up_proj.weight"] = (shape.d_ff, D)
-            out[p + "mlp.down_proj.weight"] = (D, shape.d_ff)
-    return out
+    """name -> shape of every parameter, in the plan's names (buffers such as the selection bias
+    excluded): the modules' own, built once on the CPU (the oracle's models are small)."""
+    return {name: tuple(p.shape) for name, p in Decoder(shape).named_parameters()}
 
 
 # --------------------------------------------------------------------------
@@ -219,6 +185,66 @@ def padded_causal_mask(key_mask, T: int):
     return causal[None, None] & (key_mask.bool()[:, None, None, :] | eye[None, None])
 
 
+class Named:
+    """The tensors as a mapping W from the plan's names; prefix: the names' common start (a layer's)."""
+
+    def __init__(self, W, prefix: str = ""):
+        self.W, self.prefix = W, prefix
+
+    def weight(self, name: str):
+        return self.W[self.prefix + name + ".weight"]
+
+    def linear(self, name: str, x):
+        return F.linear(x, self.weight(name))
+
+    def norm(self, name: str, x, eps: float):
+        return rms_norm(x, self.weight(name), eps)
+
+    def embedding(self, name: str, tokens):
+        return F.embedding(tokens, self.weight(name))
+
+    def router(self, x):
+        """(router logits, the aux_free selection bias or None)."""
+        return self.linear("mlp.router", x), self.W.get(self.prefix + "mlp.router.selection_bias")
+
+    def experts(self):
+        """The routed experts' stacked weights: gate, up [E, F, D], down [E, D, F]."""
+        return tuple(self.weight("mlp.experts." + n) for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+class Modules:
+    """The same through a module's submodules (names relative to it), each called."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+
+    def sub(self, name: str) -> nn.Module:
+        m = self.module
+        for part in name.split("."):
+            m = getattr(m, part)
+        return m
+
+    def linear(self, name: str, x):
+        return self.sub(name)(x)
+
+    def norm(self, name: str, x, eps: float):
+        return self.sub(name)(x)  # an RMSNorm of the same eps
+
+    def embedding(self, name: str, tokens):
+        return self.sub(name)(tokens)
+
+    def router(self, x):
+        return self.sub("mlp.router")(x)
+
+    def experts(self):
+        return self.sub("mlp.experts")()
+
+
+def swiglu_of(P, prefix: str, x):
+    """The SwiGLU MLP whose projections are prefix + gate_proj, up_proj, down_proj."""
+    return P.linear(prefix + "down_proj", F.silu(P.linear(prefix + "gate_proj", x)) * P.linear(prefix + "up_proj", x))
+
+
 def loop_experts(x, sel, w, keep, gate, up, down):
     """The routed experts one at a time: y_t = sum over t's kept slots j of w_tj Expert_{sel_tj}(x_t)."""
     y = torch.zeros_like(x)
@@ -239,22 +265,22 @@ class Execution:
     gqa_native: bool = True  # SDPA's enable_gqa= (torch >= 2.5), else K/V are repeated
     experts: Callable = loop_experts  # (x, sel, w, keep, gate, up, down) -> y
     exact_ties: bool = True  # a stable sort of the scores; False: torch.topk (ties in any order)
-    on_route: Optional[Callable] = None  # called (layer, scores) when a layer routes from its scores
+    on_route: Optional[Callable] = None  # called (layer, scores + selection bias) when a layer routes
 
 
 PLAIN = Execution()
 
 
-def attention(shape: DecoderShape, W, p: str, a, cos, sin, mask, run: Execution):
+def attention(shape: DecoderShape, P, a, cos, sin, mask, run: Execution):
     """The attention sublayer's output (before the residual add) for a = RMSNorm(h) [B, T, D]."""
     B, T, _ = a.shape
     H, KV, hd = shape.n_heads, shape.n_kv_heads, shape.head_dim
-    q = F.linear(a, W[p + "self_attn.q_proj.weight"]).view(B, T, H, hd)
-    k = F.linear(a, W[p + "self_attn.k_proj.weight"]).view(B, T, KV, hd)
-    v = F.linear(a, W[p + "self_attn.v_proj.weight"]).view(B, T, KV, hd)
+    q = P.linear("self_attn.q_proj", a).view(B, T, H, hd)
+    k = P.linear("self_attn.k_proj", a).view(B, T, KV, hd)
+    v = P.linear("self_attn.v_proj", a).view(B, T, KV, hd)
     if shape.qk_norm:
-        q = rms_norm(q, W[p + "self_attn.q_norm.weight"], shape.norm_eps)
-        k = rms_norm(k, W[p + "self_attn.k_norm.weight"], shape.norm_eps)
+        q = P.norm("self_attn.q_norm", q, shape.norm_eps)
+        k = P.norm("self_attn.k_norm", k, shape.norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, hd]
     group = H // KV  # query head h reads kv head h // group
@@ -271,11 +297,11 @@ def attention(shape: DecoderShape, W, p: str, a, cos, sin, mask, run: Execution)
         o = torch.softmax(scores, dim=-1).to(v.dtype) @ v
     o = o.transpose(1, 2)  # [B, T, H, hd]
     if shape.gated_attention == "headwise":
-        o = torch.sigmoid(F.linear(a, W[p + "self_attn.gate_proj.weight"]))[..., None] * o
+        o = torch.sigmoid(P.linear("self_attn.gate_proj", a))[..., None] * o
     elif shape.gated_attention == "elementwise":
-        o = torch.sigmoid(F.linear(a, W[p + "self_attn.gate_proj.weight"])).view(B, T, H, hd) * o
-    o = F.linear(o.reshape(B, T, H * hd), W[p + "self_attn.o_proj.weight"])
-    return rms_norm(o, W[p + "self_attn.out_norm.weight"], shape.norm_eps) if shape.sandwich else o
+        o = torch.sigmoid(P.linear("self_attn.gate_proj", a)).view(B, T, H, hd) * o
+    o = P.linear("self_attn.o_proj", o.reshape(B, T, H * hd))
+    return P.norm("self_attn.out_norm", o, shape.norm_eps) if shape.sandwich else o
 
 
 def choose_experts(choice, k: int, exact_ties: bool):
@@ -313,7 +339,7 @@ def balancing_loss(m: MoeShape, logits, scores, sel, B: int, T: int):
     return sum(terms[1:], terms[0]) if terms else None
 
 
-def moe(shape: DecoderShape, W, p: str, b, layer: int, routes, run: Execution):
+def moe(shape: DecoderShape, P, b, layer: int, routes, run: Execution):
     """An MoE layer's MLP output for b [B, T, D] and its balancing loss (or None).
 
     routes: None, or layer -> [N, k] expert indices: a layer found there reuses them, one missing
@@ -321,12 +347,12 @@ def moe(shape: DecoderShape, W, p: str, b, layer: int, routes, run: Execution):
     m = shape.moe
     B, T, D = b.shape
     x = b.reshape(B * T, D)
-    r = wide(F.linear(x, W[p + "mlp.router.weight"]))  # [N, E]
+    r, bias = P.router(x)
+    r = wide(r)  # [N, E]
     s = torch.softmax(r, dim=-1) if m.router_scoring == "softmax" else torch.sigmoid(r)
     if routes is not None and layer in routes:
         sel = routes[layer]
     else:
-        bias = W.get(p + "mlp.router.selection_bias")
         choice = s.detach() if bias is None else s.detach() + bias.to(s.dtype)
         if run.on_route is not None:
             run.on_route(layer, choice)
@@ -337,40 +363,37 @@ def moe(shape: DecoderShape, W, p: str, b, layer: int, routes, run: Execution):
     if m.norm_topk_prob:
         w = w / w.sum(dim=-1, keepdim=True)
     keep = capacity_keep(sel, B, T, m.n_experts, m.capacity) if m.capacity > 0 else None
-    y = run.experts(x, sel, w, keep, W[p + "mlp.experts.gate_proj.weight"], W[p + "mlp.experts.up_proj.weight"],
-                    W[p + "mlp.experts.down_proj.weight"])
+    y = run.experts(x, sel, w, keep, *P.experts())
     if m.shared_d_ff:
-        y = y + swiglu(x, W[p + "mlp.shared_experts.gate_proj.weight"], W[p + "mlp.shared_experts.up_proj.weight"],
-                       W[p + "mlp.shared_experts.down_proj.weight"])
+        y = y + swiglu_of(P, "mlp.shared_experts.", x)
     return y.reshape(B, T, D), balancing_loss(m, r, s, sel, B, T)
 
 
-def decoder_layer(shape: DecoderShape, W, p: str, h, layer: int, cos, sin, mask=None, routes=None,
-                  run: Execution = PLAIN):
-    """One layer: (h after it, its balancing loss or None); p prefixes the layer's tensor names."""
+def decoder_layer(shape: DecoderShape, P, h, layer: int, cos, sin, mask=None, routes=None, run: Execution = PLAIN):
+    """One layer through accessor P (Named or Modules): (h after it, its balancing loss or None)."""
     eps = shape.norm_eps
-    h = h + attention(shape, W, p, rms_norm(h, W[p + "input_layernorm.weight"], eps), cos, sin, mask, run)
-    b = rms_norm(h, W[p + "post_attention_layernorm.weight"], eps)
+    h = h + attention(shape, P, P.norm("input_layernorm", h, eps), cos, sin, mask, run)
+    b = P.norm("post_attention_layernorm", h, eps)
     aux = None
     if shape.is_moe(layer):
-        mlp, aux = moe(shape, W, p, b, layer, routes, run)
+        mlp, aux = moe(shape, P, b, layer, routes, run)
     else:
-        mlp = swiglu(b, W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"], W[p + "mlp.down_proj.weight"])
+        mlp = swiglu_of(P, "mlp.", b)
     if shape.sandwich:
-        mlp = rms_norm(mlp, W[p + "mlp.out_norm.weight"], eps)
+        mlp = P.norm("mlp.out_norm", mlp, eps)
     return h + mlp, aux
 
 
-def embed(shape: DecoderShape, table, norm_gain, tokens):
-    h = table[tokens]
+def embed(shape: DecoderShape, P, tokens):
+    """The embedding rows of tokens (P: the body's accessor: embed_tokens, embed_norm)."""
+    h = P.embedding("embed_tokens", tokens)
     if shape.embedding_scale != 1.0:
         h = h * shape.embedding_scale
-    return rms_norm(h, norm_gain, shape.norm_eps) if shape.embedding_norm else h
+    return P.norm("embed_norm", h, shape.norm_eps) if shape.embedding_norm else h
 
 
-def logits(shape: DecoderShape, h, head):
-    """logit_scale * h head^T, in float32 at least."""
-    z = F.linear(h, head)
+def scaled_logits(shape: DecoderShape, z):
+    """logit_scale * z for the LM head's output z = h W_lm^T, in float32 at least."""
     return wide(z * shape.logit_scale if shape.logit_scale != 1.0 else z)
 
 
@@ -391,13 +414,13 @@ def forward(shape: DecoderShape, W, tokens, routes=None, run: Execution = PLAIN,
     table = W["model.embed_tokens.weight"]
     if cos_sin is None:
         cos_sin = rope_tables(torch.arange(T, device=tokens.device), shape.head_dim, shape.rope_theta, table.dtype)
-    h = embed(shape, table, W.get("model.embed_norm.weight"), tokens)
+    h = embed(shape, Named(W, "model."), tokens)
     aux = None
     for l in range(shape.n_layers):
-        h, layer_aux = decoder_layer(shape, W, f"model.layers.{l}.", h, l, *cos_sin, routes=routes, run=run)
+        h, layer_aux = decoder_layer(shape, Named(W, f"model.layers.{l}."), h, l, *cos_sin, routes=routes, run=run)
         aux = add_aux(aux, layer_aux)
     h = rms_norm(h, W["model.norm.weight"], shape.norm_eps)
-    return logits(shape, h, table if shape.tie_embeddings else W["lm_head.weight"]), aux
+    return scaled_logits(shape, F.linear(h, table if shape.tie_embeddings else W["lm_head.weight"])), aux
 
 
 # --------------------------------------------------------------------------
@@ -406,7 +429,7 @@ def forward(shape: DecoderShape, W, tokens, routes=None, run: Execution = PLAIN,
 
 
 def tensors_of(module: nn.Module) -> dict:
-    """name -> tensor of a module's parameters and buffers (what the functions above read)."""
+    """name -> tensor of a module's parameters and buffers (a mapping for Named)."""
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
@@ -433,6 +456,9 @@ class StackedWeight(nn.Module):  # E matrices [out, in] in one tensor: the plan'
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n, out_features, in_features))
 
+    def forward(self):  # called to be read, so that hooks on the module see the read
+        return self.weight
+
 
 class Experts(nn.Module):
     def __init__(self, n: int, d_model: int, width: int):
@@ -441,14 +467,27 @@ class Experts(nn.Module):
         self.up_proj = StackedWeight(n, width, d_model)
         self.down_proj = StackedWeight(n, d_model, width)
 
+    def forward(self):
+        return self.gate_proj(), self.up_proj(), self.down_proj()
+
+
+class Router(nn.Linear):
+    """The router's linear map, and aux_free's selection bias as its buffer (saved, never trained)."""
+
+    def __init__(self, d_model: int, n_experts: int, selection_bias: bool):
+        super().__init__(d_model, n_experts, bias=False)
+        if selection_bias:
+            self.register_buffer("selection_bias", torch.zeros(n_experts))
+
+    def forward(self, x):
+        return super().forward(x), getattr(self, "selection_bias", None)
+
 
 class MoE(nn.Module):
     def __init__(self, shape: DecoderShape):
         super().__init__()
         m = shape.moe
-        self.router = nn.Linear(shape.d_model, m.n_experts, bias=False)
-        if m.selection_bias:
-            self.router.register_buffer("selection_bias", torch.zeros(m.n_experts))
+        self.router = Router(shape.d_model, m.n_experts, m.selection_bias)
         self.experts = Experts(m.n_experts, shape.d_model, m.expert_d_ff)
         if m.shared_d_ff:
             self.shared_experts = SwiGLU(shape.d_model, m.shared_d_ff)
@@ -482,7 +521,7 @@ class DecoderLayer(nn.Module):
             self.mlp.out_norm = RMSNorm(shape.d_model, shape.norm_eps)
 
     def forward(self, h, cos, sin, mask=None, routes=None, run: Execution = PLAIN):
-        return decoder_layer(self.shape, tensors_of(self), "", h, self.index, cos, sin, mask, routes, run)
+        return decoder_layer(self.shape, Modules(self), h, self.index, cos, sin, mask, routes, run)
 
 
 def add_body(module: nn.Module, shape: DecoderShape):
@@ -498,8 +537,7 @@ def add_body(module: nn.Module, shape: DecoderShape):
 def body_forward(module: nn.Module, shape: DecoderShape, tokens, cos_sin, mask=None, routes=None,
                  run: Execution = PLAIN):
     """A module given add_body: (RMSNorm'd last hidden state [B, T, D], summed balancing loss or None)."""
-    norm = getattr(module, "embed_norm", None)
-    h = embed(shape, module.embed_tokens.weight, None if norm is None else norm.weight, tokens)
+    h = embed(shape, Modules(module), tokens)
     aux = None
     for layer in module.layers:
         h, layer_aux = layer(h, *cos_sin, mask, routes, run)
@@ -533,13 +571,11 @@ class Decoder(nn.Module):
             return self.rope_cos[:T], self.rope_sin[:T]
         return rope_tables(torch.arange(T, device=device), self.shape.head_dim, self.shape.rope_theta, torch.float32)
 
-    def head(self):
-        return self.model.embed_tokens.weight if self.shape.tie_embeddings else self.lm_head.weight
-
     def logits_and_aux(self, tokens, routes=None):
         h, aux = body_forward(self.model, self.shape, tokens, self.rope(tokens.shape[1], tokens.device),
                               routes=routes, run=self.run)
-        return logits(self.shape, h, self.head()), aux
+        z = F.linear(h, self.model.embed_tokens.weight) if self.shape.tie_embeddings else self.lm_head(h)
+        return scaled_logits(self.shape, z), aux
 
     def forward(self, tokens, targets):
         z, aux = self.logits_and_aux(tokens)

@@ -6,8 +6,9 @@ an RMSNorm on the embeddings, QK-norm, sandwich norms, forward scales, and
 mixture-of-experts layers (softmax or sigmoid router, top-k, optional
 renormalization, aux_free selection biases, shared experts). Tensor names are
 the training checkpoint's. The model itself is gcompile_decoder.py beside this file
-(the PyTorch definition gcompile's bench and tests share); this file wraps it for
-transformers. torch and transformers only.
+(the PyTorch definition gcompile's bench and tests share), whose modules are called
+one by one (so offload, device maps, adapters and quantized linears see them); this
+file wraps it for transformers. torch and transformers only.
 
     h = embedding_scale * E[ids];  h = RMSNorm(h) if embedding_norm
     per layer:  a = RMSNorm(h);  o = gate * Attention(a);  h = h + [RMSNorm](o Wo^T)
@@ -25,9 +26,8 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 # Written as `from .module import names`, the form transformers copies beside this file for trust_remote_code.
-from .gcompile_decoder import (DecoderShape, MoeShape, add_body, body_forward, padded_causal_mask,
-                               rope_tables)
-from .gcompile_decoder import logits as output_logits
+from .gcompile_decoder import (DecoderShape, MoeShape, add_body, body_forward, padded_causal_mask, rope_tables,
+                               scaled_logits)
 from .configuration_gcompile import GcompileConfig
 
 
@@ -107,7 +107,7 @@ class GcompileForCausalLM(GcompilePreTrainedModel, GenerationMixin):
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, labels=None, return_dict=None,
                 **kwargs):
         h = self.model(input_ids, attention_mask, position_ids)
-        logits = output_logits(self.model.decoder_shape, h, self.lm_head.weight).float()
+        logits = scaled_logits(self.model.decoder_shape, self.lm_head(h))  # float32 at least
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
