@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/kernel_rules.hpp"
+
 namespace gc {
 namespace {
 
-constexpr std::int64_t kAlign = 8;
-std::int64_t padded(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+using gc::tree::core::aligned_width;  // templates/core/kernel_rules.hpp: the tree's own rule
+using gc::tree::core::width_is_aligned;
 
 struct Projection {
   std::int64_t rows, in, out;
@@ -15,8 +17,8 @@ struct Projection {
 
 // AlignedLinear::act_elems and grad_elems of one call.
 AlignScratch need(const Projection& p) {
-  if (p.in <= 0 || p.out <= 0 || (p.in % kAlign == 0 && p.out % kAlign == 0)) return {};
-  const std::int64_t ip = padded(p.in), op = padded(p.out);
+  if (p.in <= 0 || p.out <= 0 || (width_is_aligned(p.in) && width_is_aligned(p.out))) return {};
+  const std::int64_t ip = aligned_width(p.in), op = aligned_width(p.out);
   AlignScratch s;
   s.act_elems = (ip != p.in ? 2 * p.rows * ip : 0) + (op != p.out ? p.rows * op : 0) + op * ip;
   s.grad_elems = op * ip;

@@ -4,18 +4,18 @@
 #include <utility>
 
 #include "common/text.hpp"
+#include "core/kernel_rules.hpp"  // templates/core: the rules the tree applies
 
 namespace gc {
 namespace {
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
-// templates/cuda/flash_attention.cuh, flash_attention_supported<S, T>(): bf16 and a head_dim that
-// is a multiple of 16, at most 128.
+// templates/cuda/flash_attention.cuh, flash_attention_supported<S, T>().
 KernelChoice attention(const Spec& spec) {
   const std::int64_t hd = spec.model.head_dim;
   const bool bf16 = spec.train.precision == Precision::bf16;
-  if (bf16 && hd % 16 == 0 && hd <= 128) {
+  if (tree::core::flash_attention_takes(bf16, hd)) {
     return {"attention", "cuda/flash_attention.cuh: tensor cores (mma.sync m16n8k16), forward and backward",
             "bf16, head_dim " + str(hd)};
   }
@@ -34,12 +34,11 @@ KernelChoice projections(const Spec& spec) {
   return {"projections", "cuBLASLt (runtime/cuda/blaslt.hpp)", why};
 }
 
-// templates/cuda/expert_linear.cuh: bf16 and grouped::kSupported<d_model, expert_d_ff>
-// (templates/cuda/grouped_gemm.cuh: both widths whole 64-column tiles).
+// templates/cuda/expert_linear.cuh: bf16 and grouped::kSupported<d_model, expert_d_ff>.
 KernelChoice experts(const Spec& spec) {
   const std::int64_t d = spec.model.d_model, f = spec.moe.expert_d_ff;
   const bool bf16 = spec.train.precision == Precision::bf16;
-  if (bf16 && d % 64 == 0 && f % 64 == 0) {
+  if (bf16 && tree::core::grouped_gemm_takes(d, f)) {
     return {"experts", "cuda/grouped_gemm.cuh: one launch per projection and direction for every expert (mma.sync)",
             "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of 64"};
   }
@@ -64,7 +63,7 @@ std::vector<std::string> unaligned_widths(const Spec& spec) {
   };
   std::vector<std::string> out;
   for (const auto& [name, w] : widths) {
-    if (w > 0 && w % 8 != 0) out.push_back(name + " " + str(w));
+    if (w > 0 && !tree::core::width_is_aligned(w)) out.push_back(name + " " + str(w));
   }
   return out;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/kernel_rules.hpp"
 #include "cuda/common.cuh"
 #include "runtime/cuda/blaslt.hpp"
 #include "runtime/cuda/check.hpp"
@@ -31,8 +32,8 @@ namespace gc::tree::cuda {
 
 namespace aligned {
 
-inline constexpr int kAlign = 8;  // elements: 16 bytes of bf16
-inline int padded(int n) { return (n + kAlign - 1) / kAlign * kAlign; }
+inline constexpr int kAlign = core::kAlignedWidth;  // elements: 16 bytes of bf16 (core/kernel_rules.hpp)
+inline int padded(int n) { return int(core::aligned_width(n)); }
 
 // dst [rows][dst_cols] = src [rows][src_cols] in its first columns, zeros after (dst_cols ≥ src_cols).
 template <typename T>

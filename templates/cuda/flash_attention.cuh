@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/kernel_rules.hpp"
 #include "cuda/attention.cuh"
 #include "cuda/common.cuh"
 #include "cuda/hopper.cuh"
@@ -41,11 +42,11 @@
 
 namespace gc::tree::cuda {
 
-// Whether the tensor-core kernels take attention shape S in element type T
-// (compiler/plan/cuda_kernels.cpp states the same rule for gcompile explain).
+// Whether the tensor-core kernels take attention shape S in element type T (the rule is
+// core/kernel_rules.hpp's, which gcompile explain reads too).
 template <class S, typename T>
 constexpr bool flash_attention_supported() {
-  return std::is_same_v<T, bf16> && S::kHeadDim % 16 == 0 && S::kHeadDim <= 128;
+  return core::flash_attention_takes(std::is_same_v<T, bf16>, S::kHeadDim);
 }
 
 namespace detail {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "core/kernel_rules.hpp"
 #include "cuda/common.cuh"
 #include "cuda/hopper.cuh"
 #include "cuda/mma.cuh"
@@ -35,10 +36,10 @@ inline constexpr int kTileRows = 128;  // rows of the activations per row tile (
 inline constexpr int kStep = 32;       // K per shared-memory stage (2 mma k-steps)
 inline constexpr int kStages = 4;      // stages in flight: 3 loading while one is multiplied
 
-// Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages;
-// compiler/plan/cuda_kernels.cpp states the same rule for gcompile explain).
+// Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages; the rule
+// is core/kernel_rules.hpp's, which gcompile explain reads too).
 template <int IN, int OUT>
-inline constexpr bool kSupported = IN % 64 == 0 && OUT % 64 == 0;
+inline constexpr bool kSupported = core::grouped_gemm_takes(IN, OUT);
 
 // The width of an output tile along a dimension of COLS: 128 where it divides, else 64.
 template <int COLS>

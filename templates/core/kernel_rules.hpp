@@ -1,0 +1,29 @@
+// Which CUDA kernels a spec gets, as rules written once: the CUDA templates apply them, and
+// gcompile includes this header to state the choice in `gcompile explain`
+// (compiler/plan/cuda_kernels.cpp) and to size the padding scratch it plans
+// (compiler/plan/align_scratch.cpp). Plain constexpr C++ (no CUDA, no knobs), so that the
+// compiler and the tree compile the same text.
+#pragma once
+
+#include <cstdint>
+
+namespace gc::tree::core {
+
+// cuBLASLt's Hopper kernels need each operand's contiguous extent to be a multiple of 8 bf16 (16
+// bytes): in bf16 a projection in or out of another width runs on zero-padded copies
+// (cuda/aligned_linear.cuh).
+inline constexpr int kAlignedWidth = 8;
+constexpr std::int64_t aligned_width(std::int64_t n) { return (n + kAlignedWidth - 1) / kAlignedWidth * kAlignedWidth; }
+constexpr bool width_is_aligned(std::int64_t n) { return n % kAlignedWidth == 0; }
+
+// The tensor-core attention kernels (cuda/flash_attention.cuh) take bf16 with a head_dim that is
+// a multiple of 16 (the mma's k), at most 128 (their shared-memory tiles).
+constexpr bool flash_attention_takes(bool bf16, std::int64_t head_dim) {
+  return bf16 && head_dim % 16 == 0 && head_dim <= 128;
+}
+
+// The grouped expert GEMM (cuda/grouped_gemm.cuh) takes a projection in -> out in whole 64-column
+// tiles on both sides.
+constexpr bool grouped_gemm_takes(std::int64_t in, std::int64_t out) { return in % 64 == 0 && out % 64 == 0; }
+
+}  // namespace gc::tree::core
