@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/text.hpp"
+#include "core/truncated_normal.hpp"  // templates/core: the tree's own
 #include "plan/params.hpp"
 #include "spec/schema.hpp"
 
@@ -16,14 +17,6 @@ std::int64_t ParamEntry::numel() const {
   std::int64_t n = 1;
   for (auto s : shape) n *= s;
   return n;
-}
-
-double truncated_normal_std_factor(double c) {
-  // Var of a standard normal truncated to [-c, c]: 1 − 2c·φ(c)/(2Φ(c) − 1).
-  const double pi = 3.14159265358979323846;
-  const double phi = std::exp(-0.5 * c * c) / std::sqrt(2.0 * pi);
-  const double mass = std::erf(c / std::sqrt(2.0));  // 2Φ(c) − 1
-  return std::sqrt(1.0 - 2.0 * c * phi / mass);
 }
 
 namespace {
@@ -107,7 +100,8 @@ class InitResolver {
     p.cutoff = own.cutoff ? *own.cutoff : fallback && fallback->cutoff ? *fallback->cutoff : init.cutoff;
     if (p.distribution != Distribution::trunc_normal) p.cutoff = 0.0;
     p.std = std;
-    p.effective_std = p.distribution == Distribution::trunc_normal ? std * truncated_normal_std_factor(p.cutoff) : std;
+    p.effective_std =
+        p.distribution == Distribution::trunc_normal ? std * tree::core::truncated_normal_std_factor(p.cutoff) : std;
     return true;
   }
 

@@ -147,7 +147,4 @@ std::int64_t moe_capacity(const Spec& spec);
 // std expression that divides by zero for some layer) and hazard warnings.
 std::optional<Plan> make_plan(const Spec& spec, Diagnostics& diags);
 
-// Standard deviation of N(0, σ²) truncated to ±c·σ, divided by σ.
-double truncated_normal_std_factor(double cutoff);
-
 }  // namespace gc

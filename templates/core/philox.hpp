@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "core/host_device.hpp"
+#include "core/truncated_normal.hpp"
 
 namespace gc::tree::core {
 
@@ -123,14 +124,6 @@ GC_HD inline double philox_uniform(uint64_t seed, uint32_t tensor_id, uint64_t i
   const PhiloxCounter r = philox4x32_10(philox_element_counter(index, tensor_id, 0), philox_seed_key(seed));
   return philox_uniform52(r.x[0], r.x[1]);
 }
-
-// Std of N(0,1) truncated to [−c, c]: sqrt(1 − 2cφ(c) / (2Φ(c) − 1)).
-inline double truncated_normal_std_factor(double cutoff) {
-  const double pdf = std::exp(-0.5 * cutoff * cutoff) / std::sqrt(2.0 * 3.14159265358979323846);
-  const double mass = std::erf(cutoff / std::sqrt(2.0));  // 2Φ(c) − 1
-  return std::sqrt(1.0 - 2.0 * cutoff * pdf / mass);
-}
-
 
 template <typename T>
 void fill_normal(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id) {
