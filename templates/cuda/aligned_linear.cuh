@@ -120,7 +120,7 @@ class AlignedLinear {
 
   // Whether y = x·Wᵀ runs on padded copies (bf16 with a width not a multiple of 8).
   static bool needs_padding(int in, int out) {
-    return !std::is_same_v<T, float> && (in % aligned::kAlign != 0 || out % aligned::kAlign != 0);
+    return !std::is_same_v<T, float> && !(core::width_is_aligned(in) && core::width_is_aligned(out));
   }
   // Elements of T and of fp32 one such call needs (compiler/plan's align_scratch counts the same).
   static std::int64_t act_elems(std::int64_t N, int in, int out) {

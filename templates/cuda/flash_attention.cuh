@@ -56,7 +56,8 @@ inline constexpr int kRowsF = 64;     // forward: queries per block and keys per
 
 template <class S>
 struct FlashConfig {
-  static_assert(S::kHeadDim % 16 == 0 && S::kHeadDim <= 128, "tensor-core attention needs head_dim % 16 == 0, <= 128");
+  static_assert(core::flash_attention_takes(true, S::kHeadDim),
+                "tensor-core attention needs head_dim % 16 == 0, <= 128");
   static_assert(S::kHeads % S::kKvHeads == 0, "heads must be a multiple of kv_heads");
   static constexpr int kHeadDim = S::kHeadDim;
   static constexpr int kSteps = kHeadDim / 16;       // k-steps over head_dim

@@ -10,6 +10,7 @@ sequences the logits they have alone and runs under accelerate's CPU offload.
     .venv/bin/python tests/export/decoder_test.py
 """
 
+import copy
 import importlib.util
 import sys
 import unittest
@@ -71,6 +72,20 @@ def holders_called(model, run):
             h.remove()
     return sorted(n for n, m in model.named_modules() if (any(True for _ in m.parameters(recurse=False)) or any(
         True for _ in m.buffers(recurse=False))) and n not in called)
+
+
+class Adapter(torch.nn.Module):
+    """A LoRA-shaped wrapper of a linear layer (its update zero): base_layer(x) + B(A(x))."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base_layer = base
+        self.lora_a = torch.nn.Linear(base.in_features, 2, bias=False)
+        self.lora_b = torch.nn.Linear(2, base.out_features, bias=False)
+        torch.nn.init.zeros_(self.lora_b.weight)
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_b(self.lora_a(x))
 
 
 def rel(a, b):
@@ -154,6 +169,17 @@ class ExportWrapper(unittest.TestCase):
         self.assertLess(rel(together[0, 3:], alone[0]), 1e-5)
         self.assertLess(rel(together[1], full[0]), 1e-5)
         self.assertEqual(holders_called(model, lambda: model(long)), [])
+        # An adapter on every linear layer (PEFT's "all-linear" wraps them so; a quantizer replaces
+        # them): the router is no nn.Linear, so it keeps its logits-and-bias contract.
+        wrapped = copy.deepcopy(model)
+        linears = [name for name, m in wrapped.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"]
+        self.assertFalse(any(name.endswith("mlp.router") for name in linears))
+        for name in linears:
+            parent, _, child = name.rpartition(".")
+            owner = wrapped.get_submodule(parent)
+            setattr(owner, child, Adapter(getattr(owner, child)))
+        with torch.no_grad():
+            self.assertLess(rel(wrapped(long).logits, full), 1e-6)
         # The wrapper's model is the shared one: its tensors through gd.forward give its logits.
         tensors = {name: t for name, t in gd.tensors_of(model).items()}
         tensors.setdefault("lm_head.weight", model.lm_head.weight)

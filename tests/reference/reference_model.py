@@ -24,7 +24,7 @@ time, ties to the lower index. This file reads the spec and the probe, and compa
 the float64 run chooses the experts and the float32 run reuses its choice; a near-tie between the
 k-th and (k+1)-th scores is reported (the fp32 C++ model may route such a token differently).
 The aux_free selection bias is zero at step 0, which is what a probe holds, so it is left out.
-moe.capacity_factor f gives each expert C = ceil(f * seq_len * top_k / n_experts) assignments per
+moe.capacity_factor f gives each expert C = max(1, ceil(f * seq_len * top_k / n_experts)) assignments per
 sequence (compiler/plan's moe_capacity), seq_len being the spec's train.seq_len.
 """
 

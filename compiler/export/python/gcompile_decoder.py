@@ -133,8 +133,14 @@ def moe_layer_indices(n_layers: int, n_dense_layers: int, layer_interval: int) -
 
 def parameter_shapes(shape: DecoderShape) -> dict:
     """name -> shape of every parameter, in the plan's names (buffers such as the selection bias
-    excluded): the modules' own, built once on the CPU (the oracle's models are small)."""
-    return {name: tuple(p.shape) for name, p in Decoder(shape).named_parameters()}
+    excluded): the modules' own, built on the meta device (no memory; torch 1.13, which cannot,
+    builds them on the CPU: the oracle's models are small)."""
+    try:
+        with torch.device("meta"):
+            model = Decoder(shape)
+    except (AttributeError, TypeError):  # torch < 2.0: a device is no context manager
+        model = Decoder(shape)
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
 
 
 # --------------------------------------------------------------------------
@@ -471,16 +477,20 @@ class Experts(nn.Module):
         return self.gate_proj(), self.up_proj(), self.down_proj()
 
 
-class Router(nn.Linear):
-    """The router's linear map, and aux_free's selection bias as its buffer (saved, never trained)."""
+class Router(nn.Module):
+    """The router's linear map, and aux_free's selection bias as its buffer (saved, never trained).
+    Not an nn.Linear: tools that replace or wrap every linear layer (quantizers, adapters on
+    "all-linear") leave it alone, as routers usually are."""
 
     def __init__(self, d_model: int, n_experts: int, selection_bias: bool):
-        super().__init__(d_model, n_experts, bias=False)
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_experts, d_model))
+        nn.init.normal_(self.weight, std=d_model**-0.5)
         if selection_bias:
             self.register_buffer("selection_bias", torch.zeros(n_experts))
 
     def forward(self, x):
-        return super().forward(x), getattr(self, "selection_bias", None)
+        return F.linear(x, self.weight), getattr(self, "selection_bias", None)
 
 
 class MoE(nn.Module):
@@ -552,8 +562,10 @@ class Body(nn.Module):
 
 
 class Decoder(nn.Module):
-    """The whole model for training: forward(tokens, targets) -> loss. rope_cache > 0 builds the RoPE
-    tables of positions 0..rope_cache-1 once (float32 buffers), else each forward builds them."""
+    """The whole model for training (the bench's): forward(tokens, targets) -> loss. rope_cache > 0
+    builds the RoPE tables of positions 0..rope_cache-1 once (float32 buffers), else each forward
+    builds them. A tied head reads the embedding's weight outside its module, so this model is not
+    for accelerate's offload (the export's wrapper is: it calls lm_head)."""
 
     def __init__(self, shape: DecoderShape, run: Execution = PLAIN, rope_cache: int = 0):
         super().__init__()
