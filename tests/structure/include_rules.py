@@ -9,6 +9,10 @@ engine/ or train/. engine/ is where a model meets its backend and may include bo
 from train/; train/ reaches engine/ only through the interface (engine.hpp), the one factory
 (make_engine.hpp) and the host model (cpu_model.hpp).
 
+gcompile itself (compiler/) has templates/ on its planner's include path for the rules written once
+for it and the tree: it may include only core/ from there, and no include may name a file that
+both compiler/ and templates/ hold (which one it reads would depend on the include order).
+
 Exit 0 when every rule holds; otherwise each violation is printed as FILE:LINE: the include and
 the rule it breaks. `--self-test` first checks that violating files are caught; `--root DIR`
 checks another copy of templates/.
@@ -68,6 +72,25 @@ def violations(files: dict[str, str]) -> list[str]:
     return out
 
 
+def compiler_violations(compiler_files: dict[str, str], template_paths: set[str],
+                        compiler_paths: set[str]) -> list[str]:
+    """compiler/'s includes that reach into templates/ beyond core/, or that name a file both hold."""
+    out = []
+    for path, text in sorted(compiler_files.items()):
+        for match in INCLUDE.finditer(text):
+            target = match.group(1)
+            if target not in template_paths:
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            if target in compiler_paths:
+                out.append(f"compiler/{path}:{line}: includes \"{target}\", which compiler/ and templates/ both "
+                           "hold: the include order decides which one is read")
+            elif not target.startswith("core/"):
+                out.append(f"compiler/{path}:{line}: includes templates' \"{target}\": gcompile includes only "
+                           "templates/core/ (the rules written once for it and the tree)")
+    return out
+
+
 def template_files(root: str) -> dict[str, str]:
     files = {}
     for base, _, names in os.walk(root):
@@ -96,6 +119,13 @@ def self_test() -> None:
     got = [v.split(" ", 1)[0] for v in caught]
     if got != want:
         sys.exit(f"include_rules self-test: expected violations at {want}, got {caught}")
+    caught = compiler_violations(
+        {"plan/x.cpp": '#include "core/kernel_rules.hpp"\n#include "cuda/common.cuh"\n#include "plan/plan.hpp"\n',
+         "emit/y.cpp": '#include <vector>\n#include "common/text.hpp"\n'},
+        {"core/kernel_rules.hpp", "cuda/common.cuh", "common/text.hpp"}, {"plan/plan.hpp", "common/text.hpp"})
+    got = [v.split(" ", 1)[0] for v in caught]
+    if got != ["compiler/emit/y.cpp:2:", "compiler/plan/x.cpp:2:"]:
+        sys.exit(f"include_rules self-test: compiler/ rules: got {caught}")
 
 
 def main() -> int:
@@ -104,13 +134,16 @@ def main() -> int:
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "templates")
     if "--root" in sys.argv:  # another copy of templates/ (an older commit's, say)
         root = sys.argv[sys.argv.index("--root") + 1]
-    found = violations(template_files(root))
+    templates = template_files(root)
+    found = [f"templates/{v}" for v in violations(templates)]
+    compiler = template_files(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "compiler"))
+    found += compiler_violations(compiler, set(templates), set(compiler))
     for v in found:
-        print(f"templates/{v}")
+        print(v)
     if found:
         print(f"include_rules: {len(found)} include(s) break the layering (docs/architecture.md, \"Layers\")")
         return 1
-    print("include_rules: every include of templates/ follows the layering")
+    print("include_rules: every include of templates/ follows the layering; compiler/ includes only templates/core/")
     return 0
 
 
