@@ -30,23 +30,17 @@ def decoder_module():
 
 
 def decoder_shape(cfg, gd):
-    """The gcompile_decoder shape of a torch_baseline.Config."""
+    """The gcompile_decoder shape of a torch_baseline.Config, whose fields (and moe_config's keys)
+    carry the shape's names: each shape field is read by its name."""
+    import dataclasses
+
     moe = None
     if cfg.moe:
         m = cfg.moe
-        moe = gd.MoeShape(layers=gd.moe_layer_indices(cfg.n_layers, m["n_dense_layers"], m["layer_interval"]),
-                          n_experts=m["n_experts"], top_k=m["top_k"], expert_d_ff=m["expert_d_ff"],
-                          shared_d_ff=m["shared_d_ff"], router_scoring=m["router_scoring"],
-                          norm_topk_prob=m["norm_topk_prob"], load_balance=m["load_balance"],
-                          load_balance_coef=m["load_balance_coef"], seq_aux_loss=m.get("seq_aux_loss", 0.0),
-                          z_loss=m.get("z_loss", 0.0))
-    return gd.DecoderShape(vocab_size=cfg.vocab_size, d_model=cfg.d_model, n_layers=cfg.n_layers,
-                           n_heads=cfg.n_heads, n_kv_heads=cfg.n_kv_heads, head_dim=cfg.head_dim, d_ff=cfg.d_ff,
-                           norm_eps=cfg.norm_eps, norm_placement=cfg.norm_placement,
-                           embedding_norm=cfg.embedding_norm, qk_norm=cfg.qk_norm,
-                           tie_embeddings=cfg.tie_embeddings, gated_attention=cfg.gated_attention,
-                           rope_theta=cfg.rope_theta, embedding_scale=cfg.embedding_scale,
-                           attn_scale=cfg.attn_scale, logit_scale=cfg.logit_scale, moe=moe)
+        named = {f.name: m[f.name] for f in dataclasses.fields(gd.MoeShape) if f.name in m}
+        moe = gd.MoeShape(layers=gd.moe_layer_indices(cfg.n_layers, m["n_dense_layers"], m["layer_interval"]), **named)
+    named = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(gd.DecoderShape) if f.name != "moe"}
+    return gd.DecoderShape(moe=moe, **named)
 
 
 def build_model(cfg, torch, use_sdpa: bool, use_sdpa_gqa: bool):

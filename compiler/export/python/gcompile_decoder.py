@@ -47,6 +47,7 @@ accelerate's offload and device maps, adapters such as LoRA, quantized linears; 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -375,7 +376,7 @@ def moe(shape: DecoderShape, P, b, layer: int, routes, run: Execution):
     return y.reshape(B, T, D), balancing_loss(m, r, s, sel, B, T)
 
 
-def decoder_layer(shape: DecoderShape, P, h, layer: int, cos, sin, mask=None, routes=None, run: Execution = PLAIN):
+def decoder_layer(shape: DecoderShape, P, layer: int, h, cos, sin, mask=None, routes=None, run: Execution = PLAIN):
     """One layer through accessor P (Named or Modules): (h after it, its balancing loss or None)."""
     eps = shape.norm_eps
     h = h + attention(shape, P, P.norm("input_layernorm", h, eps), cos, sin, mask, run)
@@ -413,6 +414,18 @@ def training_loss(z, targets, aux):
     return loss if aux is None else loss + aux
 
 
+def body(shape: DecoderShape, P, layers, tokens, cos_sin, mask=None, routes=None, run: Execution = PLAIN):
+    """Embedding, layers, final RMSNorm: (last hidden state [B, T, D], summed balancing loss or None).
+    P: the body's accessor (embed_tokens, embed_norm, norm); layers: callables
+    (h, cos, sin, mask, routes, run) -> (h, aux), DecoderLayer modules or the functions over W."""
+    h = embed(shape, P, tokens)
+    aux = None
+    for layer in layers:
+        h, layer_aux = layer(h, *cos_sin, mask, routes, run)
+        aux = add_aux(aux, layer_aux)
+    return P.norm("norm", h, shape.norm_eps), aux
+
+
 def forward(shape: DecoderShape, W, tokens, routes=None, run: Execution = PLAIN, cos_sin=None):
     """The model over W (name -> tensor): (logits [B, T, V], summed balancing loss or None);
     positions 0..T-1; cos_sin: RoPE tables [T, hd] computed once by the caller, else here."""
@@ -420,12 +433,8 @@ def forward(shape: DecoderShape, W, tokens, routes=None, run: Execution = PLAIN,
     table = W["model.embed_tokens.weight"]
     if cos_sin is None:
         cos_sin = rope_tables(torch.arange(T, device=tokens.device), shape.head_dim, shape.rope_theta, table.dtype)
-    h = embed(shape, Named(W, "model."), tokens)
-    aux = None
-    for l in range(shape.n_layers):
-        h, layer_aux = decoder_layer(shape, Named(W, f"model.layers.{l}."), h, l, *cos_sin, routes=routes, run=run)
-        aux = add_aux(aux, layer_aux)
-    h = rms_norm(h, W["model.norm.weight"], shape.norm_eps)
+    layers = [functools.partial(decoder_layer, shape, Named(W, f"model.layers.{l}."), l) for l in range(shape.n_layers)]
+    h, aux = body(shape, Named(W, "model."), layers, tokens, cos_sin, routes=routes, run=run)
     return scaled_logits(shape, F.linear(h, table if shape.tie_embeddings else W["lm_head.weight"])), aux
 
 
@@ -531,7 +540,7 @@ class DecoderLayer(nn.Module):
             self.mlp.out_norm = RMSNorm(shape.d_model, shape.norm_eps)
 
     def forward(self, h, cos, sin, mask=None, routes=None, run: Execution = PLAIN):
-        return decoder_layer(self.shape, Modules(self), h, self.index, cos, sin, mask, routes, run)
+        return decoder_layer(self.shape, Modules(self), self.index, h, cos, sin, mask, routes, run)
 
 
 def add_body(module: nn.Module, shape: DecoderShape):
@@ -546,13 +555,8 @@ def add_body(module: nn.Module, shape: DecoderShape):
 
 def body_forward(module: nn.Module, shape: DecoderShape, tokens, cos_sin, mask=None, routes=None,
                  run: Execution = PLAIN):
-    """A module given add_body: (RMSNorm'd last hidden state [B, T, D], summed balancing loss or None)."""
-    h = embed(shape, Modules(module), tokens)
-    aux = None
-    for layer in module.layers:
-        h, layer_aux = layer(h, *cos_sin, mask, routes, run)
-        aux = add_aux(aux, layer_aux)
-    return module.norm(h), aux
+    """A module given add_body: body() over its submodules, each layer a DecoderLayer call."""
+    return body(shape, Modules(module), module.layers, tokens, cos_sin, mask, routes, run)
 
 
 class Body(nn.Module):
