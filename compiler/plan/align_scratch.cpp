@@ -8,7 +8,7 @@
 namespace gc {
 namespace {
 
-using gc::tree::core::aligned_width;  // templates/core/kernel_rules.hpp: the tree's own rule
+// templates/core/kernel_rules.hpp: the tree's own rules
 using gc::tree::core::width_is_aligned;
 
 struct Projection {
@@ -18,10 +18,9 @@ struct Projection {
 // AlignedLinear::act_elems and grad_elems of one call.
 AlignScratch need(const Projection& p) {
   if (p.in <= 0 || p.out <= 0 || (width_is_aligned(p.in) && width_is_aligned(p.out))) return {};
-  const std::int64_t ip = aligned_width(p.in), op = aligned_width(p.out);
   AlignScratch s;
-  s.act_elems = (ip != p.in ? 2 * p.rows * ip : 0) + (op != p.out ? p.rows * op : 0) + op * ip;
-  s.grad_elems = op * ip;
+  s.act_elems = gc::tree::core::aligned_act_elems(p.rows, p.in, p.out);
+  s.grad_elems = gc::tree::core::aligned_grad_elems(p.in, p.out);
   return s;
 }
 

@@ -15,6 +15,15 @@ namespace gc::tree::core {
 inline constexpr int kAlignedWidth = 8;
 constexpr std::int64_t aligned_width(std::int64_t n) { return (n + kAlignedWidth - 1) / kAlignedWidth * kAlignedWidth; }
 constexpr bool width_is_aligned(std::int64_t n) { return n % kAlignedWidth == 0; }
+// The scratch one padded projection of `rows` rows uses: activation elements for x̂ and dx̂ (when in
+// is padded), ŷ (when out is) and Ŵ; fp32 elements for the padded dW.
+constexpr std::int64_t aligned_act_elems(std::int64_t rows, std::int64_t in, std::int64_t out) {
+  const std::int64_t ip = aligned_width(in), op = aligned_width(out);
+  return (in != ip ? 2 * rows * ip : 0) + (out != op ? rows * op : 0) + op * ip;
+}
+constexpr std::int64_t aligned_grad_elems(std::int64_t in, std::int64_t out) {
+  return aligned_width(out) * aligned_width(in);
+}
 
 // The tensor-core attention kernels (cuda/flash_attention.cuh) take bf16 with a head_dim that is
 // a multiple of 16 (the mma's k), at most 128 (their shared-memory tiles).

@@ -124,13 +124,9 @@ class AlignedLinear {
   }
   // Elements of T and of fp32 one such call needs (compiler/plan's align_scratch counts the same).
   static std::int64_t act_elems(std::int64_t N, int in, int out) {
-    if (!needs_padding(in, out)) return 0;
-    const std::int64_t ip = aligned::padded(in), op = aligned::padded(out);
-    return (in != ip ? 2 * N * ip : 0) + (out != op ? N * op : 0) + op * ip;
+    return needs_padding(in, out) ? core::aligned_act_elems(N, in, out) : 0;
   }
-  static std::int64_t grad_elems(int in, int out) {
-    return needs_padding(in, out) ? std::int64_t(aligned::padded(out)) * aligned::padded(in) : 0;
-  }
+  static std::int64_t grad_elems(int in, int out) { return needs_padding(in, out) ? core::aligned_grad_elems(in, out) : 0; }
 
  private:
   // Where a call's padded operands go in the scratch: x̂ and dx̂ (when in is padded), ŷ / dŷ (when
