@@ -144,8 +144,8 @@ class TreeTest : public ::testing::Test {
   std::filesystem::path tree() const { return dir_ / "tree"; }
 
   // Writes the spec and runs gcompile on it; the tree is dir_/tree. Trees
-  // build without the CUDA backend (faster) unless `cuda`, and at -O1 (--quick-build: about 30 %
-  // less compile time, the same losses; ~35 trees are built by the suite).
+  // build without the CUDA backend (faster) unless `cuda`, and at -Og (--quick-build: about half
+  // the compile time, the same losses; ~35 trees are built by the suite).
   // `extra`: more gcompile options (e.g. "--cuda-arch 80").
   Outcome generate(const std::string& spec_text, bool build = true, bool cuda = false, const std::string& extra = "") {
     std::ofstream(spec_path()) << spec_text;

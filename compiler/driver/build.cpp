@@ -1,5 +1,6 @@
 #include "driver/build.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -80,6 +81,20 @@ std::string targets_of(const std::vector<std::string>& programs) {
 }
 
 }  // namespace
+
+bool parse_programs(const std::string& text, std::vector<std::string>& out) {
+  out.clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, end - start);
+    const bool known = name == "train" || name == "analyze" || name == "probe" || name == "gradcheck" || name == "parity";
+    if (!known || std::find(out.begin(), out.end(), name) != out.end()) return false;
+    out.push_back(name);
+    start = end + 1;
+  }
+  return !out.empty();
+}
 
 int generate_command(const GenerateOptions& options) {
   Diagnostics diags;

@@ -14,9 +14,15 @@ struct GenerateOptions {
   int jobs = 0;  // 0 = all cores
   bool cuda = true;  // false: configure the tree with -DGC_CUDA=OFF (CPU backend only)
   std::string cuda_arch;  // "" = the tree's default list; else e.g. "90a" or "80;90a" (-DGC_CUDA_ARCHITECTURES)
-  bool quick = false;     // --quick-build: the tree's Quick build type (-O1) instead of Release
+  bool quick = false;     // --quick-build: the tree's Quick build type (C++ at -Og) instead of Release
   std::vector<std::string> programs;  // --programs: build only these (train, analyze, ...); empty = all
 };
+
+// --programs' value: "train,analyze" -> {"train", "analyze"}; false (out unusable) unless each entry
+// is one of the tree's programs (train, analyze, probe, gradcheck, parity) and none is repeated.
+bool parse_programs(const std::string& text, std::vector<std::string>& out);
+inline constexpr const char* kProgramsNeed =
+    "a comma-separated list of train, analyze, probe, gradcheck and parity, e.g. train,analyze";
 
 // Returns the process exit status (0 ok, 1 spec or build error).
 int generate_command(const GenerateOptions& options);

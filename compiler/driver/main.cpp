@@ -45,9 +45,9 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
     --cuda-arch LIST      build the CUDA backend for these architectures only
                           (e.g. 90a, or 80,89; default 80,86,89,90a: any GPU of
                           compute capability 8.0 or newer)
-    --quick-build         compile at -O1 (about 30 % less build time; small
-                          specs train as fast, the CPU kernels' loops are
-                          not vectorized)
+    --quick-build         compile the C++ at -Og (about half the build time;
+                          small specs train as fast, the CPU kernels' loops
+                          are not vectorized)
     --programs LIST       build only these of the tree's programs, e.g.
                           train or train,analyze (train, analyze, probe,
                           gradcheck, parity; default all)
@@ -137,21 +137,6 @@ bool parse_cuda_arch(const std::string& text, std::string& out) {
   return !out.empty();
 }
 
-// "train,analyze" -> {"train", "analyze"}: each one of the tree's programs, none twice.
-bool parse_programs(const std::string& text, std::vector<std::string>& out) {
-  out.clear();
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t end = std::min(text.find(',', start), text.size());
-    const std::string name = text.substr(start, end - start);
-    const bool known = name == "train" || name == "analyze" || name == "probe" || name == "gradcheck" || name == "parity";
-    if (!known || std::find(out.begin(), out.end(), name) != out.end()) return false;
-    out.push_back(name);
-    start = end + 1;
-  }
-  return !out.empty();
-}
-
 // An option's value: argv[i + 1] parsed by `parse` (which stores it), i advanced past it; else the
 // usage error `need` (status set) and false.
 template <typename Parse>
@@ -188,9 +173,8 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
       continue;
     }
     if (arg == "--programs") {
-      if (!option_value(argc, argv, i, [&](const std::string& v) { return parse_programs(v, a.programs); },
-                        "option '--programs' needs a comma-separated list of train, analyze, probe, gradcheck and "
-                        "parity, e.g. train,analyze",
+      if (!option_value(argc, argv, i, [&](const std::string& v) { return gc::parse_programs(v, a.programs); },
+                        std::string("option '--programs' needs ") + gc::kProgramsNeed,
                         status)) {
         return std::nullopt;
       }

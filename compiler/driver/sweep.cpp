@@ -31,13 +31,16 @@ namespace {
 
 const char* const kSweepUsage =
     R"(usage: gcompile sweep BASE.toml --set KEY=V1,V2,... [--set ...] -o DIR
-                      [--train] [--steps N] [--no-build] [--cpu-only] [--quick-build] [-j N]
+                      [--train] [--steps N] [--no-build] [--cpu-only] [--quick-build]
+                      [--programs LIST] [-j N]
 
   Writes one spec per point of the grid into DIR (NAME.toml, each extends
   BASE and sets the point's values), generates and builds every tree
   (generated/NAME/), and with --train trains them one after another (one per
   GPU at a time where several GPUs are found) into DIR/runs/NAME/ and writes
   DIR/report.html. Values are TOML literals (strings may be bare words).
+  --cpu-only, --quick-build, --programs and -j build each tree as gcompile SPEC
+  does (--programs train builds only what --train runs).
 )";
 
 struct Axis {
@@ -57,6 +60,7 @@ struct SweepArgs {
   bool train = false, build = true, cuda = true, quick = false;
   long steps = 0;
   int jobs = 0;
+  std::vector<std::string> programs;  // --programs: build only these of each tree's programs; empty = all
 };
 
 int usage(const std::string& message) {
@@ -151,6 +155,10 @@ bool parse_sweep_args(int argc, char** argv, SweepArgs& a, int& status) {
       a.cuda = false;
     } else if (arg == "--quick-build") {
       a.quick = true;
+    } else if (arg == "--programs") {
+      if (!value(v) || !parse_programs(v, a.programs)) {
+        return (status = usage(std::string("--programs needs ") + kProgramsNeed)), false;
+      }
     } else if (!arg.empty() && arg[0] == '-') {
       return (status = usage("unknown option '" + arg + "'")), false;
     } else if (a.base.empty()) {
@@ -164,6 +172,13 @@ bool parse_sweep_args(int argc, char** argv, SweepArgs& a, int& status) {
   if (a.out.empty()) return (status = usage("no -o DIR given (where the point specs go)")), false;
   if (a.train && !a.build) return (status = usage("--train needs the trees built (drop --no-build)")), false;
   if (a.steps && !a.train) return (status = usage("--steps applies to --train")), false;
+  if (!a.programs.empty() && !a.build) return (status = usage("--programs and --no-build contradict each other")), false;
+  if (a.train && !a.programs.empty() && std::find(a.programs.begin(), a.programs.end(), "train") == a.programs.end()) {
+    return (status = usage("--train needs train among --programs")), false;
+  }
+  if (!a.cuda && std::find(a.programs.begin(), a.programs.end(), "parity") != a.programs.end()) {
+    return (status = usage("--programs parity needs the CUDA backend, which --cpu-only leaves out")), false;
+  }
   return true;
 }
 
@@ -362,7 +377,7 @@ int sweep_command(int argc, char** argv) {
   std::cerr << "gcompile sweep: " << points.size() << " points, specs in " << a.out << "\n";
   for (std::size_t i = 0; i < points.size(); ++i) {
     std::cerr << "gcompile sweep: point " << i + 1 << "/" << points.size() << ": " << points[i].name << "\n";
-    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda, "", a.quick}) != 0) return 1;
+    if (generate_command({points[i].spec.string(), "", a.build, a.jobs, a.cuda, "", a.quick, a.programs}) != 0) return 1;
   }
   if (!a.train) return 0;
   if (!train_points(points, a)) return 1;

@@ -85,7 +85,7 @@ reference() {  # NAME STEPS
   local name=$1 steps=$2 tree=$scratch/cpu_$1 data=$kit/trees/$1/data
   cp -r "$kit/trees/$name" "$tree" || die "cannot copy $kit/trees/$name"
   note "CPU reference: $name, $steps steps"
-  # The tree's Quick build (-O1): a third less compile time, the same losses bit for bit on these
+  # The tree's Quick build (-Og): half the compile time, the same losses bit for bit on these
   # small specs (OpenBLAS does the GEMMs; templates/CMakeLists.txt.in).
   step "configuring $tree (CPU)" cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Quick -DGC_CUDA=OFF -DGC_MPI=OFF
   step "building $tree (CPU)" cmake --build "$tree/build" --target train -j "$JOBS"

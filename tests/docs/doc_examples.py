@@ -41,14 +41,14 @@ import time
 # Stated once: how a command is changed to run in the test, and why.
 SUBSTITUTIONS = [
     # CI has no GPU: trees are built without their CUDA backend (the nvcc build takes minutes and is
-    # tested by CudaTree.* and the GPU kit); train would run on the CPU there anyway. And at -O1
-    # (--quick-build: a third less compile time for the same losses; Release is what a user gets),
+    # tested by CudaTree.* and the GPU kit); train would run on the CPU there anyway. And at -Og
+    # (--quick-build: half the compile time for the same losses; Release is what a user gets),
     # and only the two programs the documents run (--programs: probe and gradcheck are tested by
     # Export.*, Tree.* and MoeTree.*).
     (r"\bgcompile (?!-)(\S+\.toml)(?=\s*(?:&&|$))", r"gcompile \1 --cpu-only --quick-build --programs train,analyze"),
     # Shorter training: the tour's runs take minutes; the checks need a run and its checkpoint.
     (r"(\./generated/[a-z0-9_]+/train)(?=\s*$|\s+#|\s+--init-from)", r"\1 --steps 12"),
-    (r"(sweep [\s\S]*?--train) --steps \d+", r"\1 --steps 2 --quick-build"),
+    (r"(sweep [\s\S]*?--train) --steps \d+", r"\1 --steps 2 --quick-build --programs train"),
 ]
 ROOT_SUBSTITUTIONS = [
     # Open MPI refuses to start as root without this flag (README section 11 says so).

@@ -79,6 +79,7 @@ void write_hand_made_checkpoint(const std::string& trained, const std::string& r
 }
 
 TEST_F(AnchorE2e, TrainRecordsAccuraciesAnalyzeReproducesThemAndAHandMadeModelScoresAsCounted) {
+  programs_ = "train,analyze";  // the programs this test runs (CI time)
   const Outcome gen = generate(kSpec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome train = run("train", "--out run");

@@ -38,8 +38,10 @@ TEST_F(CudaTree, BuildsTheGpuEngineAndFallsBackWithoutAGpu) {
   EXPECT_NE(cmake.find("set(GC_CUDA_ARCHITECTURES \"80;86;89;90a\" CACHE STRING"), std::string::npos);
   EXPECT_NE(read_text(tree() / "build.log").find("CUDA backend for architectures 80"), std::string::npos);
   EXPECT_NE(read_text(tree() / "build" / "CMakeCache.txt").find("GC_CUDA_ARCHITECTURES:STRING=80\n"), std::string::npos);
-  // The tests build at -O1 (--quick-build), the tree's own build type, for host and device code.
+  // The tests build --quick-build, the tree's own build type: C++ at -Og, CUDA host code at -O1
+  // (nvcc's host levels are 0 to 3), device code as in Release.
   EXPECT_NE(read_text(tree() / "build" / "CMakeCache.txt").find("CMAKE_BUILD_TYPE:STRING=Quick\n"), std::string::npos);
+  EXPECT_NE(cmake.find("set(CMAKE_CXX_FLAGS_QUICK \"-Og -DNDEBUG\")"), std::string::npos);
   EXPECT_NE(cmake.find("set(CMAKE_CUDA_FLAGS_QUICK \"-O1 -DNDEBUG\")"), std::string::npos);
   ASSERT_TRUE(std::filesystem::exists(tree() / "parity"));
   // NCCL (multi-process training on GPUs): found where the toolkit ships it, and linked into train.
@@ -83,6 +85,7 @@ std::string with_fp32(std::string spec) {
 }
 
 TEST_F(CudaTree, CpuOnlyTreeRejectsDeviceCudaAndMatchesThePlannedMemory) {
+  programs_ = "train";  // the one program this test runs (CI time)
   const Outcome gen = generate(with_fp32(kCudaFeatures));  // --cpu-only
   ASSERT_EQ(gen.status, 0) << gen.output;
   EXPECT_FALSE(std::filesystem::exists(tree() / "parity"));

@@ -41,6 +41,7 @@ class Tree : public gc::test::TreeTest {
 const std::string kAllFeatures = gc::test::fixture_spec("all_features.toml");
 
 TEST_F(Tree, GradientsMatchFiniteDifferencesWithEveryFeature) {
+  programs_ = "gradcheck";  // the one program this test runs: the tree builds nothing else (CI time)
   const Outcome gen = generate(kAllFeatures);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome check = sh((tree() / "gradcheck").string());
@@ -63,6 +64,7 @@ TEST_F(Tree, GradientsMatchWithHeadwiseGateAndTiedEmbeddings) {
                           {"d_ff = 40", "d_ff = 64"}}) {
     spec.replace(spec.find(from), from.size(), to);
   }
+  programs_ = "gradcheck";  // the one program this test runs: the tree builds nothing else (CI time)
   const Outcome gen = generate(spec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome check = sh((tree() / "gradcheck").string());
@@ -92,6 +94,7 @@ void write_corpus(const fs::path& file) {
 }
 
 TEST_F(Tree, TrainsProfilesResumesBitIdenticallyAndRejectsCorruptCheckpoints) {
+  programs_ = "train,analyze";  // the programs this test runs (CI time)
   write_corpus(dir_ / "corpus.txt");
   const Outcome gen = generate(kSmallTraining);
   ASSERT_EQ(gen.status, 0) << gen.output;
@@ -427,6 +430,20 @@ TEST_F(Sweep, WritesOneSpecPerPointAndTreesThatDifferOnlyWhereTheyMust) {
   EXPECT_EQ(again.status, 1);
   EXPECT_NE(again.output.find("base-gamma1-seed1.toml: exists with other content"), std::string::npos) << again.output;
   EXPECT_EQ(sh("cd " + dir_.string() + " && " + gcompile + " sweep base.toml -o x").status, 2);
+  // --programs as gcompile SPEC takes it (README's sweep builds and trains with --programs train,
+  // Docs.Examples), refused where it cannot hold.
+  const std::string sweep = "cd " + dir_.string() + " && " + gcompile + " sweep base.toml --set init.gamma=0.5 -o p ";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--programs trian", "--programs needs a comma-separated list of train, analyze"},
+           {"--programs train,train", "--programs needs a comma-separated list"},
+           {"--programs train --no-build", "--programs and --no-build contradict each other"},
+           {"--train --programs analyze", "--train needs train among --programs"},
+           {"--cpu-only --programs train,parity", "--programs parity needs the CUDA backend"}}) {
+    const Outcome refused = sh(sweep + args);
+    EXPECT_EQ(refused.status, 2) << args;
+    EXPECT_NE(refused.output.find(says), std::string::npos) << args << ": " << refused.output;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "p"));
 }
 
 // Issue 13, item 1: the CUDA kernels are specialized too, so an ablation's diff points at the

@@ -71,14 +71,15 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
     }
 #endif
   }
-  // Generates the spec's tree and builds its train against the emulator.
-  fs::path build(const std::string& name, const std::string& spec) {
+  // Generates the spec's tree and builds its train against the emulator, and its analyze for the
+  // tests that measure with it (expect_metrics_match_cpu).
+  fs::path build(const std::string& name, const std::string& spec, bool with_analyze = false) {
     const fs::path spec_file = dir_ / (name + ".toml");
     std::ofstream(spec_file) << spec;
     const fs::path out = dir_ / name;
 #ifdef GCOMPILE_CUDA_EMULATOR_LIBRARY
     const Outcome built = sh("bash " + std::string(GCOMPILE_SOURCE_DIR) + "/tests/cuda_emulator/tree_train " +
-                             GCOMPILE_BINARY + " " + spec_file.string() + " " + out.string() + " " +
+                             (with_analyze ? "" : "--train-only ") + GCOMPILE_BINARY + " " + spec_file.string() + " " + out.string() + " " +
                              GCOMPILE_SOURCE_DIR + "/tests/cuda_emulator " + GCOMPILE_CUDA_EMULATOR_LIBRARY + " " +
                              GCOMPILE_BLAS_LIBRARIES);
     EXPECT_EQ(built.status, 0) << built.output;
@@ -188,7 +189,7 @@ void expect_metrics_match_cpu(const fs::path& tree, const fs::path& gpu_run, con
 }
 
 TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitForBit) {
-  const fs::path tree = build("zero0", spec_text("fp32", 0));
+  const fs::path tree = build("zero0", spec_text("fp32", 0), true);
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
@@ -406,7 +407,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
                "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 16\nload_balance = \"aux_free\"\n"
                "seq_aux_loss = 0.05\nz_loss = 0.02\ncapacity_factor = 1.0\n\n[optim]");  // + those kernels
   spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 8");  // 4 micro-batches: up to 4 ranks
-  const fs::path tree = build("moe", spec);
+  const fs::path tree = build("moe", spec, true);
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;

@@ -61,6 +61,7 @@ class Metrics : public gc::test::TreeTest {
 };
 
 TEST_F(Metrics, TrainRecordsTheScheduledMetricsAndAnalyzeReproducesAndComparesThem) {
+  programs_ = "train,analyze";  // the programs this test runs (CI time)
   const Outcome gen = generate(kSpec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   ASSERT_EQ(run("train", "--out run").status, 0);

@@ -36,6 +36,7 @@ class MoeTree : public gc::test::TreeTest {
 const std::string kMoeGradients = gc::test::fixture_spec("moe_gradients.toml");
 
 TEST_F(MoeTree, GradientsMatchFiniteDifferencesWithEveryMoeFeature) {
+  programs_ = "gradcheck";  // the one program this test runs: the tree builds nothing else (CI time)
   const Outcome gen = generate(kMoeGradients);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome check = sh((tree() / "gradcheck").string());
@@ -57,6 +58,7 @@ using gc::test::read_text;
 std::vector<double> losses(const std::vector<nlohmann::json>& records) { return gc::test::training_losses(records); }
 
 TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
+  programs_ = "train,analyze";  // the programs this test runs (CI time)
   const Outcome gen = generate(kMoeAuxFree);
   ASSERT_EQ(gen.status, 0) << gen.output;
 
@@ -142,6 +144,7 @@ TEST_F(MoeTree, TrainsDeterministicallyAndResumesWithTheSelectionBias) {
 // A plan no machine holds (16M rows of 50k logits: terabytes of activations):
 // train stops before allocating, with the planned and available bytes.
 TEST_F(MoeTree, StopsBeforeAllocatingWhenThePlanExceedsTheMemory) {
+  programs_ = "train";  // the one program this test runs (CI time)
   std::string spec = kMoeAuxFree;
   for (auto [from, to] : {std::pair<std::string, std::string>{"vocab_size = 64", "vocab_size = 50000"},
                           {"seq_len = 32", "seq_len = 4096"},
