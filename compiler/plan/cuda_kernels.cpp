@@ -20,30 +20,33 @@ KernelChoice attention(const Spec& spec) {
             "bf16, head_dim " + str(hd)};
   }
   return {"attention", "cuda/attention.cuh: the reference kernels (no tensor cores)",
-          bf16 ? "head_dim " + str(hd) + " is not a multiple of 16 up to 128" : "fp32"};
+          bf16 ? "head_dim " + str(hd) + " is not a multiple of " + str(tree::core::kFlashHeadDimStep) + " up to " +
+                     str(tree::core::kFlashMaxHeadDim)
+               : "fp32"};
 }
 
 KernelChoice projections(const Spec& spec) {
   const std::vector<std::string> padded = unaligned_widths(spec);
   std::string why = spec.train.precision == Precision::bf16 ? "bf16" : "fp32";
   if (!padded.empty()) {
-    why += "; a projection in or out of a width not a multiple of 8 runs on zero-padded copies "
-           "(cuda/aligned_linear.cuh):";
+    why += "; a projection in or out of a width not a multiple of " + str(tree::core::kAlignedWidth) +
+           " runs on zero-padded copies (cuda/aligned_linear.cuh):";
     why += " " + join(padded, ", ");
   }
   return {"projections", "cuBLASLt (runtime/cuda/blaslt.hpp)", why};
 }
 
-// templates/cuda/expert_linear.cuh: bf16 and grouped::kSupported<d_model, expert_d_ff>.
+// templates/cuda/expert_linear.cuh: core::grouped_gemm_takes(bf16, d_model, expert_d_ff).
 KernelChoice experts(const Spec& spec) {
   const std::int64_t d = spec.model.d_model, f = spec.moe.expert_d_ff;
   const bool bf16 = spec.train.precision == Precision::bf16;
-  if (bf16 && tree::core::grouped_gemm_takes(d, f)) {
+  const std::string tile = str(tree::core::kGroupedGemmTile);
+  if (tree::core::grouped_gemm_takes(bf16, d, f)) {
     return {"experts", "cuda/grouped_gemm.cuh: one launch per projection and direction for every expert (mma.sync)",
-            "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of 64"};
+            "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of " + tile};
   }
   return {"experts", "cuda/expert_linear.cuh: the plain kernels (reference speed)",
-          bf16 ? "d_model " + str(d) + " or expert_d_ff " + str(f) + " is not a multiple of 64" : "fp32"};
+          bf16 ? "d_model " + str(d) + " or expert_d_ff " + str(f) + " is not a multiple of " + tile : "fp32"};
 }
 
 }  // namespace

@@ -27,12 +27,17 @@ constexpr std::int64_t aligned_grad_elems(std::int64_t in, std::int64_t out) {
 
 // The tensor-core attention kernels (cuda/flash_attention.cuh) take bf16 with a head_dim that is
 // a multiple of 16 (the mma's k), at most 128 (their shared-memory tiles).
+inline constexpr int kFlashHeadDimStep = 16;
+inline constexpr int kFlashMaxHeadDim = 128;
 constexpr bool flash_attention_takes(bool bf16, std::int64_t head_dim) {
-  return bf16 && head_dim % 16 == 0 && head_dim <= 128;
+  return bf16 && head_dim % kFlashHeadDimStep == 0 && head_dim <= kFlashMaxHeadDim;
 }
 
-// The grouped expert GEMM (cuda/grouped_gemm.cuh) takes a projection in -> out in whole 64-column
-// tiles on both sides.
-constexpr bool grouped_gemm_takes(std::int64_t in, std::int64_t out) { return in % 64 == 0 && out % 64 == 0; }
+// The grouped expert GEMM (cuda/grouped_gemm.cuh) takes bf16 projections in -> out in whole
+// 64-column tiles on both sides.
+inline constexpr int kGroupedGemmTile = 64;
+constexpr bool grouped_gemm_takes(bool bf16, std::int64_t in, std::int64_t out) {
+  return bf16 && in % kGroupedGemmTile == 0 && out % kGroupedGemmTile == 0;
+}
 
 }  // namespace gc::tree::core

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "config.hpp"
+#include "core/kernel_rules.hpp"
 #include "cuda/common.cuh"
 #include "cuda/grouped_gemm.cuh"
 
@@ -91,7 +92,7 @@ namespace detail {
 // kernels take (bf16, whole 64-column tiles); false otherwise.
 template <typename T, typename F>
 bool with_grouped_shape(int in, int out, F&& f) {
-  if constexpr (std::is_same_v<T, bf16> && kMoe && grouped::kSupported<kDModel, kExpertDff>) {
+  if constexpr (kMoe && core::grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff)) {
     if (in == kDModel && out == kExpertDff) {
       f(std::integral_constant<int, kDModel>{}, std::integral_constant<int, kExpertDff>{});
       return true;

@@ -39,7 +39,7 @@ inline constexpr int kStages = 4;      // stages in flight: 3 loading while one 
 // Whether the projection IN -> OUT runs here (whole 64-column tiles, K in whole stages; the rule
 // is core/kernel_rules.hpp's, which gcompile explain reads too).
 template <int IN, int OUT>
-inline constexpr bool kSupported = core::grouped_gemm_takes(IN, OUT);
+inline constexpr bool kSupported = core::grouped_gemm_takes(true, IN, OUT);
 
 // The width of an output tile along a dimension of COLS: 128 where it divides, else 64.
 template <int COLS>

@@ -43,9 +43,11 @@ SUBSTITUTIONS = [
     # CI has no GPU: trees are built without their CUDA backend (the nvcc build takes minutes and is
     # tested by CudaTree.* and the GPU kit); train would run on the CPU there anyway. And at -Og
     # (--quick-build: half the compile time for the same losses; Release is what a user gets),
-    # and only the two programs the documents run (--programs: probe and gradcheck are tested by
-    # Export.*, Tree.* and MoeTree.*).
-    (r"\bgcompile (?!-)(\S+\.toml)(?=\s*(?:&&|$))", r"gcompile \1 --cpu-only --quick-build --programs train,analyze"),
+    # and only the programs the documents run (--programs: train, and analyze for the trees whose
+    # analyze a document runs, see programs_run; probe and gradcheck are tested by Export.*, Tree.*
+    # and MoeTree.*).
+    (r"\bgcompile (?!-)(\S+\.toml)(?=\s*(?:&&|$))",
+     lambda m: f"gcompile {m.group(1)} --cpu-only --quick-build --programs {programs_run(m.group(1))}"),
     # Shorter training: the tour's runs take minutes; the checks need a run and its checkpoint.
     (r"(\./generated/[a-z0-9_]+/train)(?=\s*$|\s+#|\s+--init-from)", r"\1 --steps 12"),
     (r"(sweep [\s\S]*?--train) --steps \d+", r"\1 --steps 2 --quick-build --programs train"),
@@ -144,6 +146,17 @@ def commands(block):
             k += 1
         out.append((cmd, shown))
     return out
+
+
+# The trees whose analyze the documents run (./generated/NAME/analyze), filled by main().
+ANALYZED = set()
+
+
+def programs_run(spec):
+    """The programs a document runs of SPEC's tree: train, and analyze where one runs it. The tree's
+    name is the spec file's stem, as in every spec the documents build (were it not, the analyze
+    command would find no program and fail)."""
+    return "train,analyze" if os.path.splitext(os.path.basename(spec))[0] in ANALYZED else "train"
 
 
 def substitute(cmd):
@@ -337,6 +350,8 @@ def main():
     # Offline: transformers and lm-eval read the local export and docs/eval's local task only
     # (CI reaches PyPI and Debian, not the Hugging Face Hub).
     env["HF_HUB_OFFLINE"] = env["HF_DATASETS_OFFLINE"] = "1"
+    for f in args.files:
+        ANALYZED.update(re.findall(r"generated/([A-Za-z0-9_.-]+)/analyze\b", open(os.path.join(repo, f)).read()))
     session = Session(scratch, env)
     results = []
     try:
