@@ -86,8 +86,10 @@ reference() {  # NAME STEPS
   cp -r "$kit/trees/$name" "$tree" || die "cannot copy $kit/trees/$name"
   note "CPU reference: $name, $steps steps"
   # The tree's Quick build (-Og): half the compile time, the same losses bit for bit on these
-  # small specs (OpenBLAS does the GEMMs; templates/CMakeLists.txt.in).
-  step "configuring $tree (CPU)" cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Quick -DGC_CUDA=OFF -DGC_MPI=OFF
+  # small specs (OpenBLAS does the GEMMs; templates/CMakeLists.txt.in). Configured as gcompile
+  # --cpu-only --quick-build configures (MPI where found), so ccache serves the runtime's objects
+  # that other trees of this machine compiled (CI: the tests').
+  step "configuring $tree (CPU)" cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=Quick -DGC_CUDA=OFF
   step "building $tree (CPU)" cmake --build "$tree/build" --target train -j "$JOBS"
   step "the CPU run of $name" "$tree/train" --device cpu --steps "$steps" --log-every 1 --no-checkpoint \
     --out "$scratch/run_$name" --train-data "$data/train.bin" --val-data "$data/val.bin"
