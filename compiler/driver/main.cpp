@@ -45,9 +45,9 @@ gcompile turns a TOML experiment spec into a specialized LLM training binary.
     --cuda-arch LIST      build the CUDA backend for these architectures only
                           (e.g. 90a, or 80,89; default 80,86,89,90a: any GPU of
                           compute capability 8.0 or newer)
-    --quick-build         compile the C++ at -Og (about half the build time;
-                          small specs train as fast, the CPU kernels' loops
-                          are not vectorized)
+    --quick-build         compile the C++ at -Og (about half the C++ build
+                          time; small specs train as fast, the CPU kernels'
+                          loops are not vectorized)
     --programs LIST       build only these of the tree's programs, e.g.
                           train or train,analyze (train, analyze, probe,
                           gradcheck, parity; default all)

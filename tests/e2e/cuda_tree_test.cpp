@@ -88,6 +88,13 @@ TEST_F(CudaTree, CpuOnlyTreeRejectsDeviceCudaAndMatchesThePlannedMemory) {
   programs_ = "train";  // the one program this test runs (CI time)
   const Outcome gen = generate(with_fp32(kCudaFeatures));  // --cpu-only
   ASSERT_EQ(gen.status, 0) << gen.output;
+  // A --cpu-only tree's build system has no parity program (it needs the CUDA backend); train only
+  // is built here, so its target list says so, not the tree's files.
+  const Outcome targets = sh("cmake --build " + (tree() / "build").string() + " --target help");
+  ASSERT_EQ(targets.status, 0) << targets.output;
+  EXPECT_NE(targets.output.find("train"), std::string::npos) << targets.output;
+  EXPECT_NE(targets.output.find("analyze"), std::string::npos) << targets.output;
+  EXPECT_EQ(targets.output.find("parity"), std::string::npos) << targets.output;
   EXPECT_FALSE(std::filesystem::exists(tree() / "parity"));
   const Outcome run = sh((tree() / "train").string() + " --device cuda --out " + (dir_ / "run").string());
   EXPECT_EQ(run.status, 1);

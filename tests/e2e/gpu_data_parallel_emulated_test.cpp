@@ -73,7 +73,7 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
   }
   // Generates the spec's tree and builds its train against the emulator, and its analyze for the
   // tests that measure with it (expect_metrics_match_cpu).
-  fs::path build(const std::string& name, const std::string& spec, bool with_analyze = false) {
+  fs::path build(const std::string& name, const std::string& spec, [[maybe_unused]] bool with_analyze = false) {
     const fs::path spec_file = dir_ / (name + ".toml");
     std::ofstream(spec_file) << spec;
     const fs::path out = dir_ / name;

@@ -395,7 +395,7 @@ TEST(Plan, ProjectionsWithWidthsNotAMultipleOf8GetPaddedScratchInBf16Only) {
 // gcompile explain's kernels section (plan/cuda_kernels.hpp) follows the templates' compile-time
 // choices: tensor-core attention for bf16 and head_dim a multiple of 16 up to 128
 // (flash_attention_supported), grouped expert GEMMs for bf16 and whole 64-column tiles
-// (grouped::kSupported), zero-padded projections for widths not a multiple of 8 (bf16 only).
+// (core::grouped_gemm_takes), zero-padded projections for widths not a multiple of 8 (bf16 only).
 TEST(Plan, CudaKernelsFollowThePrecisionAndTheShapes) {
   const auto chosen = [](const std::string& text, const std::string& op) {
     for (const KernelChoice& k : cuda_kernels(must_plan(text).spec)) {
