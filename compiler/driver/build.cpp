@@ -96,6 +96,14 @@ bool parse_programs(const std::string& text, std::vector<std::string>& out) {
   return !out.empty();
 }
 
+std::string programs_conflict(const std::vector<std::string>& programs, bool build, bool cuda) {
+  if (!programs.empty() && !build) return "--programs and --no-build contradict each other";
+  if (!cuda && std::find(programs.begin(), programs.end(), "parity") != programs.end()) {
+    return "--programs parity needs the CUDA backend, which --cpu-only leaves out";
+  }
+  return "";
+}
+
 int generate_command(const GenerateOptions& options) {
   Diagnostics diags;
   auto spec = load_spec(options.spec, diags);

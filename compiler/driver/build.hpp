@@ -23,6 +23,9 @@ struct GenerateOptions {
 bool parse_programs(const std::string& text, std::vector<std::string>& out);
 inline constexpr const char* kProgramsNeed =
     "a comma-separated list of train, analyze, probe, gradcheck and parity, e.g. train,analyze";
+// Why --programs cannot go with the other build options ("" when it can): gcompile SPEC's and
+// gcompile sweep's check.
+std::string programs_conflict(const std::vector<std::string>& programs, bool build, bool cuda);
 
 // Returns the process exit status (0 ok, 1 spec or build error).
 int generate_command(const GenerateOptions& options);

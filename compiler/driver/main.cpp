@@ -296,9 +296,8 @@ int run(const Args& a) {
     if (!flags_allowed(a, false, false, status)) return status;
     if (!a.cuda_arch.empty() && a.cpu_only) return usage_error("--cuda-arch and --cpu-only contradict each other");
     if (a.quick_build && a.no_build) return usage_error("--quick-build and --no-build contradict each other");
-    if (!a.programs.empty() && a.no_build) return usage_error("--programs and --no-build contradict each other");
-    if (a.cpu_only && std::find(a.programs.begin(), a.programs.end(), "parity") != a.programs.end()) {
-      return usage_error("--programs parity needs the CUDA backend, which --cpu-only leaves out");
+    if (const std::string conflict = gc::programs_conflict(a.programs, !a.no_build, !a.cpu_only); !conflict.empty()) {
+      return usage_error(conflict);
     }
     return gc::generate_command(
         {a.command, a.out_dir, !a.no_build, a.jobs, !a.cpu_only, a.cuda_arch, a.quick_build, a.programs});

@@ -172,12 +172,11 @@ bool parse_sweep_args(int argc, char** argv, SweepArgs& a, int& status) {
   if (a.out.empty()) return (status = usage("no -o DIR given (where the point specs go)")), false;
   if (a.train && !a.build) return (status = usage("--train needs the trees built (drop --no-build)")), false;
   if (a.steps && !a.train) return (status = usage("--steps applies to --train")), false;
-  if (!a.programs.empty() && !a.build) return (status = usage("--programs and --no-build contradict each other")), false;
+  if (const std::string conflict = programs_conflict(a.programs, a.build, a.cuda); !conflict.empty()) {
+    return (status = usage(conflict)), false;
+  }
   if (a.train && !a.programs.empty() && std::find(a.programs.begin(), a.programs.end(), "train") == a.programs.end()) {
     return (status = usage("--train needs train among --programs")), false;
-  }
-  if (!a.cuda && std::find(a.programs.begin(), a.programs.end(), "parity") != a.programs.end()) {
-    return (status = usage("--programs parity needs the CUDA backend, which --cpu-only leaves out")), false;
   }
   return true;
 }

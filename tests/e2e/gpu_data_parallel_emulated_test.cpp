@@ -78,8 +78,9 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
     std::ofstream(spec_file) << spec;
     const fs::path out = dir_ / name;
 #ifdef GCOMPILE_CUDA_EMULATOR_LIBRARY
-    const Outcome built = sh("bash " + std::string(GCOMPILE_SOURCE_DIR) + "/tests/cuda_emulator/tree_train " +
-                             (with_analyze ? "" : "--train-only ") + GCOMPILE_BINARY + " " + spec_file.string() + " " + out.string() + " " +
+    const std::string tree_train = std::string(GCOMPILE_SOURCE_DIR) + "/tests/cuda_emulator/tree_train" +
+                                   (with_analyze ? " " : " --train-only ");
+    const Outcome built = sh("bash " + tree_train + GCOMPILE_BINARY + " " + spec_file.string() + " " + out.string() + " " +
                              GCOMPILE_SOURCE_DIR + "/tests/cuda_emulator " + GCOMPILE_CUDA_EMULATOR_LIBRARY + " " +
                              GCOMPILE_BLAS_LIBRARIES);
     EXPECT_EQ(built.status, 0) << built.output;
