@@ -11,9 +11,11 @@
 
 namespace gc::tree {
 
-// --- experiment identity, seed, data and provenance: defined in experiment.cpp,
-// the one source file (with plan_init.cpp) that differs between trees of an
-// init or seed sweep, so their builds share every other compiled object.
+// --- experiment identity, seed, data and provenance, and the run's schedule: defined
+// in experiment.cpp, the one source file (with plan_init.cpp) that differs between trees
+// of a sweep over init, seed, learning rate, step count or the cadence of logs,
+// evaluations, checkpoints and metrics, so their builds share every other compiled
+// object and their specialization (none of these values reaches a kernel).
 extern const char* const kExperimentName;
 extern const std::uint64_t kSeed;
 extern const char* const kTrainData;
@@ -22,6 +24,31 @@ extern const char* const kVocabFile;
 extern const char* const kSpecHash;
 extern const char* const kGcompileVersion;
 extern const std::uint64_t kAnchorSeed;  // data.anchor.seed (data.format = "anchor")
+// The learning-rate schedule (train/schedule.hpp): peak, decay shape, floor, warm-up and total steps.
+extern const double kLr;
+extern const Decay kDecay;
+extern const double kMinLrRatio;
+extern const std::int64_t kWarmupSteps;
+extern const std::int64_t kTotalSteps;
+// Cadences in steps (0: never): evaluations (on kEvalBatches validation batches), checkpoints, log lines.
+extern const int kEvalEvery;
+extern const int kEvalBatches;
+extern const int kCheckpointEvery;
+extern const int kLogEvery;
+// Each metric's interval in steps (train/metrics_schedule.hpp; its on/off switch is below).
+extern const std::int64_t kSinkScoreEvery;
+extern const std::int64_t kResidualFlowEvery;
+extern const std::int64_t kRmsnormFactorEvery;
+extern const std::int64_t kCosineSimilarityEvery;
+extern const std::int64_t kStableRankEvery;
+extern const std::int64_t kEmbeddingCosineEvery;
+extern const std::int64_t kParamNormEvery;
+extern const std::int64_t kGradNormEvery;
+extern const std::int64_t kUpdateRatioEvery;
+extern const std::int64_t kActivationRmsEvery;
+extern const std::int64_t kAttentionEntropyEvery;
+extern const std::int64_t kLogitStdEvery;
+extern const std::int64_t kMoeRoutingEvery;
 
 // --- model (seed 000 Table 2 shapes: d_model, heads, head_dim, d_ff)
 inline constexpr int kVocab = gc::knob<int>("model.vocab_size", 256);
@@ -82,19 +109,12 @@ inline constexpr int kExpertParallel = gc::knob<int>("distributed.expert_paralle
 // (0: the dropless worst case, expert_parallel times them); train --expert-exchange-factor.
 inline constexpr double kExpertExchangeFactor = gc::knob<double>("distributed.expert_exchange_factor", 0.0);
 
-// --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; per-tensor
-// lr multipliers and decay come from the parameter table in plan.hpp)
-inline constexpr double kLr = gc::knob<double>("optim.lr", 1e-3);
+// --- optimizer (AdamW with decoupled weight decay, seed 003 eq. 1; the peak lr is with the
+// schedule above, per-tensor lr multipliers and decay come from the parameter table in plan.hpp)
 inline constexpr double kBeta1 = gc::knob<double>("optim.beta1", 0.9);
 inline constexpr double kBeta2 = gc::knob<double>("optim.beta2", 0.95);
 inline constexpr double kAdamEps = gc::knob<double>("optim.eps", 1e-8);
 inline constexpr double kGradClip = gc::knob<double>("optim.grad_clip", 1.0);
-
-// --- schedule
-inline constexpr Decay kDecay = gc::knob<Decay>("schedule.decay", Decay::cosine);
-inline constexpr double kMinLrRatio = gc::knob<double>("schedule.min_lr_ratio", 0.1);
-inline constexpr std::int64_t kWarmupSteps = gc::knob<std::int64_t>("plan.warmup_steps", 2);
-inline constexpr std::int64_t kTotalSteps = gc::knob<std::int64_t>("plan.total_steps", 20);
 
 // --- the anchor-function task (data.format = "anchor"; runtime/anchor.hpp): one target per
 // sequence, at the last position, and its accuracies at every evaluation.
@@ -108,41 +128,24 @@ inline constexpr int kSeqLen = gc::knob<int>("train.seq_len", 32);
 inline constexpr int kMicroBatch = gc::knob<int>("train.micro_batch", 4);
 inline constexpr int kGradAccum = gc::knob<int>("plan.grad_accum", 1);
 inline constexpr Precision kPrecision = gc::knob<Precision>("train.precision", Precision::fp32);
-inline constexpr int kEvalEvery = gc::knob<int>("train.eval_every", 10);
-inline constexpr int kEvalBatches = gc::knob<int>("train.eval_batches", 2);
-inline constexpr int kCheckpointEvery = gc::knob<int>("train.checkpoint_every", 10);
-inline constexpr int kLogEvery = gc::knob<int>("train.log_every", 1);
 
-// --- metrics ([metrics.NAME]; docs/metrics.md): on/off and the interval in
-// steps. A metric that is off is pruned from the generated code; its layers
+// --- metrics ([metrics.NAME]; docs/metrics.md): on or off (each interval is with the
+// schedule above). A metric that is off is pruned from the generated code; its layers
 // and classes are tables in plan.hpp.
 inline constexpr bool kSinkScoreOn = gc::knob<bool>("metrics.sink_score.enabled", true);
-inline constexpr std::int64_t kSinkScoreEvery = gc::knob<std::int64_t>("metrics.sink_score.interval", 100);
 inline constexpr bool kResidualFlowOn = gc::knob<bool>("metrics.residual_flow.enabled", true);
-inline constexpr std::int64_t kResidualFlowEvery = gc::knob<std::int64_t>("metrics.residual_flow.interval", 100);
 inline constexpr bool kRmsnormFactorOn = gc::knob<bool>("metrics.rmsnorm_factor.enabled", true);
-inline constexpr std::int64_t kRmsnormFactorEvery = gc::knob<std::int64_t>("metrics.rmsnorm_factor.interval", 100);
 inline constexpr bool kCosineSimilarityOn = gc::knob<bool>("metrics.cosine_similarity.enabled", true);
-inline constexpr std::int64_t kCosineSimilarityEvery = gc::knob<std::int64_t>("metrics.cosine_similarity.interval", 500);
 inline constexpr bool kStableRankOn = gc::knob<bool>("metrics.stable_rank.enabled", true);
-inline constexpr std::int64_t kStableRankEvery = gc::knob<std::int64_t>("metrics.stable_rank.interval", 500);
 inline constexpr bool kEmbeddingCosineOn = gc::knob<bool>("metrics.embedding_cosine.enabled", true);
-inline constexpr std::int64_t kEmbeddingCosineEvery = gc::knob<std::int64_t>("metrics.embedding_cosine.interval", 500);
 inline constexpr bool kParamNormOn = gc::knob<bool>("metrics.param_norm.enabled", true);
-inline constexpr std::int64_t kParamNormEvery = gc::knob<std::int64_t>("metrics.param_norm.interval", 10);
 inline constexpr bool kGradNormOn = gc::knob<bool>("metrics.grad_norm.enabled", true);
-inline constexpr std::int64_t kGradNormEvery = gc::knob<std::int64_t>("metrics.grad_norm.interval", 10);
 inline constexpr bool kUpdateRatioOn = gc::knob<bool>("metrics.update_ratio.enabled", true);
-inline constexpr std::int64_t kUpdateRatioEvery = gc::knob<std::int64_t>("metrics.update_ratio.interval", 10);
 inline constexpr bool kActivationRmsOn = gc::knob<bool>("metrics.activation_rms.enabled", true);
-inline constexpr std::int64_t kActivationRmsEvery = gc::knob<std::int64_t>("metrics.activation_rms.interval", 100);
 inline constexpr bool kAttentionEntropyOn = gc::knob<bool>("metrics.attention_entropy.enabled", true);
-inline constexpr std::int64_t kAttentionEntropyEvery = gc::knob<std::int64_t>("metrics.attention_entropy.interval", 100);
 inline constexpr bool kLogitStdOn = gc::knob<bool>("metrics.logit_std.enabled", true);
-inline constexpr std::int64_t kLogitStdEvery = gc::knob<std::int64_t>("metrics.logit_std.interval", 100);
 inline constexpr bool kInitialLossOn = gc::knob<bool>("metrics.initial_loss.enabled", true);
 inline constexpr bool kMoeRoutingOn = gc::knob<bool>("metrics.moe_routing.enabled", true);
-inline constexpr std::int64_t kMoeRoutingEvery = gc::knob<std::int64_t>("metrics.moe_routing.interval", 10);
 inline constexpr int kEmbeddingTopTokens = gc::knob<int>("metrics.embedding_cosine.top_tokens", 350);
 
 // Derived shapes.

@@ -83,7 +83,9 @@ inline constexpr bool kGradNormTensors[kNumParams] = {false, false, true, true, 
 inline constexpr bool kUpdateRatioTensors[kNumParams] = {false, false, true, true, true, true, false, false, true, true, false, true, true, true, true, false, false, true, true, false, false};
 inline constexpr bool kActivationRmsLayers[kNumLayers] = {true, true};
 inline constexpr bool kAttentionEntropyLayers[kNumLayers] = {true, true};
-// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps).
-inline constexpr std::array<std::int64_t, 0> kCosineImageSteps = {};
+// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps;
+// they follow the step count, so they are defined in plan_init.cpp with the other values a
+// sweep changes).
+extern const StepList kCosineImageSteps;
 
 }  // namespace gc::tree

@@ -31,4 +31,7 @@ const double kInitStd[kNumParams] = {
     0.125,  // lm_head.weight
 };
 
+// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps).
+const StepList kCosineImageSteps = {nullptr, 0};
+
 }  // namespace gc::tree

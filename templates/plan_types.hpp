@@ -23,6 +23,14 @@ struct ParamInfo {
   double weight_decay;  // decoupled λ (seed 003 eq. 1); 0 when exempt
 };
 
+// Steps defined in plan_init.cpp (a list whose length the spec sets), read with begin() and end().
+struct StepList {
+  const std::int64_t* first;
+  int count;
+  const std::int64_t* begin() const { return first; }
+  const std::int64_t* end() const { return first + count; }
+};
+
 // One layer's tensors: each field is a row index into kParams, -1 where the layer has no such
 // tensor (a dense layer has no router, a layer without QK-norm no q_norm).
 struct LayerParams {

@@ -97,7 +97,7 @@ constexpr Consumer kConsumers[] = {
     {"init.*.*", "plan.hpp: each tensor's init distribution and std (compiler/plan/params.cpp)"},
     {"metrics.*.layers", "plan.hpp: the metric's layer selection"},
     {"metrics.*.classes", "plan.hpp: the metric's tensor selection"},
-    {"metrics.cosine_similarity.image_steps", "plan.hpp: kCosineImageSteps"},
+    {"metrics.cosine_similarity.image_steps", "plan_init.cpp: kCosineImageSteps"},
     {"data.anchor.*", "data preparation (compiler/data) and the plan.anchor_* knobs"},
     {"data.*", "data preparation (compiler/data), whose shards the plan.train_data and plan.val_data knobs name"},
     {"moe.*", "the plan's MoE layer layout (compiler/plan) and the plan.moe_* knobs (emit/knobs.cpp)"},

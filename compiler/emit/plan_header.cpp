@@ -200,10 +200,23 @@ void metric_tables(std::ostringstream& o, const Plan& plan) {
       o << "inline constexpr bool k" << camel(name) << "Tensors[kNumParams] = " << bool_list(tensors) << ";\n";
     }
   }
+  o << "// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps;\n"
+       "// they follow the step count, so they are defined in plan_init.cpp with the other values a\n"
+       "// sweep changes).\n"
+       "extern const StepList kCosineImageSteps;\n\n";
+}
+
+// kCosineImageSteps' definition (plan_init.cpp).
+void cosine_image_steps(std::ostream& o, const Spec& spec) {
+  const auto& steps = spec.metrics.cosine_image_steps;
   o << "// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps).\n";
-  o << "inline constexpr std::array<std::int64_t, " << spec.cosine_image_steps.size() << "> kCosineImageSteps = {";
-  for (std::size_t i = 0; i < spec.cosine_image_steps.size(); ++i) o << (i ? ", " : "") << spec.cosine_image_steps[i];
-  o << "};\n\n";
+  if (steps.empty()) {
+    o << "const StepList kCosineImageSteps = {nullptr, 0};\n";
+    return;
+  }
+  o << "namespace {\nconstexpr std::int64_t kCosineImageStepValues[] = {";
+  for (std::size_t i = 0; i < steps.size(); ++i) o << (i ? ", " : "") << steps[i];
+  o << "};\n}  // namespace\nconst StepList kCosineImageSteps = {kCosineImageStepValues, " << steps.size() << "};\n";
 }
 
 }  // namespace
@@ -216,7 +229,9 @@ std::string plan_init_source(const Plan& plan, const std::string& banner) {
        "#include \"plan.hpp\"\n\nnamespace gc::tree {\n\n"
        "const double kInitStd[kNumParams] = {\n";
   for (const auto& p : plan.params) o << "    " << literal(p.std) << ",  // " << p.name << "\n";
-  o << "};\n\n}  // namespace gc::tree\n";
+  o << "};\n\n";
+  cosine_image_steps(o, plan.spec);
+  o << "\n}  // namespace gc::tree\n";
   return o.str();
 }
 

@@ -16,9 +16,9 @@ inline double learning_rate(std::int64_t step) {
   const double span = double(std::max<std::int64_t>(1, kTotalSteps - 1 - kWarmupSteps));
   const double progress = std::min(1.0, double(step - kWarmupSteps) / span);
   double factor = 1.0;
-  if constexpr (kDecay == Decay::cosine) {
+  if (kDecay == Decay::cosine) {
     factor = kMinLrRatio + (1.0 - kMinLrRatio) * 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
-  } else if constexpr (kDecay == Decay::linear) {
+  } else if (kDecay == Decay::linear) {
     factor = kMinLrRatio + (1.0 - kMinLrRatio) * (1.0 - progress);
   }
   return kLr * factor;

@@ -30,7 +30,9 @@ TEST_F(CudaTree, BuildsTheGpuEngineAndFallsBackWithoutAGpu) {
     if (gc::test::in_ci()) FAIL() << "CI must have the CUDA toolkit (nvcc) to compile the CUDA backend";
     GTEST_SKIP() << "no nvcc on this machine";
   }
-  // One architecture keeps CI's nvcc time down; the tree's default is every GPU from sm_80.
+  // One architecture keeps CI's nvcc time down; the tree's default is every GPU from sm_80. The
+  // programs that link the CUDA engine (gradcheck and probe are CPU programs, tested elsewhere).
+  programs_ = "train,analyze,parity";
   const Outcome gen = generate(kCudaFeatures, /*build=*/true, /*cuda=*/true, "--cuda-arch 80");
   ASSERT_EQ(gen.status, 0) << gen.output;
   const std::string cmake = read_text(tree() / "CMakeLists.txt");

@@ -237,7 +237,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   std::ofstream(dir_ / "whole.toml") << whole;
   const fs::path whole_tree = dir_ / "whole_tree";
   const Outcome built = sh(std::string(GCOMPILE_BINARY) + " " + (dir_ / "whole.toml").string() + " -o " +
-                           whole_tree.string() + " -j 2 --quick-build --cpu-only");
+                           whole_tree.string() + " -j 2 --quick-build --cpu-only --programs train");
   ASSERT_EQ(built.status, 0) << built.output;
   const Outcome single = sh("OMP_NUM_THREADS=1 " + (whole_tree / "train").string() +
                             " --steps 5 --expert-parallel 1 --out " + (dir_ / "whole").string());
