@@ -22,6 +22,11 @@ inline std::vector<std::string> messages(const Diagnostics& diags) {
   return out;
 }
 
+// The text of an error diagnostic at WHERE ("LINE:COL") of a spec loaded as spec.toml.
+inline std::string spec_error(const std::string& where, const std::string& message) {
+  return "spec.toml:" + where + ": error: " + message;
+}
+
 // A complete, valid dense spec body; tests append or replace sections.
 inline std::string minimal_spec_sections() {
   return R"([experiment]

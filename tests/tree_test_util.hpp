@@ -86,6 +86,11 @@ inline std::vector<double> training_losses(const std::vector<nlohmann::json>& re
   return out;
 }
 
+// The training losses of the run directory RUN (its metrics.jsonl).
+inline std::vector<double> run_losses(const std::filesystem::path& run) {
+  return training_losses(read_jsonl(run / "metrics.jsonl"));
+}
+
 // A shell word: PATH in single quotes.
 inline std::string shell_quote(const std::string& s) {
   std::string out = "'";

@@ -24,7 +24,7 @@ using gc::test::sh;
 using nlohmann::json;
 
 // d_model >= vocab, so the hand-made checkpoint can give every token its own direction.
-const std::string kSpec = gc::test::fixture_spec("anchor.toml");
+const std::string kAnchorSpec = gc::test::fixture_spec("anchor.toml");
 
 constexpr int kVocab = 112, kDModel = 128;
 
@@ -80,7 +80,7 @@ void write_hand_made_checkpoint(const std::string& trained, const std::string& r
 
 TEST_F(AnchorE2e, TrainRecordsAccuraciesAnalyzeReproducesThemAndAHandMadeModelScoresAsCounted) {
   programs_ = "train,analyze";  // the programs this test runs (CI time)
-  const Outcome gen = generate(kSpec);
+  const Outcome gen = generate(kAnchorSpec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   const Outcome train = run("train", "--out run");
   ASSERT_EQ(train.status, 0) << train.output;

@@ -26,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using gc::test::run_losses;
 using gc::test::Outcome;
 using gc::test::read_jsonl;
 using gc::test::max_param_diff;
@@ -37,7 +38,6 @@ const std::string kDataParallel = gc::test::fixture_spec("data_parallel.toml");
 
 class DataParallel : public gc::test::MpiTreeTest {};
 
-std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
 
 using gc::test::read_text;
@@ -53,20 +53,20 @@ TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorld
   const Outcome again = train("--out " + (dir_ / "again").string(), 2);
   ASSERT_EQ(again.status, 0) << again.output;
 
-  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  const auto loss_one = run_losses(dir_ / "one"), loss_two = run_losses(dir_ / "two");
   ASSERT_EQ(loss_one.size(), 20u);
   EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-6);
   const fs::path step20 = fs::path("checkpoints") / "step_000020";
   EXPECT_LT(max_param_diff(dir_ / "one" / step20, dir_ / "two" / step20), 1e-6);
   // Two 2-rank runs: the same losses and the same checkpoint bytes (state.json's SHA-256 per file).
-  EXPECT_EQ(losses(dir_ / "again"), loss_two);
+  EXPECT_EQ(run_losses(dir_ / "again"), loss_two);
   const auto files = [&](const fs::path& run) {
     return nlohmann::json::parse(read_text(run / step20 / "state.json"))["files"];
   };
   EXPECT_EQ(files(dir_ / "again"), files(dir_ / "two"));
 
   // Rank 0 alone writes: one training record per step, one line per "step N/20" on stderr.
-  EXPECT_EQ(losses(dir_ / "two").size(), 20u);
+  EXPECT_EQ(run_losses(dir_ / "two").size(), 20u);
   std::size_t printed = 0;
   for (std::size_t at = two.output.find("step 20/20"); at != std::string::npos; at = two.output.find("step 20/20", at + 1)) {
     ++printed;
@@ -76,10 +76,10 @@ TEST_F(DataParallel, TwoRanksEqualOneProcessRepeatBitForBitAndResumeWithAnyWorld
   // Resume with another world size: 2 ranks → 1 process, and 1 process → 2 ranks.
   const Outcome down = train("--resume " + (dir_ / "two").string() + " --checkpoint 10");
   ASSERT_EQ(down.status, 0) << down.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "two"), loss_two), 1e-6);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "two"), loss_two), 1e-6);
   const Outcome up = train("--resume " + (dir_ / "one").string() + " --checkpoint 10", 2);
   ASSERT_EQ(up.status, 0) << up.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), loss_one), 1e-6);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), loss_one), 1e-6);
 
   // 2 micro-batches per step do not divide among 3 ranks.
   const Outcome three = train("--out " + (dir_ / "three").string(), 3);
@@ -99,7 +99,7 @@ TEST_F(DataParallel, ZeroOneShardsTheMomentsAndEqualsZeroZero) {
   ASSERT_EQ(gen1.status, 0) << gen1.output;
   const Outcome z1 = train("--out " + (dir_ / "zero1").string(), 2);
   ASSERT_EQ(z1.status, 0) << z1.output;
-  const auto loss0 = losses(dir_ / "zero0"), loss1 = losses(dir_ / "zero1");
+  const auto loss0 = run_losses(dir_ / "zero0"), loss1 = run_losses(dir_ / "zero1");
   ASSERT_EQ(loss1.size(), 20u);
   EXPECT_LT(max_rel_diff(loss0, loss1), 1e-6);
   const fs::path step20 = fs::path("checkpoints") / "step_000020";
@@ -117,7 +117,7 @@ TEST_F(DataParallel, ZeroOneShardsTheMomentsAndEqualsZeroZero) {
   // The consolidated checkpoint resumes in one process with the same losses.
   const Outcome resumed = train("--resume " + (dir_ / "zero1").string() + " --checkpoint 10");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "zero1"), loss1), 1e-6);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "zero1"), loss1), 1e-6);
 }
 
 // MoE with the aux_free bias: the loads are summed over ranks before the bias
@@ -133,7 +133,7 @@ TEST_F(DataParallel, MoeWithTheSelectionBiasTrainsLikeOneProcess) {
   ASSERT_EQ(train("--out " + (dir_ / "one").string()).status, 0);
   const Outcome two = train("--out " + (dir_ / "two").string(), 2);
   ASSERT_EQ(two.status, 0) << two.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "two")), 1e-6);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), run_losses(dir_ / "two")), 1e-6);
   const auto last_routing = [&](const fs::path& run) {
     nlohmann::json last;
     for (const auto& r : read_jsonl(run / "metrics.jsonl")) {

@@ -36,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using gc::test::run_losses;
 using gc::test::max_param_diff;
 using gc::test::max_rel_diff;
 using gc::test::Outcome;
@@ -58,7 +59,6 @@ class ExpertParallel : public gc::test::MpiTreeTest {
   }
 };
 
-std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
 // The fixture's expert gradients in fp32: 2 MoE layers × 8 experts × (gate 16×32 + up 16×32 +
 // down 32×16) × 4 bytes (each expert tensor's block a whole number of aligned slots).
@@ -152,7 +152,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   // The reference: one process, every expert (--expert-parallel 1 overrides the spec's 2).
   const Outcome one = train("--expert-parallel 1 --out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
-  const auto loss_one = losses(dir_ / "one");
+  const auto loss_one = run_losses(dir_ / "one");
   ASSERT_EQ(loss_one.size(), 20u);
   const nlohmann::json routing_one = last_routing(dir_ / "one");
   ASSERT_TRUE(routing_one.contains("load")) << "no moe_routing record in the reference run";
@@ -186,7 +186,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
       ADD_FAILURE() << r.output;
       continue;
     }
-    const auto loss = losses(run);
+    const auto loss = run_losses(run);
     EXPECT_EQ(loss.size(), 20u);
     EXPECT_LT(max_rel_diff(loss_one, loss), 1e-6);
     // The weights to fp32 reordering: a layout adds the same terms in other groups (the owner's one
@@ -226,7 +226,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   // checkpoint bytes (state.json's SHA-256 per file).
   const Outcome again = train("--expert-parallel 2 --out " + (dir_ / "again").string(), 2);
   ASSERT_EQ(again.status, 0) << again.output;
-  EXPECT_EQ(losses(dir_ / "again"), losses(dir_ / "ep2"));
+  EXPECT_EQ(run_losses(dir_ / "again"), run_losses(dir_ / "ep2"));
   EXPECT_EQ(state(dir_ / "again")["files"], state(dir_ / "ep2")["files"]);
   EXPECT_FALSE(state(dir_ / "again")["files"].is_null());
 
@@ -242,7 +242,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
   const Outcome single = sh("OMP_NUM_THREADS=1 " + (whole_tree / "train").string() +
                             " --steps 5 --expert-parallel 1 --out " + (dir_ / "whole").string());
   ASSERT_EQ(single.status, 0) << single.output;
-  const auto loss_whole = losses(dir_ / "whole");
+  const auto loss_whole = run_losses(dir_ / "whole");
   ASSERT_EQ(loss_whole.size(), 5u);
   EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin(), loss_one.begin() + 5), loss_whole), 1e-5);
   nlohmann::json routing_5;  // the reference's record at step 5 (the whole run's last)
@@ -264,7 +264,7 @@ TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   // The uninterrupted reference.
   const Outcome one = train("--expert-parallel 1 --out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;
-  const auto loss_one = losses(dir_ / "one");
+  const auto loss_one = run_losses(dir_ / "one");
   ASSERT_EQ(loss_one.size(), 20u);
 
   // 4 ranks of EP 2 stop after step 10; one process continues to step 20.
@@ -272,10 +272,10 @@ TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   const Outcome first_half = train("--expert-parallel 2 --steps 10 --out " + down.string(), 4);
   ASSERT_EQ(first_half.status, 0) << first_half.output;
   ASSERT_TRUE(fs::exists(down / kStep10 / "state.json"));
-  EXPECT_EQ(losses(down).size(), 10u);
+  EXPECT_EQ(run_losses(down).size(), 10u);
   const Outcome down_resumed = train("--expert-parallel 1 --resume " + down.string());
   ASSERT_EQ(down_resumed.status, 0) << down_resumed.output;
-  const auto loss_down = losses(down);  // steps 1-10 from 4 ranks, 11-20 from one process
+  const auto loss_down = run_losses(down);  // steps 1-10 from 4 ranks, 11-20 from one process
   ASSERT_EQ(loss_down.size(), 20u);
   EXPECT_LT(max_rel_diff(loss_one, loss_down), 1e-6);
   EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin() + 10, loss_one.end()),
@@ -291,7 +291,7 @@ TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   ASSERT_TRUE(fs::exists(up / kStep10 / "state.json"));
   const Outcome up_resumed = train("--expert-parallel 4 --resume " + up.string(), 4);
   ASSERT_EQ(up_resumed.status, 0) << up_resumed.output;
-  const auto loss_up = losses(up);
+  const auto loss_up = run_losses(up);
   ASSERT_EQ(loss_up.size(), 20u);
   EXPECT_LT(max_rel_diff(std::vector<double>(loss_one.begin() + 10, loss_one.end()),
                          std::vector<double>(loss_up.begin() + 10, loss_up.end())),
@@ -306,7 +306,7 @@ TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   ASSERT_EQ(gen1.status, 0) << gen1.output;
   const Outcome z1 = train("--out " + (dir_ / "zero1").string(), 2);
   ASSERT_EQ(z1.status, 0) << z1.output;
-  const auto loss_z1 = losses(dir_ / "zero1");
+  const auto loss_z1 = run_losses(dir_ / "zero1");
   ASSERT_EQ(loss_z1.size(), 20u);
   EXPECT_LT(max_rel_diff(loss_one, loss_z1), 1e-6);
   EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, dir_ / "zero1" / kStep20), 1e-6);
@@ -429,8 +429,8 @@ TEST_F(ExpertParallel, ExchangeFactorBoundsTheBuffers) {
   const Outcome bounded =
       train("--expert-parallel 4 --expert-exchange-factor 3 --steps 6 --out " + (dir_ / "bounded").string(), 4);
   ASSERT_EQ(bounded.status, 0) << bounded.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "bounded")), 1e-6);
-  EXPECT_EQ(losses(dir_ / "bounded"), losses(dir_ / "worst"));
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), run_losses(dir_ / "bounded")), 1e-6);
+  EXPECT_EQ(run_losses(dir_ / "bounded"), run_losses(dir_ / "worst"));
   const nlohmann::json w = summary_of("worst"), b = summary_of("bounded");
   EXPECT_EQ(b["expert_exchange_factor"], 3.0) << b.dump();
   EXPECT_EQ(b["model_buffer_bytes"], b["planned_model_buffer_bytes"]) << b.dump();

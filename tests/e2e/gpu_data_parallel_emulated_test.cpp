@@ -40,6 +40,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using gc::test::run_losses;
 using gc::test::Outcome;
 using gc::test::read_jsonl;
 using gc::test::max_param_diff;
@@ -48,10 +49,10 @@ using gc::test::sh;
 
 // 4 sequences per step in micro-batches of 2; three layers, each its own bucket (bucket_mb is
 // 1 KiB: smaller than a layer's gradients).
-const std::string kSpec = gc::test::fixture_spec("gpu_data_parallel.toml");
+const std::string kGpuDataParallelSpec = gc::test::fixture_spec("gpu_data_parallel.toml");
 
 std::string spec_text(const std::string& precision, int zero_stage, const std::string& backend = "auto") {
-  std::string s = kSpec;
+  std::string s = kGpuDataParallelSpec;
   s.replace(s.find("BACKEND"), 7, backend);
   s.replace(s.find("PRECISION"), 9, precision);
   s.replace(s.find("ZERO"), 4, std::to_string(zero_stage));
@@ -103,7 +104,6 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
   }
 };
 
-std::vector<double> losses(const fs::path& run) { return gc::test::training_losses(read_jsonl(run / "metrics.jsonl")); }
 
 
 nlohmann::json summary(const fs::path& run) { return read_jsonl(run / "metrics.jsonl").back(); }
@@ -203,7 +203,7 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   ::unsetenv("GC_EMU_STREAMS");
   ASSERT_EQ(again.status, 0) << again.output;
 
-  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  const auto loss_one = run_losses(dir_ / "one"), loss_two = run_losses(dir_ / "two");
   ASSERT_EQ(loss_one.size(), 6u);
   EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-6);
   EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "two" / kLast), 1e-6);
@@ -248,7 +248,7 @@ TEST_F(GpuDataParallelEmulated, BucketedAllReduceEqualsOneProcessAndRepeatsBitFo
   // a node whose rank saw one GPU).
   const Outcome own = train(tree, "--out " + (dir_ / "own_gpu").string(), 2, "cuda", 1, /*gpu_per_rank=*/true);
   ASSERT_EQ(own.status, 0) << own.output;
-  EXPECT_EQ(losses(dir_ / "own_gpu"), loss_two);
+  EXPECT_EQ(run_losses(dir_ / "own_gpu"), loss_two);
   // A communicator's asynchronous error (the emulator's NCCL reports one from its first
   // collective on: GC_EMU_NCCL_ASYNC_ERROR) stops the job through the watchdog's poll, which
   // names it, aborts the communicators and exits with status 3.
@@ -300,7 +300,7 @@ TEST_F(GpuDataParallelEmulated, StepsBetweenReadsAreQueuedAndANonFiniteStepIsNam
   ASSERT_EQ(every.status, 0) << every.output;
   const Outcome sparse = train(tree, "--out " + (dir_ / "sparse").string() + " --log-every 4");
   ASSERT_EQ(sparse.status, 0) << sparse.output;
-  const auto all = losses(dir_ / "every"), logged = losses(dir_ / "sparse");
+  const auto all = run_losses(dir_ / "every"), logged = run_losses(dir_ / "sparse");
   ASSERT_EQ(all.size(), 8u);
   ASSERT_EQ(logged.size(), 3u);  // steps 1, 4 and 8
   EXPECT_EQ(logged[0], all[0]);
@@ -336,7 +336,7 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   ASSERT_EQ(two.status, 0) << two.output;
 
   // bf16 working weights: the two runs round the same fp32 masters, so they agree to fp32 sums.
-  const auto loss_one = losses(dir_ / "one"), loss_two = losses(dir_ / "two");
+  const auto loss_one = run_losses(dir_ / "one"), loss_two = run_losses(dir_ / "two");
   ASSERT_EQ(loss_two.size(), 6u);
   EXPECT_LT(max_rel_diff(loss_one, loss_two), 1e-5);
   EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "two" / kLast), 1e-5);
@@ -394,7 +394,7 @@ TEST_F(GpuDataParallelEmulated, ZeroOneShardsMastersAndMomentsAndEqualsOneProces
   // The checkpoint is whole: it resumes in one process and continues with the same losses.
   const Outcome resumed = train(tree, "--resume " + (dir_ / "two").string() + " --checkpoint 3");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "two"), loss_two), 1e-5);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "two"), loss_two), 1e-5);
 }
 
 // MoE with the aux_free bias on GPUs: expert loads summed over ranks, the experts' gradients in
@@ -424,7 +424,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   EXPECT_GT(quiet_summary["device_to_host_copies_in_steps"].get<double>(), 0) << quiet_summary.dump();
   const Outcome two = train(tree, "--out " + (dir_ / "two").string(), 2);
   ASSERT_EQ(two.status, 0) << two.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "two")), 1e-6);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), run_losses(dir_ / "two")), 1e-6);
   const auto bias = [&](const fs::path& run) {
     return nlohmann::json::parse(gc::test::read_text(run / kLast / "state.json"))["extra"]["moe_bias"];
   };
@@ -450,7 +450,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     ASSERT_EQ(ep.status, 0) << run << ": " << ep.output;
     EXPECT_NE(ep.output.find("experts over groups of 2"), std::string::npos) << ep.output;
   }
-  EXPECT_EQ(losses(dir_ / "ep_mixed"), losses(dir_ / "ep"));
+  EXPECT_EQ(run_losses(dir_ / "ep_mixed"), run_losses(dir_ / "ep"));
   // Issue 41: every rank runs its collectives in the order it issued them (the exchanges, on the
   // compute stream and the group's communicator, after the bucket all-reduces queued before
   // them on the reduction stream and the world's), so the ranks' orders are the same. The
@@ -476,11 +476,11 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   }
   EXPECT_EQ(calls[0], calls[1]);
   for (const char* run : {"ep", "ep_dp"}) {
-    EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / run)), 1e-6) << run;
+    EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), run_losses(dir_ / run)), 1e-6) << run;
     EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / run / kLast), 1e-6) << run;
     EXPECT_EQ(bias(dir_ / "one"), bias(dir_ / run)) << run;
   }
-  EXPECT_EQ(losses(dir_ / "ep_again"), losses(dir_ / "ep"));
+  EXPECT_EQ(run_losses(dir_ / "ep_again"), run_losses(dir_ / "ep"));
   const auto exchanged = summary(dir_ / "ep");
   EXPECT_EQ(exchanged["expert_parallel"], 2) << exchanged.dump();
   EXPECT_GT(exchanged["expert_exchange_bytes_sent"].get<double>(), 0.0) << exchanged.dump();
@@ -519,7 +519,7 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
   ASSERT_EQ(one.status, 0) << one.output;
   const Outcome ep = train(tree, "--expert-parallel 2 --out " + (dir_ / "ep").string(), 2);
   ASSERT_EQ(ep.status, 0) << ep.output;
-  EXPECT_LT(max_rel_diff(losses(dir_ / "one"), losses(dir_ / "ep")), 1e-5);
+  EXPECT_LT(max_rel_diff(run_losses(dir_ / "one"), run_losses(dir_ / "ep")), 1e-5);
   EXPECT_LT(max_param_diff(dir_ / "one" / kLast, dir_ / "ep" / kLast), 1e-5);
   const auto val = [&](const fs::path& run) {
     std::vector<double> out;
@@ -550,7 +550,7 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
   ASSERT_EQ(first.status, 0) << first.output;
   const Outcome resumed = train(tree, "--expert-parallel 2 --resume " + half.string(), 2);
   ASSERT_EQ(resumed.status, 0) << resumed.output;
-  EXPECT_EQ(losses(half), losses(dir_ / "ep"));
+  EXPECT_EQ(run_losses(half), run_losses(dir_ / "ep"));
   // The weight metrics assemble each expert tensor's masters over the group: at step 0 (the same
   // initial weights) what one process measures.
   expect_same_metrics(metric_records(dir_ / "ep" / "metrics.jsonl", 0), metric_records(dir_ / "one" / "metrics.jsonl", 0),

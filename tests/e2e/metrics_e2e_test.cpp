@@ -21,7 +21,7 @@ using gc::test::read_jsonl;
 using gc::test::sh;
 using nlohmann::json;
 
-const std::string kSpec = gc::test::fixture_spec("metrics.toml");
+const std::string kMetricsSpec = gc::test::fixture_spec("metrics.toml");
 
 
 // metric name -> step -> record
@@ -62,7 +62,7 @@ class Metrics : public gc::test::TreeTest {
 
 TEST_F(Metrics, TrainRecordsTheScheduledMetricsAndAnalyzeReproducesAndComparesThem) {
   programs_ = "train,analyze";  // the programs this test runs (CI time)
-  const Outcome gen = generate(kSpec);
+  const Outcome gen = generate(kMetricsSpec);
   ASSERT_EQ(gen.status, 0) << gen.output;
   ASSERT_EQ(run("train", "--out run").status, 0);
   const auto records = by_metric(read_jsonl(dir_ / "run" / "metrics.jsonl"));

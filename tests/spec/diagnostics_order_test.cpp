@@ -12,7 +12,6 @@ namespace {
 
 using Strings = std::vector<std::string>;
 
-std::string e(const std::string& where, const std::string& message) { return "spec.toml:" + where + ": error: " + message; }
 
 // A spec with five independent errors, written in an order that differs from
 // both the schema's and toml++'s (alphabetical) order, reports all five in
@@ -47,11 +46,11 @@ format = "synthetic"
   EXPECT_FALSE(spec.has_value());
   EXPECT_EQ(diags.error_count(), 5u);
   EXPECT_EQ(gc::test::messages(diags),
-            (Strings{e("2:8", "'experiment.name' may contain only a-z, 0-9, '_', '.' and '-' (found 'B' at position 1)"),
-                     e("10:12", "'model.norm_eps' must be > 0 (got 0)"),
-                     e("11:1", "unknown key 'colour' in [model]"),
-                     e("14:6", "'optim.lr' must be a number, not string \"fast\""),
-                     e("20:13", "'train.precision' has no option \"fp16\"; did you mean \"bf16\"? (options: bf16, fp32)")}));
+            (Strings{gc::test::spec_error("2:8", "'experiment.name' may contain only a-z, 0-9, '_', '.' and '-' (found 'B' at position 1)"),
+                     gc::test::spec_error("10:12", "'model.norm_eps' must be > 0 (got 0)"),
+                     gc::test::spec_error("11:1", "unknown key 'colour' in [model]"),
+                     gc::test::spec_error("14:6", "'optim.lr' must be a number, not string \"fast\""),
+                     gc::test::spec_error("20:13", "'train.precision' has no option \"fp16\"; did you mean \"bf16\"? (options: bf16, fp32)")}));
 }
 
 }  // namespace

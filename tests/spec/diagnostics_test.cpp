@@ -68,7 +68,7 @@ std::string edits(const std::vector<std::pair<std::string, std::string>>& change
   return s;
 }
 
-std::string e(const std::string& where, const std::string& message) { return "spec.toml:" + where + ": error: " + message; }
+std::string e(const std::string& where, const std::string& message) { return gc::test::spec_error(where, message); }
 std::string w(const std::string& where, const std::string& message) {
   return "spec.toml:" + where + ": warning: " + message;
 }
