@@ -84,8 +84,7 @@ inline constexpr bool kUpdateRatioTensors[kNumParams] = {false, false, true, tru
 inline constexpr bool kActivationRmsLayers[kNumLayers] = {true, true};
 inline constexpr bool kAttentionEntropyLayers[kNumLayers] = {true, true};
 // Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps;
-// they follow the step count, so they are defined in plan_init.cpp with the other values a
-// sweep changes).
+// defined in plan_init.cpp, which a sweep over the step count, moving them, recompiles alone).
 extern const StepList kCosineImageSteps;
 
 }  // namespace gc::tree

@@ -201,8 +201,7 @@ void metric_tables(std::ostringstream& o, const Plan& plan) {
     }
   }
   o << "// Steps at which cosine matrices are saved as heatmaps (metrics.cosine_similarity.image_steps;\n"
-       "// they follow the step count, so they are defined in plan_init.cpp with the other values a\n"
-       "// sweep changes).\n"
+       "// defined in plan_init.cpp, which a sweep over the step count, moving them, recompiles alone).\n"
        "extern const StepList kCosineImageSteps;\n\n";
 }
 
