@@ -102,7 +102,9 @@ TEST_F(AnchorE2e, TrainRecordsAccuraciesAnalyzeReproducesThemAndAHandMadeModelSc
   }
   // The loss covers the one target per sequence: at init it is about ln V.
   for (const auto& r : records) {
-    if (r.value("metric", "") == "initial_loss") EXPECT_NEAR(r["value"].get<double>(), std::log(112.0), 0.5);
+    if (r.value("metric", "") == "initial_loss") {
+      EXPECT_NEAR(r["value"].get<double>(), std::log(112.0), 0.5);
+    }
   }
 
   // analyze anchor on the final checkpoint gives the training loop's last record.

@@ -77,8 +77,12 @@ inline void expect_step_profile(const std::filesystem::path& run, const std::str
   const nlohmann::json& summary = records.back();
   // The CPU backend allocates nothing on the host in a step; on a GPU nothing on the device (the
   // CUDA emulator's launches allocate host memory of their own, so host counts mean nothing there).
-  if (want.backend == "cpu") EXPECT_EQ(summary.value("host_allocations_in_steps", -1), 0) << summary.dump();
-  if (want.backend == "cuda") EXPECT_EQ(summary.value("allocations_in_loop", -1), 0) << summary.dump();
+  if (want.backend == "cpu") {
+    EXPECT_EQ(summary.value("host_allocations_in_steps", -1), 0) << summary.dump();
+  }
+  if (want.backend == "cuda") {
+    EXPECT_EQ(summary.value("allocations_in_loop", -1), 0) << summary.dump();
+  }
   EXPECT_FALSE(std::filesystem::exists(run / "checkpoints")) << "a profile run saves no checkpoint";
 }
 

@@ -121,7 +121,9 @@ TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
     gc::tree::cpu::moe_dispatch(order.data(), position.data(), offsets.data(), expert.data(), N, E, k);
     const std::int64_t rows = offsets[E];
     EXPECT_EQ(rows, capacity > 0 ? 6 : 8);
-    if (capacity > 0) EXPECT_EQ(position[3], -1);
+    if (capacity > 0) {
+      EXPECT_EQ(position[3], -1);
+    }
     auto x = kt::random_normal(std::size_t(N * D), 11);
     auto w = kt::random_vector(std::size_t(N * k), 12);
     const auto r = kt::random_normal(std::size_t(N * D), 13);
@@ -143,7 +145,9 @@ TEST(KernelMoe, CombineAndScatterBackwardMatchFiniteDifferences) {
     gc::tree::cpu::moe_scatter_add(dx.data(), dys.data(), position.data(), N, D, k);
     EXPECT_LT(kt::rel_error(dx, kt::numeric_grad(x, loss)), kt::kGradTol) << capacity;
     EXPECT_LT(kt::rel_error(dweight, kt::numeric_grad(w, loss)), kt::kGradTol) << capacity;
-    if (capacity > 0) EXPECT_EQ(dweight[3], 0.0);
+    if (capacity > 0) {
+      EXPECT_EQ(dweight[3], 0.0);
+    }
   }
 }
 
