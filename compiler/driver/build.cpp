@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -88,12 +89,19 @@ bool parse_programs(const std::string& text, std::vector<std::string>& out) {
   while (start <= text.size()) {
     const std::size_t end = std::min(text.find(',', start), text.size());
     const std::string name = text.substr(start, end - start);
-    const bool known = name == "train" || name == "analyze" || name == "probe" || name == "gradcheck" || name == "parity";
+    const bool known = std::find(std::begin(kTreePrograms), std::end(kTreePrograms), name) != std::end(kTreePrograms);
     if (!known || std::find(out.begin(), out.end(), name) != out.end()) return false;
     out.push_back(name);
     start = end + 1;
   }
   return !out.empty();
+}
+
+std::string programs_need() {
+  std::string list;
+  const std::size_t n = std::size(kTreePrograms);
+  for (std::size_t i = 0; i < n; ++i) list += std::string(i == 0 ? "" : i + 1 == n ? " and " : ", ") + kTreePrograms[i];
+  return "a comma-separated list of " + list + ", e.g. train,analyze";
 }
 
 std::string programs_conflict(const std::vector<std::string>& programs, bool build, bool cuda) {

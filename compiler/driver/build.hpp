@@ -21,8 +21,10 @@ struct GenerateOptions {
 // --programs' value: "train,analyze" -> {"train", "analyze"}; false (out unusable) unless each entry
 // is one of the tree's programs (train, analyze, probe, gradcheck, parity) and none is repeated.
 bool parse_programs(const std::string& text, std::vector<std::string>& out);
-inline constexpr const char* kProgramsNeed =
-    "a comma-separated list of train, analyze, probe, gradcheck and parity, e.g. train,analyze";
+// The tree's programs, in the order --programs' message names them.
+inline constexpr const char* kTreePrograms[] = {"train", "analyze", "probe", "gradcheck", "parity"};
+// What --programs needs: "a comma-separated list of train, analyze, ... and parity, e.g. train,analyze".
+std::string programs_need();
 // Why --programs cannot go with the other build options ("" when it can): gcompile SPEC's and
 // gcompile sweep's check.
 std::string programs_conflict(const std::vector<std::string>& programs, bool build, bool cuda);

@@ -174,7 +174,7 @@ std::optional<Args> parse_args(int argc, char** argv, int& status) {
     }
     if (arg == "--programs") {
       if (!option_value(argc, argv, i, [&](const std::string& v) { return gc::parse_programs(v, a.programs); },
-                        std::string("option '--programs' needs ") + gc::kProgramsNeed,
+                        std::string("option '--programs' needs ") + gc::programs_need(),
                         status)) {
         return std::nullopt;
       }

@@ -157,7 +157,7 @@ bool parse_sweep_args(int argc, char** argv, SweepArgs& a, int& status) {
       a.quick = true;
     } else if (arg == "--programs") {
       if (!value(v) || !parse_programs(v, a.programs)) {
-        return (status = usage(std::string("--programs needs ") + kProgramsNeed)), false;
+        return (status = usage(std::string("--programs needs ") + programs_need())), false;
       }
     } else if (!arg.empty() && arg[0] == '-') {
       return (status = usage("unknown option '" + arg + "'")), false;
