@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include "common/text.hpp"
 #include "emit/emit.hpp"
 #include "plan/plan.hpp"
 #include "spec/spec.hpp"
@@ -98,10 +99,8 @@ bool parse_programs(const std::string& text, std::vector<std::string>& out) {
 }
 
 std::string programs_need() {
-  std::string list;
-  const std::size_t n = std::size(kTreePrograms);
-  for (std::size_t i = 0; i < n; ++i) list += std::string(i == 0 ? "" : i + 1 == n ? " and " : ", ") + kTreePrograms[i];
-  return "a comma-separated list of " + list + ", e.g. train,analyze";
+  std::vector<std::string> names(std::begin(kTreePrograms), std::end(kTreePrograms) - 1);
+  return "a comma-separated list of " + join(names, ", ") + " and " + std::end(kTreePrograms)[-1] + ", e.g. train,analyze";
 }
 
 std::string programs_conflict(const std::vector<std::string>& programs, bool build, bool cuda) {
