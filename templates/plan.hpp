@@ -6,7 +6,6 @@
 // settings. Row order is the order of the checkpoint and of the optimizer.
 #pragma once
 
-#include <array>
 #include <cstdint>
 
 #include "plan_types.hpp"

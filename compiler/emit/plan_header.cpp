@@ -241,7 +241,7 @@ std::string plan_header(const Plan& plan, const std::string& banner) {
   o << "// The parameter table: every trainable tensor with its init rule (seed 000\n"
        "// §4.2: σ = fan^-γ unless the spec gives a std expression) and optimizer\n"
        "// settings. Row order is the order of the checkpoint and of the optimizer.\n"
-       "#pragma once\n\n#include <array>\n#include <cstdint>\n\n#include \"plan_types.hpp\"\n\nnamespace gc::tree {\n\n";
+       "#pragma once\n\n#include <cstdint>\n\n#include \"plan_types.hpp\"\n\nnamespace gc::tree {\n\n";
   o << "inline constexpr int kNumParams = " << plan.params.size() << ";\n";
   o << "inline constexpr std::int64_t kTotalParams = " << plan.counts.total << ";\n";
   o << "// Elements of the flat parameter array as planned (each tensor 128-aligned; model.hpp checks it).\n";
