@@ -1,6 +1,7 @@
 // CUDA emulator: the grid runner. Blocks run one after another; the threads of a block are
 // fibers (each with its own stack) that the scheduler resumes round-robin on the calling OS
-// thread. A fiber runs until it finishes or waits at a barrier:
+// thread. A fiber runs until it finishes or waits at a barrier, then hands over to the next fiber
+// of the sweep that can run:
 //
 //   __syncthreads      released when every thread of the block has arrived;
 //   warp collectives   (__syncwarp, __shfl_*_sync) released when every lane of the mask has
@@ -64,8 +65,11 @@ constexpr std::size_t kStackBytes = std::size_t(256) << 10;  // per CUDA thread;
 // ---- context switch ------------------------------------------------------------------------
 
 #ifdef GC_EMU_ASM_SWITCH
-// gc_emu_switch(save, load): pushes the callee-saved registers and the SSE/x87 control words,
-// stores the stack pointer in *save, loads `load` and pops the same frame from there.
+// gc_emu_switch(save, load): pushes the callee-saved registers, stores the stack pointer in
+// *save, loads `load` and pops the same frame from there. The SSE and x87 control words are not
+// switched: device code cannot change the rounding mode (CUDA has no such call), so every fiber
+// runs with the launching thread's, and ldmxcsr/fldcw cost more than the rest of a switch
+// together (80 % of it, measured with perf on the emulated train of tests/e2e/specs/gpu_data_parallel.toml).
 extern "C" void gc_emu_switch(void** save, void* load);
 asm(R"(
   .text
@@ -78,14 +82,8 @@ gc_emu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -137,6 +135,7 @@ struct Warp {
   int lanes = 0;            // threads of the block in this warp (the last warp may be partial)
   unsigned present = 0;     // their lane bits
   int arrived = 0;          // lanes waiting at the current collective
+  int expected = 0;         // the lanes of its mask
   unsigned mask = 0;        // its mask, kind and width (all lanes must agree)
   Collective kind{};
   int width = 0;
@@ -146,6 +145,7 @@ struct Block {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   std::vector<int> order;  // resume order of the fibers in a sweep
+  int position = -1;       // the running fiber's place in `order`
   int threads = 0;
   int at_block_barrier = 0;
   int done = 0;
@@ -183,33 +183,69 @@ Block& block_or_die(const char* what) {
   return *g_block;
 }
 
+void switch_context(Context& save, Context& load) {
+#ifdef GC_EMU_ASM_SWITCH
+  gc_emu_switch(&save.sp, load.sp);
+#else
+  swapcontext(&save.uc, &load.uc);
+#endif
+}
+
+// The place in the sweep's order of the next fiber that can run after place `after` (-1: from the
+// sweep's start), or -1 when the sweep is over. A polling fiber whose condition holds becomes ready
+// when the sweep reaches it.
+int next_runnable(Block& b, int after) {
+  for (int p = after + 1; p < b.threads; ++p) {
+    Fiber& f = b.fibers[std::size_t(b.order[std::size_t(p)])];
+    if (f.state == State::polling && f.until()) {
+      f.state = State::ready;
+      f.until = nullptr;
+    }
+    if (f.state == State::ready) return p;
+  }
+  return -1;
+}
+
+// Switches to the fiber at place p of the sweep, saving the caller's context in `save`.
+void enter(Block& b, int p, Context& save) {
+  b.position = p;
+  Fiber& f = b.fibers[std::size_t(b.order[std::size_t(p)])];
+  b.current = &f;
+  threadIdx = f.tid;
+  switch_context(save, f.context);
+}
+
+// The running fiber stops (it waits, or it finished): straight on to the next fiber of the sweep
+// that can run, or back to the scheduler when the sweep is over. One switch per resumption rather
+// than two through the scheduler, in the order the scheduler's sweep would take.
+void leave(Block& b, Context& save) {
+  const int next = next_runnable(b, b.position);
+  if (next >= 0) {
+    enter(b, next, save);
+    return;
+  }
+  b.current = nullptr;
+  switch_context(save, b.scheduler);
+}
+
 [[noreturn]] void fiber_main() {
   Block& b = *g_block;
   b.body(b.body_context);
   b.current->state = State::done;
   ++b.done;
-#ifdef GC_EMU_ASM_SWITCH
-  gc_emu_switch(&b.current->context.sp, b.scheduler.sp);
-#else
-  setcontext(&b.scheduler.uc);
-#endif
+  leave(b, b.current->context);
   fatal("a finished CUDA thread was resumed");
 }
 
 void start_fiber(Block& b, Fiber& f) {
   char* const top = f.stack + kStackBytes;  // page aligned, so 16-byte aligned
 #ifdef GC_EMU_ASM_SWITCH
-  // The frame gc_emu_switch pops: control words, r15 … rbp, then `ret` to fiber_main with the
-  // stack as a call would leave it (a zero return address above).
+  // The frame gc_emu_switch pops: r15 … rbp, then `ret` to fiber_main with the stack as a call
+  // would leave it (a zero return address above).
   auto* sp = reinterpret_cast<std::uint64_t*>(top);
   *--sp = 0;
   *--sp = reinterpret_cast<std::uint64_t>(&fiber_main);
   for (int r = 0; r < 6; ++r) *--sp = 0;
-  std::uint32_t mxcsr = 0;
-  std::uint16_t fpucw = 0;
-  asm volatile("stmxcsr %0" : "=m"(mxcsr));
-  asm volatile("fnstcw %0" : "=m"(fpucw));
-  *--sp = std::uint64_t(mxcsr) | (std::uint64_t(fpucw) << 32);
   f.context.sp = sp;
   (void)b;
 #else
@@ -222,26 +258,8 @@ void start_fiber(Block& b, Fiber& f) {
 #endif
 }
 
-void resume(Block& b, Fiber& f) {
-  b.current = &f;
-  threadIdx = f.tid;
-#ifdef GC_EMU_ASM_SWITCH
-  gc_emu_switch(&b.scheduler.sp, f.context.sp);
-#else
-  swapcontext(&b.scheduler.uc, &f.context.uc);
-#endif
-  b.current = nullptr;
-}
-
-// Called by the running fiber: back to the scheduler until it resumes this fiber.
-void suspend(Block& b) {
-  Fiber& f = *b.current;
-#ifdef GC_EMU_ASM_SWITCH
-  gc_emu_switch(&f.context.sp, b.scheduler.sp);
-#else
-  swapcontext(&f.context.uc, &b.scheduler.uc);
-#endif
-}
+// Called by the running fiber: on to the next one until something resumes this fiber.
+void suspend(Block& b) { leave(b, b.current->context); }
 
 const char* collective_name(Collective kind) {
   switch (kind) {
@@ -360,19 +378,13 @@ void run_block(Block& b) {
   }
   hopper_block_begin();
   arrange(b.order, b.threads);
+
+  // A sweep resumes every fiber that can run, in order; the fibers hand over to each other
+  // (leave) and the last returns here. A sweep with nothing to run is a deadlock.
   while (b.done < b.threads) {
-    bool progressed = false;
-    for (int i : b.order) {
-      Fiber& f = b.fibers[std::size_t(i)];
-      if (f.state == State::polling && f.until()) {
-        f.state = State::ready;
-        f.until = nullptr;
-      }
-      if (f.state != State::ready) continue;
-      resume(b, f);
-      progressed = true;
-    }
-    if (!progressed) deadlock(b);
+    const int first = next_runnable(b, -1);
+    if (first < 0) deadlock(b);
+    enter(b, first, b.scheduler);
   }
   hopper_block_end();
 }
@@ -452,6 +464,7 @@ std::uint64_t warp_collective(Collective kind, unsigned mask, std::uint64_t valu
     warp.mask = mask;
     warp.kind = kind;
     warp.width = width;
+    warp.expected = __builtin_popcount(mask);
   } else if (warp.mask != mask || warp.kind != kind || warp.width != width) {
     fatal("%s in %s (mask 0x%08x, width %d) while other lanes of its warp wait at %s (mask 0x%08x, width %d)",
           collective_name(kind), describe_thread(f).c_str(), mask, width, collective_name(warp.kind), warp.mask,
@@ -460,7 +473,7 @@ std::uint64_t warp_collective(Collective kind, unsigned mask, std::uint64_t valu
   f.arg = arg;
   f.value = value;
   f.state = State::warp_barrier;
-  if (++warp.arrived == __builtin_popcount(mask)) release_warp(b, w);
+  if (++warp.arrived == warp.expected) release_warp(b, w);
   suspend(b);
   return f.value;
 }
