@@ -230,12 +230,7 @@ int run_metrics(const Args& a) {
   std::vector<Json> records = {{{"step", step},
                                 {"val_loss", loss},
                                 {"tokens", std::int64_t(batches.size()) * gc::tree::kMicroBatch * gc::tree::kSeqLen}}};
-  if constexpr (gc::tree::kMoe && gc::tree::kMoeRoutingOn) {
-    // Routing over the validation batches, the last batch's entropy.
-    Json routing = gc::tree::moe_record(engine.moe_take_stats(), step, engine.last_aux_loss());
-    routing["data"] = "validation";
-    records.push_back(routing);
-  }
+  gc::tree::append_validation_routing(records, engine, step);
   for (auto& r : activations.records(step)) records.push_back(r);
   // Gradient norms per class of the validation loss (training logs them per step instead).
   const std::vector<double> squares = engine.gradient_squares();

@@ -301,12 +301,7 @@ int main(int argc, char** argv) {
                    (long long)gc::tree::kTotalParams, trainer.describe().c_str(), world.c_str(),
                    options.run_dir.c_str());
     }
-    if constexpr (gc::tree::kPrecision == gc::tree::Precision::bf16) {
-      if (root && !trainer.on_device()) {
-        std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
-                             "computes in fp32\n");
-      }
-    }
+    gc::tree::note_cpu_precision(root, trainer.on_device());
     const int status = trainer.run();
     comm->finalize();
     return status;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "engine/engine.hpp"
 #include "metrics/collector.hpp"
 #include "model/moe_block.hpp"
 #include "runtime/error.hpp"
@@ -43,6 +44,18 @@ inline Json moe_record(const std::vector<MoeLayerStats>& stats, std::int64_t ste
     record["dropped_fraction"] = dropped_fraction;
   }
   return record;
+}
+
+// analyze's routing record over the validation batches (the last batch's entropy), marked as
+// such, for a tree that routes tokens and records routing. (Here rather than in analyze_main.cpp:
+// the specializer prunes the branch in the headers' shared parse, and analyze_main.cpp, left with
+// no `if constexpr`, is not parsed at all.)
+inline void append_validation_routing(std::vector<Json>& records, Engine& engine, std::int64_t step) {
+  if constexpr (kMoe && kMoeRoutingOn) {
+    Json routing = moe_record(engine.moe_take_stats(), step, engine.last_aux_loss());
+    routing["data"] = "validation";
+    records.push_back(routing);
+  }
 }
 
 // The aux_free biases for a checkpoint's state.json: {"LAYER": [b_0, ...]}.

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,18 @@ struct TrainOptions {
   double profile_ceiling_tflops = 0.0, profile_ceiling_gbps = 0.0;  // --profile-ceilings (0: unknown)
   double watchdog_s = kDefaultWatchdogSeconds;  // --watchdog-s: stop when no progress for this long (0: off)
 };
+
+// train.precision = "bf16" applies to the CUDA backend: said once, by the root rank, when a bf16
+// tree trains on the CPU. (Here rather than in train_main.cpp: the specializer prunes the branch in
+// the headers' shared parse, and train_main.cpp, left with no `if constexpr`, is not parsed at all.)
+inline void note_cpu_precision(bool root, bool on_device) {
+  if constexpr (kPrecision == Precision::bf16) {
+    if (root && !on_device) {
+      std::fprintf(stderr, "train: note: train.precision = \"bf16\" applies to the CUDA backend; the CPU backend "
+                           "computes in fp32\n");
+    }
+  }
+}
 
 // The greedy sample at the end runs on the CPU; on a GPU run it is skipped above this size.
 inline constexpr std::int64_t kHostSampleMaxParams = 50'000'000;
