@@ -57,20 +57,29 @@ inline void mma_m16n8k16_bf16(float (&d)[4], const std::uint32_t (&a)[4], const 
   const Fragments mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
   warp_exchange(mine, [&](const Fragments* lanes) {
     // Row g (and g + 8) of A sits in lanes 4g + s at k = 2s, 2s+1 (a0, a1) and 2s+8, 2s+9 (a2, a3);
-    // column n of B in lanes 4n + s at k = 2s, 2s+1 (b0) and 2s+8, 2s+9 (b1).
-    const auto a_at = [&](int row, int k) {
-      const Fragments& f = lanes[4 * (row % 8) + (k % 8) / 2];
-      const std::uint32_t reg = f.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
-      return bf16_bits_to_float(reg >> (16 * (k % 2)));
+    // column n of B in lanes 4n + s at k = 2s, 2s+1 (b0) and 2s+8, 2s+9 (b1). This lane's two rows
+    // of A and two columns of B are unpacked once (64 conversions, not one per product).
+    const auto unpack = [](float* out, int k, std::uint32_t reg) {  // the two bf16 at k and k + 1
+      out[k] = bf16_bits_to_float(reg);
+      out[k + 1] = bf16_bits_to_float(reg >> 16);
     };
-    const auto b_at = [&](int k, int n) {
-      const Fragments& f = lanes[4 * n + (k % 8) / 2];
-      return bf16_bits_to_float(f.b[k >= 8 ? 1 : 0] >> (16 * (k % 2)));
-    };
+    float a_rows[2][16], b_columns[2][16];
+    for (int s = 0; s < 4; ++s) {
+      const Fragments& f = lanes[4 * g + s];
+      for (int row = 0; row < 2; ++row) {
+        unpack(a_rows[row], 2 * s, f.a[row]);
+        unpack(a_rows[row], 2 * s + 8, f.a[row + 2]);
+      }
+      for (int col = 0; col < 2; ++col) {
+        const Fragments& h = lanes[4 * (2 * t + col) + s];
+        unpack(b_columns[col], 2 * s, h.b[0]);
+        unpack(b_columns[col], 2 * s + 8, h.b[1]);
+      }
+    }
     for (int row = 0; row < 2; ++row) {
       for (int col = 0; col < 2; ++col) {
         float sum = 0.0f;
-        for (int k = 0; k < 16; ++k) sum += a_at(g + 8 * row, k) * b_at(k, 2 * t + col);
+        for (int k = 0; k < 16; ++k) sum += a_rows[row][k] * b_columns[col][k];
         d[2 * row + col] += sum;
       }
     }
