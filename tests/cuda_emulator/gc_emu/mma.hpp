@@ -4,7 +4,7 @@
 // with commit_group / wait_group.
 //
 // mma.sync: Every lane brings its fragments; the lanes exchange them through a per-warp table
-// between two strict __syncwarp barriers (so the warp-collective rules apply: all 32 lanes must
+// after a strict __syncwarp barrier (so the warp-collective rules apply: all 32 lanes must
 // arrive, none in a divergent branch), and each lane computes its four outputs in fp32, summing k in increasing order and
 // adding the accumulator last. Products of two bf16 are exact in fp32; the tensor core's own
 // summation order is unspecified, so results agree with a GPU to fp32 rounding, not bit for bit.
@@ -35,17 +35,23 @@ inline int linear_lane() {
 }
 
 // Makes every lane's `value` visible to its whole warp: each lane writes its entry of a per-warp
-// table, a strict __syncwarp (all 32 lanes, as the instructions require), `use(entries)` reads the
-// warp's 32 entries, and a second __syncwarp keeps any lane from overwriting its entry before all
-// have read. Fibers switch only at barriers, so the table is stable during `use`.
+// table, a strict __syncwarp (all 32 lanes, as the instructions require), and `use(entries)` reads
+// the warp's 32 entries. Fibers switch only at barriers, so the table is stable during `use`. The
+// table is double-buffered by the lane's exchange count: a lane that runs ahead to its next
+// exchange writes the other table, and the one after that only once every lane has reached the
+// barrier of the next exchange, that is, has finished reading this one (so one barrier an exchange
+// suffices). Every lane of a warp makes the same exchanges (the barrier is strict), so the lanes
+// of a warp agree on the table whatever kernels ran before.
 template <typename T, typename F>
 inline void warp_exchange(const T& value, F&& use) {
-  thread_local T table[1024];  // [linear thread index]: a block has at most 1024 threads
+  thread_local T table[2][1024];            // [parity][linear thread index]: at most 1024 threads
+  thread_local unsigned char parity[1024];  // each thread's exchange count, mod 2
   const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  table[linear] = value;
+  T* const mine = table[parity[linear]];
+  parity[linear] ^= 1u;
+  mine[linear] = value;
   __syncwarp();
-  use(&table[linear / 32 * 32]);
-  __syncwarp();
+  use(&mine[linear / 32 * 32]);
 }
 
 // d += A·B for the warp's fragments (all 32 lanes call it together).
