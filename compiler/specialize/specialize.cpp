@@ -3,6 +3,7 @@
 #include <clang/Format/Format.h>
 #include <clang/Tooling/Core/Replacement.h>
 
+#include "common/text.hpp"
 #include "specialize/clang_tool.hpp"
 #include "specialize/passes.hpp"
 #include "specialize/toolchain.hpp"
@@ -10,10 +11,6 @@
 namespace gc {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 bool is_header(const std::string& path) {
   return ends_with(path, ".hpp") || ends_with(path, ".h") || ends_with(path, ".cuh");
