@@ -46,8 +46,10 @@ std::optional<SpecializeResult> specialize_templates(const std::vector<TemplateF
 // Keys of the gc::knob<T>("KEY", ...) calls in a template's text, sorted.
 std::set<std::string> knob_keys_in(const std::string& text);
 
-// The knob values a plan binds (spec values plus plan-derived "plan.*" keys).
+// The knob values a plan binds: the spec keys the templates read (spec_knob_values, written
+// from the typed spec, not the resolved map) plus plan-derived "plan.*" keys.
 KnobTable knob_table(const Plan& plan, const PreparedData& data);
+KnobTable spec_knob_values(const Spec& spec);
 
 // The named place that consumes a spec key no template knob reads (a plan
 // table, data preparation, the loader), or nullopt when there is none.

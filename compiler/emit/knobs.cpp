@@ -1,5 +1,6 @@
 #include "common/version.hpp"
 #include "emit/emit.hpp"
+#include "spec/schema.hpp"
 
 #include <vector>
 
@@ -30,16 +31,82 @@ void add_moe_knobs(const Spec& s, KnobTable& t) {
   t["plan.moe_capacity"] = Value::integer(moe_capacity(s));
 }
 
-}  // namespace
+const char* name_of(NormPlacement p) { return p == NormPlacement::sandwich ? "sandwich" : "pre"; }
+const char* name_of(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+const char* name_of(Decay d) {
+  return d == Decay::linear ? "linear" : d == Decay::constant ? "constant" : "cosine";
+}
 
-KnobTable knob_table(const Plan& plan, const PreparedData& data) {
-  KnobTable t;
-  for (const auto& [key, value] : plan.spec.resolved) {
-    if (value.kind != Value::Kind::list) t[key] = value;
-  }
-  const auto& s = plan.spec;
+// [model] and [experiment]: the architecture's shape and choices.
+void add_model_knobs(const Spec& s, KnobTable& t) {
+  const ModelSpec& m = s.model;
+  t["experiment.name"] = Value::string(s.experiment.name);
+  t["experiment.seed"] = Value::integer(s.experiment.seed);
+  t["model.vocab_size"] = Value::integer(m.vocab_size);
+  t["model.d_model"] = Value::integer(m.d_model);
+  t["model.n_layers"] = Value::integer(m.n_layers);
+  t["model.n_heads"] = Value::integer(m.n_heads);
+  t["model.n_kv_heads"] = Value::integer(m.n_kv_heads);
+  t["model.head_dim"] = Value::integer(m.head_dim);
+  t["model.max_seq_len"] = Value::integer(m.max_seq_len);
+  t["model.norm_eps"] = Value::number(m.norm_eps);
+  t["model.norm_placement"] = Value::string(name_of(m.norm_placement));
+  t["model.embedding_norm"] = Value::boolean(m.embedding_norm);
+  t["model.qk_norm"] = Value::boolean(m.qk_norm);
+  t["model.tie_embeddings"] = Value::boolean(m.tie_embeddings);
+  t["model.rope_theta"] = Value::number(m.rope_theta);
+  t["model.gated_attention"] = Value::string(to_string(m.gated_attention));
+}
+
+// [optim], [schedule], [train] and [distributed]: how the run trains.
+void add_training_knobs(const Spec& s, KnobTable& t) {
+  t["optim.lr"] = Value::number(s.optim.lr);
   t["optim.beta1"] = Value::number(s.optim.beta1);
   t["optim.beta2"] = Value::number(s.optim.beta2);
+  t["optim.eps"] = Value::number(s.optim.eps);
+  t["optim.grad_clip"] = Value::number(s.optim.grad_clip);
+  t["schedule.decay"] = Value::string(name_of(s.schedule.decay));
+  t["schedule.min_lr_ratio"] = Value::number(s.schedule.min_lr_ratio);
+  const TrainSpec& r = s.train;
+  t["train.seq_len"] = Value::integer(r.seq_len);
+  t["train.micro_batch"] = Value::integer(r.micro_batch);
+  t["train.precision"] = Value::string(name_of(r.precision));
+  t["train.eval_every"] = Value::integer(r.eval_every);
+  t["train.eval_batches"] = Value::integer(r.eval_batches);
+  t["train.checkpoint_every"] = Value::integer(r.checkpoint_every);
+  t["train.log_every"] = Value::integer(r.log_every);
+  const DistributedSpec& d = s.distributed;
+  t["distributed.zero_stage"] = Value::integer(d.zero_stage);
+  t["distributed.bucket_mb"] = Value::number(d.bucket_mb);
+  t["distributed.expert_parallel"] = Value::integer(d.expert_parallel);
+  t["distributed.expert_exchange_factor"] = Value::number(d.expert_exchange_factor);
+}
+
+// [metrics]: each metric's switch and cadence (the layer and class selections are plan.hpp tables).
+void add_metric_knobs(const Spec& s, KnobTable& t) {
+  for (const auto& [name, metric] : s.metrics.metrics) {
+    t["metrics." + name + ".enabled"] = Value::boolean(metric.enabled);
+    const std::string interval = "metrics." + name + ".interval";
+    if (find_key(interval)) t[interval] = Value::integer(metric.interval);  // initial_loss has none
+  }
+  t["metrics.embedding_cosine.top_tokens"] = Value::integer(s.metrics.embedding_top_tokens);
+}
+
+}  // namespace
+
+KnobTable spec_knob_values(const Spec& s) {
+  KnobTable t;
+  add_model_knobs(s, t);
+  add_training_knobs(s, t);
+  add_metric_knobs(s, t);
+  return t;
+}
+
+// Every knob value comes from the typed spec and the plan, never from the string-keyed resolved
+// map: a key reaches the templates the way it reaches the planner.
+KnobTable knob_table(const Plan& plan, const PreparedData& data) {
+  KnobTable t = spec_knob_values(plan.spec);
+  const auto& s = plan.spec;
   t["plan.embedding_scale"] = Value::number(plan.embedding_scale);
   t["plan.attn_scale"] = Value::number(plan.attn_scale);
   t["plan.logit_scale"] = Value::number(plan.logit_scale);
