@@ -29,13 +29,14 @@ std::string block_sizes(std::int64_t E, std::int64_t G) {
          std::to_string(G - extra);
 }
 
-// The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in
-// templates/model/moe_block.hpp; the CPU backend holds fp32).
-double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_layers) {
-  const auto& s = plan.spec;
-  const double N = double(s.train.micro_batch) * double(s.train.seq_len);
-  const double A = N * double(s.moe.top_k), D = double(s.model.d_model);
-  // The rows a rank's experts may receive (exchange_capacity_rows in templates/model/expert_parallel.hpp).
+// A rank's assignments per micro-batch (micro_batch x seq_len x top_k).
+double assignments(const Spec& s) {
+  return double(s.train.micro_batch) * double(s.train.seq_len) * double(s.moe.top_k);
+}
+
+// The rows a rank's experts may receive (exchange_capacity_rows in templates/model/expert_parallel.hpp).
+double exchange_rows(const Spec& s, std::int64_t G) {
+  const double A = assignments(s);
   double C = A * double(G);
   if (const std::int64_t capacity = moe_capacity(s); capacity > 0) {
     const double local = double((s.moe.n_experts + G - 1) / G), sequences = double(s.train.micro_batch);
@@ -44,11 +45,29 @@ double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_
   if (const double factor = s.distributed.expert_exchange_factor; factor > 0.0) {
     C = std::min(C, std::ceil(factor * A));  // distributed.expert_exchange_factor
   }
-  C = std::max(A, C);
+  return std::max(A, C);
+}
+
+// A slotted route's rows per slot, or 0 when the host plans the route (slotted_route_rows in
+// templates/model/expert_parallel.hpp).
+double slot_rows(const Spec& s, std::int64_t G) {
+  const std::int64_t capacity = moe_capacity(s);
+  if (capacity <= 0) return 0.0;
+  const double local = double((s.moe.n_experts + G - 1) / G);
+  const double slot = std::min(assignments(s), double(s.train.micro_batch) * double(capacity) * local);
+  return double(G) * slot <= exchange_rows(s, G) ? slot : 0.0;
+}
+
+// The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in
+// templates/model/moe_block.hpp; the CPU backend holds fp32).
+double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_layers) {
+  const auto& s = plan.spec;
+  const double A = assignments(s), D = double(s.model.d_model), C = exchange_rows(s, G);
   const double F = double(s.moe.expert_d_ff);
   // + the two permutations (int32) and the owned experts' offsets (int64, E + 1).
   const double per_layer = (C * D + 3 * (C - A) * F) * 4.0 + 2 * C * 4.0 + double(s.moe.n_experts + 1) * 8.0;
-  const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0;
+  // + the group's offsets a slotted route all-gathers (int64, G · (E + 1)).
+  const double scratch = (3 * C * D + 3 * (C - A) * F) * 4.0 + double(G) * double(s.moe.n_experts + 1) * 8.0;
   return double(moe_layers) * per_layer + scratch;
 }
 
@@ -128,6 +147,13 @@ std::string explain_experts(const Plan& plan, int world_size) {
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
     << exchange_bound(s, G) << "\n";
+  if (const double slot = slot_rows(s, G); slot > 0.0) {
+    o << "  route: slotted, " << G << " slots of " << std::llround(slot) << " rows per MoE layer (the capacity's bound; "
+      << "the group's offsets all-gathered where the rows lie: no device -> host copy in a step)\n";
+  } else {
+    o << "  route: planned on the host from each MoE layer's offsets (on GPUs one device -> host copy per MoE layer "
+         "and micro-batch; moe.capacity_factor, without a tighter exchange factor, makes it slotted)\n";
+  }
   if (s.distributed.zero_stage == 0) {
     // Each rank keeps the gradients and moments of its own expert block (group rank 0's, the
     // largest, here); the weights stay whole (evaluation, metrics and checkpoints read them).

@@ -19,6 +19,7 @@
 #include "cpu/attention.hpp"
 #include "cpu/cross_entropy.hpp"
 #include "cpu/embedding.hpp"
+#include "cpu/expert_slots.hpp"
 #include "cpu/gate.hpp"
 #include "cpu/linear.hpp"
 #include "cpu/moe.hpp"
@@ -170,6 +171,17 @@ class Backend {
   // dst[p] = src[rows[p]] for p < n (expert parallelism: received rows to expert-major and back).
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cpu::moe_gather(dst, src, rows, n, dim, 1);
+  }
+  // A slotted exchange's pack, unpack and permutation (cpu/expert_slots.hpp).
+  void expert_slots_pack(T* slots, const T* rows, const std::int64_t* offsets, int G, std::int64_t S, int dim) {
+    cpu::expert_slots_pack(slots, rows, offsets, G, S, dim, kExperts);
+  }
+  void expert_slots_unpack(T* rows, const T* slots, const std::int64_t* offsets, int G, std::int64_t S, int dim) {
+    cpu::expert_slots_unpack(rows, slots, offsets, G, S, dim, kExperts);
+  }
+  void expert_slots_route(std::int32_t* perm, std::int32_t* unperm, std::int64_t* local_offsets,
+                          const std::int64_t* all_offsets, int G, std::int64_t S, int lo, int hi, std::int64_t C) {
+    cpu::expert_slots_route(perm, unperm, local_offsets, all_offsets, G, S, {lo, hi}, C, kExperts);
   }
   void moe_combine(T* out, const T* ys, const T* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {

@@ -21,10 +21,12 @@
 #include "cuda/attention.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.cuh"
+#include "cuda/device_check.cuh"
 #include "cuda/embedding.cuh"
 #include "cuda/flash_attention.cuh"
 #include "cuda/gate.cuh"
 #include "cuda/expert_linear.cuh"
+#include "cuda/expert_slots.cuh"
 #include "cuda/moe.cuh"
 #include "cuda/moe_stats.cuh"
 #include "cuda/rmsnorm.cuh"
@@ -41,50 +43,6 @@ namespace gc::tree::cuda {
 
 using gc::rt::cuda::BlasLt;
 using gc::rt::cuda::DeviceBuffer;
-
-template <typename T>
-__global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
-  }
-}
-
-// "" when a device of compute capability MAJOR.MINOR named NAME can run this
-// tree's kernels, else why not; IMAGE_ERROR is the error of the kernel-image
-// probe (nullptr when the probe found this build's kernels). The kernels need
-// compute capability 8.0 or newer (bf16 arithmetic); the tree builds them for
-// GC_CUDA_ARCHITECTURES (by default sm_80, 86, 89 and 90a, with PTX that newer
-// GPUs compile at load time), and a device none of those covers has no image.
-inline std::string device_refusal(const std::string& name, int major, int minor, const char* image_error) {
-  const std::string device =
-      name + " (compute capability " + std::to_string(major) + "." + std::to_string(minor) + ")";
-  if (major < 8) {
-    return device + ": the CUDA backend needs compute capability 8.0 or newer (Ampere, Ada, Hopper or later)";
-  }
-  if (image_error != nullptr) {
-    return device + ": this build has no kernels for it (" + image_error +
-           "); rebuild the tree with -DGC_CUDA_ARCHITECTURES=" + std::to_string(major * 10 + minor) +
-           (major == 9 ? "a" : "") + " (gcompile SPEC --cuda-arch ...)";
-  }
-  return "";
-}
-
-// "" when device 0 can run this tree's kernels, else why not (train and
-// parity both ask): device_refusal for the device in the machine.
-inline std::string unusable_device_reason() {
-  if (gc::rt::cuda::device_count() == 0) return "no CUDA device is available (cudaGetDeviceCount found none)";
-  cudaDeviceProp prop{};
-  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major < 8) return device_refusal(prop.name, prop.major, prop.minor, nullptr);
-  cudaFuncAttributes attributes{};
-  const cudaError_t image = cudaFuncGetAttributes(&attributes, add_kernel<float>);
-  if (image != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error of the probe
-    return device_refusal(prop.name, prop.major, prop.minor, cudaGetErrorString(image));
-  }
-  return "";
-}
 
 template <typename T>
 class Backend {
@@ -321,10 +279,20 @@ class Backend {
     check_moe_dim(dim);
     cuda::moe_gather<MoeLayout>(xs, x, order, rows, offsets + kExperts);
   }
-  // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]] (the row indices the
-  // host planned reach the device through from_host).
+  // Expert parallelism (model/expert_parallel.hpp): dst[p] = src[rows[p]] (host-planned indices
+  // through from_host, or slotted ones built here by expert_slots_route: cuda/expert_slots.cuh).
   void gather_rows(T* dst, const T* src, const std::int32_t* rows, std::int64_t n, int dim) {
     cuda::gather_rows(dst, src, rows, n, dim);
+  }
+  void expert_slots_pack(T* slots, const T* rows, const std::int64_t* offsets, int G, std::int64_t S, int dim) {
+    cuda::expert_slots_pack(slots, rows, offsets, G, S, dim, kExperts);
+  }
+  void expert_slots_unpack(T* rows, const T* slots, const std::int64_t* offsets, int G, std::int64_t S, int dim) {
+    cuda::expert_slots_unpack(rows, slots, offsets, G, S, dim, kExperts);
+  }
+  void expert_slots_route(std::int32_t* perm, std::int32_t* unperm, std::int64_t* local_offsets,
+                          const std::int64_t* all_offsets, int G, std::int64_t S, int lo, int hi, std::int64_t C) {
+    cuda::expert_slots_route(perm, unperm, local_offsets, all_offsets, G, S, {lo, hi}, C, kExperts);
   }
   void moe_combine(T* out, const T* ys, const float* weight, const std::int32_t* position, int N, int dim,
                    bool accumulate) {

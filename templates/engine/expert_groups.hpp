@@ -115,6 +115,9 @@ class MpiExpertExchange final : public ExpertExchange<float> {
     ++exchanges;
   }
   void share_counts(const std::int64_t* mine, std::int64_t* all) override { group_.allgather(mine, all, kExperts); }
+  void share_offsets(const std::int64_t* mine, std::int64_t* all) override {
+    group_.allgather(mine, all, kExperts + 1);  // the CPU backend's memory is the host's
+  }
   const gc::rt::Comm& group() const { return group_; }
 
   std::int64_t bytes_sent = 0;  // to other ranks, over the run

@@ -1,8 +1,9 @@
 // Expert parallelism on GPUs (model/expert_parallel.hpp, docs/distributed.md), over NCCL.
 //
 // NcclExpertExchange: one group's exchange. The rows move by grouped ncclSend / ncclRecv on the
-// compute stream (bf16 rows under bf16); the per-expert row counts, which the host plans from,
-// by MPI over the group's host communicator.
+// compute stream (bf16 rows under bf16); the per-expert row counts, which the host plans a
+// host-planned route from, by MPI over the group's host communicator; a slotted route's offsets
+// by ncclAllGather on the compute stream (model/expert_parallel.hpp's ExpertRoute).
 //
 // DeviceExpertGroups (zero_stage 0; under ZeRO-1 the world's reduce-scatter already sums each
 // expert block's owners, the other ranks adding zeros, and nothing here runs): a rank holds the
@@ -63,6 +64,15 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
     ++exchanges;
   }
   void share_counts(const std::int64_t* mine, std::int64_t* all) override { group_.allgather(mine, all, kExperts); }
+  // On the device, on the compute stream (ordered like exchange()): the offsets are 8-byte words
+  // that an all-gather only moves, so they travel as ncclFloat64.
+  void share_offsets(const std::int64_t* mine, std::int64_t* all) override {
+    if (before_collective) before_collective();
+    const std::int64_t n = kExperts + 1;
+    GC_CUDA_CHECK(cudaMemcpyAsync(all + group_.rank() * n, mine, std::size_t(n) * sizeof(std::int64_t),
+                                  cudaMemcpyDeviceToDevice, nullptr));
+    nccl_.all_gather(all, n, group_.rank(), nullptr);
+  }
   const gc::rt::Comm& group() const { return group_; }
   gc::rt::cuda::NcclComm& nccl() { return nccl_; }
 

@@ -134,6 +134,12 @@ struct ContractBackend {
   // Expert parallelism (model/expert_parallel.hpp): rows picked by index (the host-planned
   // indices reach the backend through from_host).
   void gather_rows(Act*, const Act*, const std::int32_t*, std::int64_t, int) {}
+  // A slotted expert exchange (model/expert_parallel.hpp; core/expert_slots.hpp): pack a rank's
+  // rows into G slots, unpack them, and build the permutation and owned offsets on the backend.
+  void expert_slots_pack(Act*, const Act*, const std::int64_t*, int, std::int64_t, int) {}
+  void expert_slots_unpack(Act*, const Act*, const std::int64_t*, int, std::int64_t, int) {}
+  void expert_slots_route(std::int32_t*, std::int32_t*, std::int64_t*, const std::int64_t*, int, std::int64_t, int, int,
+                          std::int64_t) {}
   void grouped_linear_backward(Act*, Grad*, const Act*, const Act*, const Act*, const std::int64_t*, int, std::int64_t,
                                int, int, bool = false) {}
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config.hpp"
+#include "core/expert_slots.hpp"
 #include "plan.hpp"
 #include "runtime/error.hpp"
 
@@ -26,9 +27,8 @@ namespace gc::tree {
 // Rank r of `ranks` owns experts [lo, hi): ⌊E/ranks⌋ each, the first E mod ranks one more
 // (145 experts on 8 ranks: 19, 18, ..., 18).
 inline std::pair<int, int> expert_block(int r, int ranks) {
-  const int base = kExperts / ranks, extra = kExperts % ranks;
-  const int lo = r * base + std::min(r, extra);
-  return {lo, lo + base + (r < extra ? 1 : 0)};
+  const core::ExpertBlock b = core::expert_block_of(r, ranks, kExperts);
+  return {b.lo, b.hi};
 }
 
 // The transport of one expert-parallel group (G ranks).
@@ -42,16 +42,27 @@ class ExpertExchange {
   // recv receives recv_rows[s] rows from each group rank s, in rank order.
   virtual void exchange(const Act* send, const std::vector<std::int64_t>& send_rows, Act* recv,
                         const std::vector<std::int64_t>& recv_rows, int width) = 0;
-  // Every group rank's kExperts row counts, in rank order (all: G · kExperts).
+  // Every group rank's kExperts row counts, in rank order (all: G · kExperts; host memory).
   virtual void share_counts(const std::int64_t* mine, std::int64_t* all) = 0;
+  // Every group rank's kExperts + 1 expert offsets, in rank order (all: G · (kExperts + 1)), in the
+  // backend's memory: on GPUs an all-gather on the compute stream, with no copy to the host.
+  virtual void share_offsets(const std::int64_t* mine, std::int64_t* all) = 0;
   // The bound on the rows a rank's experts receive, as a multiple of its own assignments (0: the
   // dropless worst case; distributed.expert_exchange_factor or train --expert-exchange-factor).
   double receive_factor = 0.0;
 };
 
-// One MoE layer's exchange in the last training forward (its backward reuses it).
+// One MoE layer's exchange in the last training forward (its backward reuses it). Two kinds:
+//  host-planned  (dropless, or an exchange factor): the offsets go to the host, which plans the
+//                exact rows each rank sends and the permutation (plan_expert_route).
+//  slotted       (moe.capacity_factor, no tighter exchange factor): every rank sends every group
+//                rank a slot of `slot` rows, of which the capacity lets it fill at most all; the
+//                offsets are all-gathered and the permutation built where the rows lie
+//                (backend expert_slots_*), so the step copies nothing to the host. The same rows
+//                in the same expert-major order as host-planned, so the same training.
 struct ExpertRoute {
   bool active = false;                      // the last forward exchanged (training)
+  std::int64_t slot = 0;                    // > 0: slotted, with slots of this many rows
   std::vector<std::int64_t> send_rows;      // rows to each group rank (its block's run of xs)
   std::vector<std::int64_t> recv_rows;      // rows from each group rank
   std::vector<std::int64_t> local_offsets;  // kExperts + 1: the owned experts' rows, expert-major
@@ -81,8 +92,29 @@ inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_r
   return std::max(assignments, rows);
 }
 
-// Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training).
-inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C) {
+// The rows one rank sends one group rank's experts under a capacity: a sequence sends an expert at
+// most kMoeCapacity rows, and a group rank owns at most ceil(E/G) experts; never more than the
+// rank's own assignments. 0 without a capacity.
+inline std::int64_t expert_slot_rows(std::int64_t assignments, int group_ranks) {
+  if constexpr (kMoeCapacity > 0) {
+    const std::int64_t sequences = assignments / kTopK / kSeqLen, local = (kExperts + group_ranks - 1) / group_ranks;
+    return std::min(assignments, sequences * kMoeCapacity * local);
+  }
+  return 0;
+}
+
+// The slot of a slotted route for a rank of `assignments` rows in a group of G, or 0 when the
+// route is host-planned: no capacity, or an exchange factor whose buffers hold fewer than G slots.
+inline std::int64_t slotted_route_rows(std::int64_t assignments, int group_ranks, double factor) {
+  const std::int64_t slot = expert_slot_rows(assignments, group_ranks);
+  const std::int64_t C = exchange_capacity_rows(assignments, group_ranks, factor);
+  return slot > 0 && group_ranks * slot <= C ? slot : 0;
+}
+
+// Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training),
+// and its slot (slotted_route_rows).
+inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C, std::int64_t slot) {
+  route.slot = slot;
   route.send_rows.assign(std::size_t(G), 0);
   route.recv_rows.assign(std::size_t(G), 0);
   route.local_offsets.assign(std::size_t(kExperts) + 1, 0);
@@ -90,6 +122,16 @@ inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C) {
   route.unperm.assign(std::size_t(C), 0);
   route.counts.assign(std::size_t(G + 1) * std::size_t(kExperts), 0);
   route.start.assign(std::size_t(G) * std::size_t(kExperts), 0);
+}
+
+// A slotted route's host side, the same every step: slot rows to and from every group rank, the
+// buffers' C rows as the bound the kernels read the received count under.
+inline void plan_slotted_route(ExpertRoute& route, int G, int rank, std::int64_t C) {
+  std::fill(route.send_rows.begin(), route.send_rows.end(), route.slot);
+  std::fill(route.recv_rows.begin(), route.recv_rows.end(), route.slot);
+  route.block = expert_block(rank, G);
+  route.received = C;
+  route.active = true;
 }
 
 // Every group rank's received rows fit the exchange buffers (C rows, sized by the exchange factor),

@@ -13,7 +13,8 @@
 // routing state lives where the backend keeps its tensors (on the GPU, device memory): the
 // offsets, the counts, the balancing losses and their gradient are computed there
 // (core/moe_balance.hpp), so a step copies nothing to the host (issue 39); only expert
-// parallelism reads the offsets on the host, to size its exchange.
+// parallelism without a capacity reads the offsets on the host, to size its exchange (with one,
+// the exchange moves fixed slots: model/expert_parallel.hpp's ExpertRoute).
 #pragma once
 
 #include <algorithm>
@@ -80,9 +81,9 @@ struct MoeLayer {
   Buffer<std::int32_t> kept;
   Buffer<std::int64_t> dropped;
   // Expert parallelism (model/expert_parallel.hpp; empty without it): the rows this rank's
-  // experts computed in expert-major order, the last training forward's route (planned from a
-  // host copy of the offsets), and the permutation between the received (source-major) and the
-  // expert-major rows.
+  // experts computed in expert-major order, the last training forward's route (host-planned from
+  // a host copy of the offsets, or slotted), and the permutation between the received
+  // (source-major) and the expert-major rows.
   Buffer<Act> xe;
   ExpertRoute route;
   std::vector<std::int64_t> host_offsets;
@@ -99,6 +100,7 @@ struct MoeScratch {
   Buffer<Stat> logits, dweight;  // router logits (then their gradient), dL/dw
   Buffer<Act> dys, des, deu, dew, dxs, dsu, dsw, dss;
   Buffer<Act> xr, ye, dxe;  // expert parallelism: rows as exchanged, the experts' outputs, their dx
+  Buffer<std::int64_t> all_offsets;  // a slotted route's: every group rank's offsets (G · (E + 1))
 };
 
 // Allocates a layer's buffers for N rows through `alloc(buffer, elements)`.
@@ -163,38 +165,52 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
     grow(L.unperm, C);
     grow(L.local_offsets, kExperts + 1);
     L.host_offsets.assign(std::size_t(kExperts) + 1, 0);
-    reserve_expert_route(L.route, G, C);
+    reserve_expert_route(L.route, G, C, slotted_route_rows(N * kTopK, G, factor));
   }
   for (auto* buf : {&S.xr, &S.ye, &S.dxe}) grow(*buf, C * D);
+  grow(S.all_offsets, std::int64_t(G) * (kExperts + 1));
   for (auto* buf : {&S.des, &S.deu, &S.dew}) grow(*buf, C * kExpertDff);
 }
 
 // Bytes allocate_expert_parallel adds to a model of `rows` tokens for a group of G ranks (the
 // plan counts the same: compiler/explain/explain_experts.cpp): per MoE layer the expert-major
 // rows (C · d_model), the expert activations grown from N·k to C rows (3 · d_expert each) and
-// the two permutations (C int32 each) and the owned experts' offsets (E + 1 int64); once, the exchange buffers (3 · C · d_model) and the
-// expert gradients grown likewise (3 · d_expert). C = exchange_capacity_rows (G · N · k dropless).
+// the two permutations (C int32 each) and the owned experts' offsets (E + 1 int64); once, the exchange buffers (3 · C · d_model), the
+// expert gradients grown likewise (3 · d_expert) and the group's offsets (G · (E + 1) int64).
+// C = exchange_capacity_rows (G · N · k dropless).
 inline std::int64_t expert_parallel_buffer_bytes(std::int64_t rows, int G, int act_bytes, double factor = 0.0) {
   int moe_layers = 0;
   for (int l = 0; l < kLayers; ++l) moe_layers += is_moe_layer(l) ? 1 : 0;
   if (G <= 1 || moe_layers == 0) return 0;
   const std::int64_t A = rows * kTopK, C = exchange_capacity_rows(A, G, factor), D = kDModel, F = kExpertDff;
   const std::int64_t per_layer = (C * D + 3 * (C - A) * F) * act_bytes + 2 * C * 4 + (kExperts + 1) * 8;
-  const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes;
+  const std::int64_t scratch = (3 * C * D + 3 * (C - A) * F) * act_bytes + std::int64_t(G) * (kExperts + 1) * 8;
   return std::int64_t(moe_layers) * per_layer + scratch;
 }
 
-// The experts' part of the MoE forward under expert parallelism: xs (this rank's rows, sorted
-// by expert) to the experts' owners, the owned experts on the rows received, ys back.
-template <typename Backend, typename Weights>
-void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
-                                   Weights&& W, ExpertExchange<typename Backend::Act>& x) {
-  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
-  using profile::kFwd, profile::kBwd;
-  constexpr double kActBytes = sizeof(typename Backend::Act);
-  const int D = kDModel;
-  // The exchange's sizes go to the host (the one device → host copy a layer makes, and only
-  // under expert parallelism).
+// This forward's route (model/expert_parallel.hpp's ExpertRoute). Slotted: the group's offsets
+// all-gathered and the permutation built where the rows lie. Host-planned: the offsets copied to
+// the host (the one device → host copy such a layer makes), the route planned there and its
+// permutation and owned offsets copied back.
+template <typename Backend>
+void route_expert_rows(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S,
+                       ExpertExchange<typename Backend::Act>& x) {
+  using PC = profile::Category;
+  using profile::kFwd;
+  const int G = x.ranks();
+  const std::int64_t C = std::int64_t(L.route.perm.size());
+  if (L.route.slot > 0) {
+    plan_slotted_route(L.route, G, x.rank(), C);
+    profile::timed(ops.profiler, profile::memory(PC::communication, "share_offsets", kFwd, 8.0 * G * (kExperts + 1)), [&] {
+      x.share_offsets(L.offsets.data(), S.all_offsets.data());
+    });
+    const auto [lo, hi] = L.route.block;
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "expert_slots_route", kFwd, 12.0 * C), [&] {
+      ops.expert_slots_route(L.perm.data(), L.unperm.data(), L.local_offsets.data(), S.all_offsets.data(), G,
+                             L.route.slot, lo, hi, C);
+    });
+    return;
+  }
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "offsets_to_host", kFwd, 8.0 * (kExperts + 1)), [&] {
     Backend::to_host(L.host_offsets.data(), L.offsets.data(), std::int64_t(kExperts) + 1);
   });
@@ -206,16 +222,68 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "copy_indices", kFwd, 1.0 * R * sizeof(std::int32_t)), [&] {
     Backend::from_host(L.unperm.data(), L.route.unperm.data(), R);
   });
+  const auto [lo, hi] = L.route.block;
+  Backend::from_host(L.local_offsets.data(), L.route.local_offsets.data() + lo, std::int64_t(hi - lo) + 1);
+}
+
+// `rows` (this rank's, sorted by expert: L.offsets) to the owners of their experts, received
+// source-major into `received`. A slotted route first packs them into G slots in `staging`.
+template <typename Backend>
+void send_to_owners(Backend& ops, MoeLayer<Backend>& L, ExpertExchange<typename Backend::Act>& x,
+                    const typename Backend::Act* rows, typename Backend::Act* received,
+                    typename Backend::Act* staging, profile::Pass direction) {
+  using PC = profile::Category;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
+  const ExpertRoute& r = L.route;
+  const typename Backend::Act* send = rows;
+  if (r.slot > 0) {
+    const double bytes = 2.0 * x.ranks() * r.slot * kDModel * kActBytes;
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "expert_slots_pack", direction, bytes), [&] {
+      ops.expert_slots_pack(staging, rows, L.offsets.data(), x.ranks(), r.slot, kDModel);
+    });
+    send = staging;
+  }
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", direction, 0.0), [&] {
+    x.exchange(send, r.send_rows, received, r.recv_rows, kDModel);
+  });
+}
+
+// The reverse: the owners' rows (source-major in `sent`) back to their own ranks' `rows`.
+template <typename Backend>
+void return_to_sources(Backend& ops, MoeLayer<Backend>& L, ExpertExchange<typename Backend::Act>& x,
+                       const typename Backend::Act* sent, typename Backend::Act* rows,
+                       typename Backend::Act* staging, profile::Pass direction) {
+  using PC = profile::Category;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
+  const ExpertRoute& r = L.route;
+  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", direction, 0.0), [&] {
+    x.exchange(sent, r.recv_rows, r.slot > 0 ? staging : rows, r.send_rows, kDModel);
+  });
+  if (r.slot > 0) {
+    const double bytes = 2.0 * x.ranks() * r.slot * kDModel * kActBytes;
+    profile::timed(ops.profiler, profile::memory(PC::moe_routing, "expert_slots_unpack", direction, bytes), [&] {
+      ops.expert_slots_unpack(rows, staging, L.offsets.data(), x.ranks(), r.slot, kDModel);
+    });
+  }
+}
+
+// The experts' part of the MoE forward under expert parallelism: xs (this rank's rows, sorted
+// by expert) to the experts' owners, the owned experts on the rows received, ys back.
+template <typename Backend, typename Weights>
+void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, const MoeParams& P,
+                                   Weights&& W, ExpertExchange<typename Backend::Act>& x) {
+  using PC = profile::Category;  // the step profile's names (profile/step_profile.hpp)
+  using profile::kFwd, profile::kBwd;
+  constexpr double kActBytes = sizeof(typename Backend::Act);
+  const int D = kDModel;
+  route_expert_rows(ops, L, S, x);
+  const std::int64_t R = L.route.received;
   // The owned experts [lo, hi): their rows' offsets (from 0), weights and gradients.
   const auto [lo, hi] = L.route.block;
   const int owned = hi - lo;
-  Backend::from_host(L.local_offsets.data(), L.route.local_offsets.data() + lo, std::int64_t(owned) + 1);
   const std::int64_t* off = L.local_offsets.data();
   const std::int64_t skip = std::int64_t(lo) * kDModel * kExpertDff;  // elements of the experts before lo
-  // dispatch
-  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
-    x.exchange(L.xs.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
-  });
+  send_to_owners(ops, L, x, L.xs.data(), S.xr.data(), S.ye.data(), kFwd);  // dispatch
   // expert-major
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
     ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);
@@ -236,10 +304,7 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
     ops.gather_rows(S.xr.data(), S.ye.data(), L.unperm.data(), R, D);
   });
-  // combine
-  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kFwd, 0.0), [&] {
-    x.exchange(S.xr.data(), L.route.recv_rows, L.ys.data(), L.route.send_rows, D);
-  });
+  return_to_sources(ops, L, x, S.xr.data(), L.ys.data(), S.dxe.data(), kFwd);  // combine
 }
 
 // Its backward: dys to the owners, the owned experts' backward (their weight gradients here),
@@ -256,9 +321,7 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   const auto [lo, hi] = L.route.block;
   const int owned = hi - lo;
   const std::int64_t skip = std::int64_t(lo) * kDModel * kExpertDff;
-  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
-    x.exchange(S.dys.data(), L.route.send_rows, S.xr.data(), L.route.recv_rows, D);
-  });
+  send_to_owners(ops, L, x, S.dys.data(), S.xr.data(), S.dxe.data(), kBwd);
   // dL/dy, expert-major
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
     ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);
@@ -281,9 +344,7 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
     ops.gather_rows(S.xr.data(), S.dxe.data(), L.unperm.data(), R, D);
   });
-  profile::timed(ops.profiler, profile::memory(PC::communication, "expert_exchange", kBwd, 0.0), [&] {
-    x.exchange(S.xr.data(), L.route.recv_rows, S.dxs.data(), L.route.send_rows, D);
-  });
+  return_to_sources(ops, L, x, S.xr.data(), S.dxs.data(), S.ye.data(), kBwd);
 }
 
 // After the dispatch, where the routing lives: the balancing losses' P (and per sequence the

@@ -220,6 +220,9 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
     const std::int64_t saved = summary_one["gradient_bytes"].get<std::int64_t>() - summary["gradient_bytes"].get<std::int64_t>();
     EXPECT_EQ(saved, kExpertGradientBytes - kExpertGradientBytes / G) << summary.dump();
     EXPECT_EQ(summary["optimizer_bytes"].get<std::int64_t>(), 2 * summary["gradient_bytes"].get<std::int64_t>());
+    // With a capacity the route is slotted (model/expert_parallel.hpp): a rank sends each group
+    // rank 2 sequences x capacity 8 x its 8/G experts rows, padded; the same training as above.
+    EXPECT_EQ(summary["expert_exchange_slot_rows"], G == 4 ? 32 : 64) << summary.dump();
   }
 
   // EP 2 again (now named by the flag rather than the spec): the same losses and the same
@@ -433,6 +436,7 @@ TEST_F(ExpertParallel, ExchangeFactorBoundsTheBuffers) {
   EXPECT_EQ(run_losses(dir_ / "bounded"), run_losses(dir_ / "worst"));
   const nlohmann::json w = summary_of("worst"), b = summary_of("bounded");
   EXPECT_EQ(b["expert_exchange_factor"], 3.0) << b.dump();
+  EXPECT_EQ(w["expert_exchange_slot_rows"], 0) << w.dump();  // dropless: planned on the host
   EXPECT_EQ(b["model_buffer_bytes"], b["planned_model_buffer_bytes"]) << b.dump();
   EXPECT_EQ(w["model_buffer_bytes"], w["planned_model_buffer_bytes"]) << w.dump();
   // 4 ranks × 128 rows worst case against 3 × 128: per MoE layer 128 fewer rows of the expert-major

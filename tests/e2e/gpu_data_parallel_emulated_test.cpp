@@ -486,6 +486,15 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   EXPECT_GT(exchanged["expert_exchange_bytes_sent"].get<double>(), 0.0) << exchanged.dump();
   // 4 exchanges per MoE layer (3) and micro-batch (2 per rank per step on 2 ranks), 6 steps.
   EXPECT_EQ(exchanged["expert_exchanges"], 4 * 3 * 2 * 6) << exchanged.dump();
+  // With the capacity the route is slotted (model/expert_parallel.hpp): offsets all-gathered and
+  // the permutation built on the device, so these steps copy nothing to the host either.
+  EXPECT_GT(exchanged["expert_exchange_slot_rows"].get<double>(), 0.0) << exchanged.dump();
+  const Outcome ep_quiet =
+      train(tree, "--expert-parallel 2 --log-every 6 --no-metrics --out " + (dir_ / "ep_quiet").string(), 2);
+  ASSERT_EQ(ep_quiet.status, 0) << ep_quiet.output;
+  const auto ep_quiet_summary = summary(dir_ / "ep_quiet");
+  EXPECT_GE(ep_quiet_summary["unread_steps"].get<double>(), 2) << ep_quiet_summary.dump();
+  EXPECT_EQ(ep_quiet_summary["device_to_host_copies_in_unread_steps"], 0) << ep_quiet_summary.dump();
   for (const char* run : {"one", "two", "ep", "ep_dp"}) {
     const auto s = summary(dir_ / run);
     EXPECT_EQ(s["allocations_in_loop"], 0) << run << ": " << s.dump();
