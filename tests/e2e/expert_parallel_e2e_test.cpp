@@ -127,6 +127,13 @@ bool names_number(const std::string& line, long n) {
   return false;
 }
 
+// The spec with `line` added at the top of its [moe] table.
+std::string with_moe_line(const std::string& spec, const std::string& line) {
+  std::string out = spec;
+  out.replace(out.find("[moe]\n"), 6, "[moe]\n" + line + "\n");
+  return out;
+}
+
 // The spec with `key = value` added at the top of its [distributed] table.
 std::string with_distributed(const std::string& spec, const std::string& line) {
   std::string out = spec;
@@ -345,6 +352,12 @@ TEST_F(ExpertParallel, BadLayoutsAreClearErrors) {
     EXPECT_NE(four.output.find(words), std::string::npos) << words << "\n" << four.output;
   }
   EXPECT_EQ(line_with(four.output, {"error"}), "") << four.output;
+  // The route: host-planned when dropless (the fixture), slotted with a capacity (2 sequences x
+  // capacity 8 x 4 experts = 64 rows a slot at EP 2).
+  EXPECT_NE(line_with(four.output, {"route: planned on the host"}), "") << four.output;
+  const std::string with_capacity = with_moe_line(kExpertParallel, "capacity_factor = 1.0");
+  const Outcome slotted = gcompile("explain", "capped.toml", with_capacity, "--world-size 4");
+  EXPECT_NE(line_with(slotted.output, {"route: slotted, 2 slots of 64 rows"}), "") << slotted.output;
   // ...and an error line at one that EP does not divide. (EP 3 at 4 ranks: the step's 4
   // micro-batches divide among 4 ranks, so the EP error is the only one.)
   const Outcome indivisible = gcompile("explain", "three.toml", three, "--world-size 4");
