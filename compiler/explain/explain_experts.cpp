@@ -135,9 +135,13 @@ std::string explain_experts(const Plan& plan, int world_size) {
   const double tokens = double(plan.schedule.grad_accum / W) * double(s.train.micro_batch) * double(s.train.seq_len);
   const double per_token_layer = 4.0 * double(s.moe.top_k) * double(s.model.d_model) * 4.0;
   const double leaving = double(G - 1) / double(G);
-  o << "  all-to-all per step: " << format_bytes(tokens * double(moe_layers) * per_token_layer * leaving)
+  // A slotted route sends every group rank a whole slot: G · S rows for the A routed ones.
+  const double slot = slot_rows(s, G), padding = slot > 0.0 ? double(G) * slot / assignments(s) : 1.0;
+  o << "  all-to-all per step: " << format_bytes(tokens * double(moe_layers) * per_token_layer * leaving * padding)
     << " sent per rank (" << format_bytes(per_token_layer) << " per token and MoE layer over 4 exchanges, "
-    << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced)\n";
+    << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced";
+  if (slot > 0.0) o << "; slotted: x" << format_double(std::round(padding * 100.0) / 100.0) << " for the padding of its slots";
+  o << ")\n";
   const double block = expert_params / double(G);
   o << "  gradients per step (zero_stage 0): each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
     << W / G << (W / G == 1 ? " rank that owns" : " ranks that own") << " the same block";
