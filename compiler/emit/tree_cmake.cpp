@@ -14,8 +14,6 @@ namespace gc {
 
 namespace {
 
-bool is_main(const std::string& path) { return ends_with(path, "_main.cpp") || ends_with(path, "_main.cu"); }
-
 std::string program_name(const std::string& path) {
   const std::string file = path.substr(path.rfind('/') + 1);
   return file.substr(0, file.rfind("_main."));  // "train_main.cpp" -> "train"
@@ -47,7 +45,7 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
                        const std::vector<std::string>& cuda_sources) {
   std::string common, programs, cuda, cuda_programs;
   for (const auto& s : sources) {
-    if (!is_main(s)) {
+    if (!is_program_main(s)) {
       common += "\n  " + s;
       continue;
     }
@@ -56,7 +54,7 @@ std::string tree_cmake(const Plan& plan, const std::vector<std::string>& sources
                 "set_target_properties(" + name + " PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})\n\n";
   }
   for (const auto& s : cuda_sources) {
-    if (!is_main(s)) {
+    if (!is_program_main(s)) {
       cuda += "\n    " + s;
       continue;
     }

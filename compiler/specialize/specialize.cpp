@@ -10,6 +10,8 @@
 
 namespace gc {
 
+bool is_program_main(const std::string& path) { return ends_with(path, "_main.cpp") || ends_with(path, "_main.cu"); }
+
 namespace {
 
 bool is_header(const std::string& path) {
@@ -21,7 +23,7 @@ bool is_cuda(const std::string& path) { return ends_with(path, ".cuh") || ends_w
 // A CUDA source other than a program's main (engine/cuda_engine.cu) is parsed with the CUDA
 // headers, which it includes anyway: one CUDA parse less per pass (1.4 s of a specialization's
 // 8.6). A main stays alone (two mains cannot share a translation unit).
-bool joins_cuda_headers(const std::string& path) { return ends_with(path, ".cu") && !ends_with(path, "_main.cu"); }
+bool joins_cuda_headers(const std::string& path) { return ends_with(path, ".cu") && !is_program_main(path); }
 
 struct Workspace {
   std::map<std::string, std::string> texts;   // absolute path -> current text

@@ -35,6 +35,10 @@ struct Toolchain {
 // The toolchain gcompile was built against (paths fixed at build time).
 Toolchain default_toolchain();
 
+// A template that is one program's main (train_main.cpp, parity_main.cu): its own translation
+// unit and executable, never sharing a parse or a library with another main.
+bool is_program_main(const std::string& path);
+
 struct TemplateFile {
   std::string path;  // relative to the include root, as `#include` names it ("cpu/rmsnorm.hpp")
   std::string text;
