@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu
 import kit_data  # noqa: E402  (the store of the trees' shared files)
 import kit_report  # noqa: E402  (the profile row, the bench row's report, the summary's sections)
 from kit_report import read_jsonl  # noqa: E402
-import kit_moe  # noqa: E402  (the moe_3b and moe_experts rows' verdicts)
+import kit_moe  # noqa: E402  (the moe_3b, moe_experts and moe_route rows' verdicts)
 
 # The kit's trees: name, spec, what the run does with it (the build targets follow from it), and
 # whose token files it trains on ("" = its own). One table, read by both halves of the kit.

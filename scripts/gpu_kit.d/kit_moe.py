@@ -4,7 +4,10 @@
   4 micro-batches a step): tokens/s, MFU on active FLOPs, device peak against the plan, the losses,
   the routing records, the device → host copies (fails when a step that reads nothing made one);
 - moe_experts: the expert projections at moe_3b's shapes, ours (bench/moe/expert_gemm_bench.cu:
-  grouped, and per-expert cuBLASLt) against torch._grouped_mm (bench/moe/grouped_mm_bench.py).
+  grouped, and per-expert cuBLASLt) against torch._grouped_mm (bench/moe/grouped_mm_bench.py);
+- moe_route: one MoE layer's expert-parallel route at moe_3b's shapes for EP 8 on one GPU
+  (bench/moe/expert_route_bench.cu): the slotted route's kernels against the host-planned route's
+  bubble (fails when the device's permutation differs from the host's or a time is missing).
 
 Each verdict prints one detail line and exits 0 (PASS) or 1 (FAIL).
 """
@@ -115,4 +118,23 @@ def moe_experts(ours_jsonl, torch_jsonl):
     print(detail)
 
 
-COMMANDS = {"moe-3b": moe_3b, "moe-experts": moe_experts}
+def moe_route(jsonl_path):
+    """The moe_route row: per MoE layer and micro-batch, the slotted route's kernels and the
+    host-planned route's bubble past the layer's earlier work, and the slots' padding."""
+    records = read_jsonl(jsonl_path)
+    head = next((r for r in records if "slot_rows" in r), None)
+    times = {r.get("impl"): r.get("ms") for r in records if "impl" in r}
+    if head is None or not all(isinstance(times.get(k), (int, float)) for k in ("slotted", "host_planned")):
+        _fail(f"no route header or times in {jsonl_path}")
+    detail = (f"EP {head['group']}, {head['assignments']:,} routed rows a rank: slotted {times['slotted']:.3f} ms "
+              f"(pack, route, unpack; {head['group']} slots of {head['slot_rows']:,} rows, padding "
+              f"x{head['padding']:.2f} on the wire), host-planned {times['host_planned']:.3f} ms (the wait, the "
+              f"plan and the copies) per MoE layer and micro-batch")
+    if times["slotted"] > 0 and times["host_planned"] > 0:
+        detail += f"; host-planned / slotted {times['host_planned'] / times['slotted']:.2f}x"
+    if head.get("route_equal") is not True:
+        _fail("the device's permutation differs from the host's: " + detail)
+    print(detail)
+
+
+COMMANDS = {"moe-3b": moe_3b, "moe-experts": moe_experts, "moe-route": moe_route}

@@ -117,6 +117,10 @@ if [ "$mode" = gpu ]; then
   step "nvcc expert_gemm_bench.cu" nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -Xcudafe --diag_suppress=20012 -I templates -I . bench/moe/expert_gemm_bench.cu -lcublasLt -o "$kit/bin/expert_gemm_bench"
   strip "$kit/bin/expert_gemm_bench" 2>> "$log" || true
+  note "compiling bench/moe/expert_route_bench.cu for sm_90a"
+  step "nvcc expert_route_bench.cu" nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+    -Xcudafe --diag_suppress=20012 -I templates -I . bench/moe/expert_route_bench.cu -o "$kit/bin/expert_route_bench"
+  strip "$kit/bin/expert_route_bench" 2>> "$log" || true
 else
   # An emulated kit runs where it was prepared: links to the build, not copies.
   step "linking $tests_bin" ln -s "$(realpath "$tests_bin")" "$kit/bin/gcompile_cuda_tests"

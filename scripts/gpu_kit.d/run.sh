@@ -418,6 +418,26 @@ if wanted moe_experts; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+# moe_route: one MoE layer's expert-parallel route at moe_3b's shapes for EP 8, on one GPU: the
+# slotted route's kernels against the host-planned route's wait (bench/moe/expert_route_bench.cu)
+# ---------------------------------------------------------------------------------------------
+if wanted moe_route; then
+  limit=$(cap 30)
+  if [ "$emulate" = 1 ]; then row moe_route SKIP "needs a GPU (the host-planned route's wait is the GPU's)"
+  elif [ "$limit" -le 0 ]; then row moe_route SKIP "out of time"
+  else
+    row_start=$SECONDS
+    bin=$(bench_binary expert_route_bench bench/moe/expert_route_bench.cu "$logs/moe_route.log")
+    timed "$(cap 20)" "$logs/moe_route.log" bash -c "'$bin' --iters 30 --warmup 5 > '$logs/moe_route.jsonl'"
+    rc=$?
+    took=$((SECONDS - row_start))
+    if detail=$(py moe-route "$logs/moe_route.jsonl") && [ "$rc" -eq 0 ]; then
+      row moe_route PASS "$detail" "$took"
+    else row moe_route FAIL "$detail ($(why "$rc" "$logs/moe_route.log"))" "$took"; fi
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
 # moe_bench: moe_3b (one micro-batch of 2 × 4096 tokens a step) against its PyTorch peer
 # (bench/torch_moe.py: torch._grouped_mm, torch.compile, SDPA auto), both profiled
 # ---------------------------------------------------------------------------------------------

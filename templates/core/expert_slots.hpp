@@ -12,7 +12,8 @@
 //   local_offsets[j] = Σ_{e < lo + j, e ≥ lo} Σ_s count(s, e)          (j = 0 .. hi − lo)
 //   p(s, e, i)       = local_offsets[e − lo] + Σ_{s' < s} count(s', e) + i
 //   slot row         = s · S + offsets_s[e] − offsets_s[lo] + i
-// perm[p] is the slot row of expert-major row p, unperm[slot row] its p.
+// perm[p] is the slot row of expert-major row p, unperm[slot row] its p. The CUDA kernel maps each
+// slot row with slot_row_to_expert_major; the CPU walks the same order expert-major.
 #pragma once
 
 #include <cstdint>

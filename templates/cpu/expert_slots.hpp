@@ -38,17 +38,23 @@ void expert_slots_unpack(T* rows, const T* slots, const std::int64_t* offsets, i
 
 // perm[p] = slot row of expert-major row p and unperm[slot row] = p, for C rows each: the
 // received rows' entries as core/expert_slots.hpp says; every other entry maps to itself (padding
-// slot rows and expert-major rows past the received count hold values nobody reads).
+// slot rows and expert-major rows past the received count hold values nobody reads). Walked
+// expert-major, O(C + E·G) (the CUDA kernel maps each slot row instead: one thread a row).
 inline void expert_slots_route(std::int32_t* perm, std::int32_t* unperm, std::int64_t* local_offsets,
                                const std::int64_t* all_offsets, int G, std::int64_t S, core::ExpertBlock b,
                                std::int64_t C, int experts) {
   core::slot_local_offsets(local_offsets, all_offsets, G, b, experts);
-  const std::int64_t received = local_offsets[b.hi - b.lo];
-  for (std::int64_t p = received; p < C; ++p) perm[p] = std::int32_t(p);
-  for (std::int64_t r = 0; r < C; ++r) {
-    const std::int64_t p = core::slot_row_to_expert_major(all_offsets, local_offsets, r, G, S, b, experts);
-    unperm[r] = std::int32_t(p < 0 ? r : p);
-    if (p >= 0) perm[p] = std::int32_t(r);
+  for (std::int64_t r = 0; r < C; ++r) perm[r] = unperm[r] = std::int32_t(r);
+  std::int64_t p = 0;
+  for (int e = b.lo; e < b.hi; ++e) {
+    for (int s = 0; s < G; ++s) {
+      const std::int64_t* o = all_offsets + std::int64_t(s) * (experts + 1);
+      const std::int64_t first = std::int64_t(s) * S + (o[e] - o[b.lo]), n = o[e + 1] - o[e];
+      for (std::int64_t i = 0; i < n; ++i, ++p) {
+        perm[p] = std::int32_t(first + i);
+        unperm[first + i] = std::int32_t(p);
+      }
+    }
   }
 }
 

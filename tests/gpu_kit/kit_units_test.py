@@ -353,6 +353,30 @@ class Moe(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("the sm90 kernels disagree", line)
 
+    def run_route(self, records):
+        with tempfile.TemporaryDirectory() as d:
+            jsonl(f"{d}/route.jsonl", records)
+            return verdict(kit_moe.moe_route, f"{d}/route.jsonl")
+
+    ROUTE_HEAD = {"device": "NVIDIA H100", "group": 8, "assignments": 73728, "slot_rows": 12084,
+                  "received": 70000, "padding": 1.3112, "busy_ms": 1.0, "route_equal": True}
+
+    def test_moe_route_reports_both_routes_and_the_padding(self):
+        code, line = self.run_route([self.ROUTE_HEAD, {"impl": "slotted", "ms": 0.05},
+                                     {"impl": "host_planned", "ms": 0.4}])
+        self.assertEqual(code, 0, line)
+        self.assertIn("slotted 0.050 ms", line)
+        self.assertIn("8 slots of 12,084 rows, padding x1.31", line)
+        self.assertIn("host-planned 0.400 ms", line)
+        self.assertIn("host-planned / slotted 8.00x", line)
+
+    def test_moe_route_fails_on_a_different_permutation_or_a_missing_time(self):
+        code, line = self.run_route([dict(self.ROUTE_HEAD, route_equal=False), {"impl": "slotted", "ms": 0.05},
+                                     {"impl": "host_planned", "ms": 0.4}])
+        self.assertEqual(code, 1)
+        self.assertIn("permutation differs", line)
+        self.assertEqual(self.run_route([self.ROUTE_HEAD, {"impl": "slotted", "ms": 0.05}])[0], 1)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=1)
