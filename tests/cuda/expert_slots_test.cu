@@ -12,6 +12,7 @@
 #include "cpu/expert_slots.hpp"
 #include "cuda/cuda_test_util.hpp"
 #include "cuda/expert_slots.cuh"
+#include "kernels/expert_slots_test_util.hpp"
 
 namespace ct = gc::test::gpu;
 namespace kt = gc::test::kernels;
@@ -21,29 +22,10 @@ namespace {
 using gc::tree::core::ExpertBlock;
 using gc::tree::core::expert_block_of;
 
-// Every rank's offsets (E + 1 each): random counts whose run for each rank's block fits S rows.
-std::vector<std::int64_t> random_offsets(int G, int E, std::int64_t S, std::mt19937& rng) {
-  std::vector<std::int64_t> all;
-  for (int s = 0; s < G; ++s) {
-    std::vector<std::int64_t> count(std::size_t(E), 0);
-    for (int q = 0; q < G; ++q) {
-      const ExpertBlock b = expert_block_of(q, G, E);
-      std::int64_t room = std::uniform_int_distribution<std::int64_t>(1, S)(rng);
-      for (int e = b.lo; e < b.hi && room > 0; ++e) {
-        count[std::size_t(e)] = std::uniform_int_distribution<std::int64_t>(0, room)(rng);
-        room -= count[std::size_t(e)];
-      }
-    }
-    all.push_back(0);
-    for (int e = 0; e < E; ++e) all.push_back(all.back() + count[std::size_t(e)]);
-  }
-  return all;
-}
-
 TEST(CudaExpertSlots, RouteEqualsTheCpuKernel) {
   std::mt19937 rng(1207);
   for (const auto& [G, E, S] : {std::tuple{2, 4, 5}, std::tuple{3, 8, 9}, std::tuple{8, 145, 17}}) {
-    const std::vector<std::int64_t> all = random_offsets(G, E, S, rng);
+    const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng, 1);
     const auto all_d = ct::upload(all);
     const std::int64_t C = std::int64_t(G) * S + 3;
     for (int me = 0; me < G; ++me) {
@@ -67,7 +49,7 @@ void expect_pack_and_unpack_equal_the_cpu() {
   std::mt19937 rng(99);
   const int G = 3, E = 7, dim = 24;
   const std::int64_t S = 6;
-  const std::vector<std::int64_t> all = random_offsets(G, E, S, rng);
+  const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng, 1);
   const std::vector<std::int64_t> offsets(all.begin() + (E + 1), all.begin() + 2 * (E + 1));  // rank 1's
   const std::int64_t rows = offsets[std::size_t(E)];
   ASSERT_GT(rows, 0);

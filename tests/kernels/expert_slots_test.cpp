@@ -11,30 +11,14 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/expert_slots_test_util.hpp"
+
+namespace kt = gc::test::kernels;
+
 namespace {
 
 using gc::tree::core::ExpertBlock;
 using gc::tree::core::expert_block_of;
-
-// Every rank's offsets (E + 1 each) from random counts that fit slots of S rows.
-std::vector<std::int64_t> random_offsets(int G, int E, std::int64_t S, std::mt19937& rng) {
-  std::vector<std::int64_t> all;
-  for (int s = 0; s < G; ++s) {
-    std::vector<std::int64_t> count(std::size_t(E), 0);
-    for (int q = 0; q < G; ++q) {  // fill rank q's block of experts with at most S rows
-      const ExpertBlock b = expert_block_of(q, G, E);
-      std::int64_t room = std::uniform_int_distribution<std::int64_t>(0, S)(rng);
-      for (int e = b.lo; e < b.hi && room > 0; ++e) {
-        const std::int64_t n = std::uniform_int_distribution<std::int64_t>(0, room)(rng);
-        count[std::size_t(e)] = n;
-        room -= n;
-      }
-    }
-    all.push_back(0);
-    for (int e = 0; e < E; ++e) all.push_back(all.back() + count[std::size_t(e)]);
-  }
-  return all;
-}
 
 struct Expected {
   std::vector<std::int64_t> local_offsets;
@@ -69,7 +53,7 @@ TEST(KernelExpertSlots, RouteMatchesTheSortedReceivedRows) {
   for (const auto& [G, E, S] : {std::tuple{1, 4, 7}, std::tuple{2, 4, 5}, std::tuple{3, 8, 9}, std::tuple{4, 145, 40},
                                 std::tuple{8, 145, 17}, std::tuple{3, 2, 6}}) {
     for (int trial = 0; trial < 4; ++trial) {
-      const std::vector<std::int64_t> all = random_offsets(G, E, S, rng);
+      const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng);
       const std::int64_t C = std::int64_t(G) * S + trial;  // a bound past the slots, too
       for (int me = 0; me < G; ++me) {
         SCOPED_TRACE(testing::Message() << "G " << G << " E " << E << " S " << S << " rank " << me);
@@ -101,7 +85,7 @@ TEST(KernelExpertSlots, PackFillsEachSlotWithItsBlocksRunAndZerosAndUnpackInvert
   std::mt19937 rng(7);
   const int G = 3, E = 7, dim = 5;
   const std::int64_t S = 6;
-  const std::vector<std::int64_t> all = random_offsets(G, E, S, rng);
+  const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng);
   const std::int64_t* offsets = all.data() + (E + 1);  // rank 1's rows
   const std::int64_t rows = offsets[E];
   ASSERT_GT(rows, 0);
