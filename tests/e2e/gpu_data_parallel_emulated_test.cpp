@@ -104,8 +104,6 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
   }
 };
 
-
-
 nlohmann::json summary(const fs::path& run) { return read_jsonl(run / "metrics.jsonl").back(); }
 
 // The records of one metric, in order.
@@ -444,7 +442,9 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
     // queued reductions before each exchange, rank 0 sits in a bucket's all-reduce while rank 1
     // sits in the exchange, on another communicator: a deadlock (measured: the watchdog ends it).
     if (std::string(run) == "ep_mixed") ::setenv("GC_EMU_STREAMS", "mixed", 1);
-    const Outcome ep = train(tree, "--expert-parallel 2 --watchdog-s 60 --out " + (dir_ / run).string(), ranks);
+    const bool own_gpu = ranks == 4;  // ep_dp: each rank sees one GPU of its own (srun --gpus-per-task=1)
+    const Outcome ep = train(tree, "--expert-parallel 2 --watchdog-s 60 --out " + (dir_ / run).string(), ranks, "cuda",
+                             own_gpu ? 1 : 0, own_gpu);
     ::unsetenv("GC_EMU_NCCL_TRACE");
     ::unsetenv("GC_EMU_STREAMS");
     ASSERT_EQ(ep.status, 0) << run << ": " << ep.output;
