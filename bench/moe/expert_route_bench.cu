@@ -14,8 +14,8 @@
 //
 // Each runs behind a busy kernel of about 1 ms that stands for the layer's earlier work; its cost
 // is the wall time past the busy kernel alone (for host_planned, the bubble the wait leaves). The
-// median of --iters after --warmup. Before timing, the device's permutation is compared with the
-// host's (they must be equal). One JSON object per line.
+// median of --iters after --warmup. Before timing, the device's permutation, its inverse and the
+// owned offsets are compared with the host's (they must be equal). One JSON object per line.
 //
 //   expert_route_bench [--iters N] [--warmup N]
 #include <cuda_runtime.h>
@@ -146,12 +146,17 @@ int main(int argc, char** argv) {
   // The device's route against the host's (the same definition, core/expert_slots.hpp).
   slotted();
   GC_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<std::int32_t> device_perm(perm.size());
+  std::vector<std::int32_t> device_perm(perm.size()), device_unperm(unperm.size());
+  std::vector<std::int64_t> device_local(local.size());
   GC_CUDA_CHECK(cudaMemcpy(device_perm.data(), perm_d.data(), device_perm.size() * sizeof(std::int32_t),
+                           cudaMemcpyDeviceToHost));
+  GC_CUDA_CHECK(cudaMemcpy(device_unperm.data(), unperm_d.data(), device_unperm.size() * sizeof(std::int32_t),
+                           cudaMemcpyDeviceToHost));
+  GC_CUDA_CHECK(cudaMemcpy(device_local.data(), local_d.data(), device_local.size() * sizeof(std::int64_t),
                            cudaMemcpyDeviceToHost));
   gc::tree::cpu::expert_slots_route(perm.data(), unperm.data(), local.data(), all.data(), kGroup, kSlot, block, kBound,
                                     kExperts);
-  const bool same = device_perm == perm;
+  const bool same = device_perm == perm && device_unperm == unperm && device_local == local;
 
   cudaDeviceProp prop{};
   GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -57,13 +57,13 @@ template <int = 0>
 __global__ void expert_slots_route_kernel(std::int32_t* perm, std::int32_t* unperm, const std::int64_t* local_offsets,
                                           const std::int64_t* all_offsets, int G, std::int64_t S, core::ExpertBlock b,
                                           std::int64_t C, int experts) {
-  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= C) return;
-  const std::int64_t received = local_offsets[b.hi - b.lo];
-  if (r >= received) perm[r] = std::int32_t(r);  // past the received rows: itself
-  const std::int64_t p = core::slot_row_to_expert_major(all_offsets, local_offsets, r, G, S, b, experts);
-  unperm[r] = std::int32_t(p < 0 ? r : p);
-  if (p >= 0) perm[p] = std::int32_t(r);  // p < received: no other thread writes it
+  const std::int64_t received = local_offsets[b.hi - b.lo], stride = std::int64_t(gridDim.x) * blockDim.x;
+  for (std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < C; r += stride) {
+    if (r >= received) perm[r] = std::int32_t(r);  // past the received rows: itself
+    const std::int64_t p = core::slot_row_to_expert_major(all_offsets, local_offsets, r, G, S, b, experts);
+    unperm[r] = std::int32_t(p < 0 ? r : p);
+    if (p >= 0) perm[p] = std::int32_t(r);  // p < received: no other row writes it
+  }
 }
 
 template <typename T>

@@ -147,6 +147,12 @@ class BasicModel {
   // buffer_bytes()). Evaluation forwards keep every expert local (the weights are replicated).
   void attach_expert_exchange(ExpertExchange<Act>* x) {
     if constexpr (kMoe) {
+      // The exchange's bounds (exchange_capacity_rows, a slotted route's slot) count kSeqLen-row
+      // sequences, which a capacity bounds per sequence: a model of other sequences would overrun them.
+      if (T_ != kSeqLen) {
+        throw std::logic_error("expert parallelism needs the training model's sequences of " + std::to_string(kSeqLen) +
+                               " rows, not " + std::to_string(T_));
+      }
       expert_exchange_ = x;
       allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), x->receive_factor, [this](auto& buf, std::int64_t n) {
         using U = std::remove_const_t<std::remove_pointer_t<decltype(buf.data())>>;

@@ -24,8 +24,9 @@ using gc::tree::core::expert_block_of;
 
 TEST(CudaExpertSlots, RouteEqualsTheCpuKernel) {
   std::mt19937 rng(1207);
-  for (const auto& [G, E, S] : {std::tuple{2, 4, 5}, std::tuple{3, 8, 9}, std::tuple{8, 145, 17}}) {
-    const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng, 1);
+  // Empty runs included, and a rank that owns no expert (3 ranks, 2 experts).
+  for (const auto& [G, E, S] : {std::tuple{2, 4, 5}, std::tuple{3, 8, 9}, std::tuple{8, 145, 17}, std::tuple{3, 2, 6}}) {
+    const std::vector<std::int64_t> all = kt::random_slot_offsets(G, E, S, rng);
     const auto all_d = ct::upload(all);
     const std::int64_t C = std::int64_t(G) * S + 3;
     for (int me = 0; me < G; ++me) {

@@ -430,6 +430,26 @@ TEST_F(ExpertParallel, ARankThatDiesStopsTheJob) {
 
 }  // namespace
 
+// The two routes of model/expert_parallel.hpp compute the same rows in the same order: with a
+// capacity of 16 per expert and sequence (capacity_factor 2), EP 2's slotted route (slots of
+// 2 sequences x 16 x 4 experts = 128 rows) and the host-planned one that an exchange factor of 1.9
+// forces (its buffers, 244 rows, hold fewer than 2 slots) train bit for bit alike.
+TEST_F(ExpertParallel, SlottedRouteTrainsAsTheHostPlannedOne) {
+  const Outcome gen = generate(with_moe_line(kExpertParallel, "capacity_factor = 2.0"));
+  ASSERT_EQ(gen.status, 0) << gen.output;
+  const Outcome slotted = train("--expert-parallel 2 --steps 6 --out " + (dir_ / "slotted").string(), 2);
+  ASSERT_EQ(slotted.status, 0) << slotted.output;
+  const Outcome host =
+      train("--expert-parallel 2 --expert-exchange-factor 1.9 --steps 6 --out " + (dir_ / "host").string(), 2);
+  ASSERT_EQ(host.status, 0) << host.output;
+  const auto summary_of = [&](const char* run) { return read_jsonl(dir_ / run / "metrics.jsonl").back(); };
+  EXPECT_EQ(summary_of("slotted")["expert_exchange_slot_rows"], 128) << summary_of("slotted").dump();
+  EXPECT_EQ(summary_of("host")["expert_exchange_slot_rows"], 0) << summary_of("host").dump();
+  ASSERT_EQ(run_losses(dir_ / "slotted").size(), 6u);
+  EXPECT_EQ(run_losses(dir_ / "slotted"), run_losses(dir_ / "host"));
+  EXPECT_EQ(last_routing(dir_ / "slotted")["load"], last_routing(dir_ / "host")["load"]);
+}
+
 // distributed.expert_exchange_factor (issue 39): the exchange buffers hold what a bound allows
 // rather than the dropless worst case (G times a rank's own rows). A bound the routing respects
 // trains exactly as one process, with smaller buffers, as planned; one it breaks stops the run,
