@@ -75,6 +75,9 @@ const char* const kUsage =
     "                   own assignments per MoE layer (F >= 1; 0: the dropless worst case; default:\n"
     "                   the spec's distributed.expert_exchange_factor); sizes the exchange buffers\n"
     "                   and stops a step whose routing exceeds them\n"
+    "  --expert-route R expert parallelism's route: auto (default: slotted on GPUs where\n"
+    "                   moe.capacity_factor allows, so a step waits for no host plan; planned on the\n"
+    "                   host on the CPU, without padding), slotted, or host (docs/distributed.md)\n"
     "  --profile [N]    the step profile: train 2 warm-up steps, then time every op of N more steps\n"
     "                   (default 5) with the backend's clock (CUDA events on a GPU, the wall clock on\n"
     "                   the CPU); print a table (ops by category, ms per step, share, TFLOP/s or GB/s,\n"
@@ -212,6 +215,12 @@ int main(int argc, char** argv) {
         return usage_error("--expert-exchange-factor needs 0 (the dropless worst case) or a number of at least 1");
       }
       options.expert_exchange_factor = f;
+    } else if (arg == "--expert-route") {
+      if (!value(v) || (v != "auto" && v != "slotted" && v != "host")) {
+        return usage_error("--expert-route needs auto, slotted or host");
+      }
+      using gc::tree::RouteChoice;
+      options.expert_route = v == "slotted" ? RouteChoice::slotted : v == "host" ? RouteChoice::host : RouteChoice::automatic;
     } else if (arg == "--profile") {
       options.profile_steps = kDefaultProfileSteps;
       if (i + 1 < argc && argv[i + 1][0] != '-') {  // an optional count

@@ -140,7 +140,7 @@ std::string explain_experts(const Plan& plan, int world_size) {
   o << "  all-to-all per step: " << format_bytes(tokens * double(moe_layers) * per_token_layer * leaving * padding)
     << " sent per rank (" << format_bytes(per_token_layer) << " per token and MoE layer over 4 exchanges, "
     << "top_k x d_model x 4 bytes each way, " << G - 1 << "/" << G << " of it to other ranks when routing is balanced";
-  if (slot > 0.0) o << "; slotted: x" << format_double(std::round(padding * 100.0) / 100.0) << " for the padding of its slots";
+  if (slot > 0.0) o << "; slotted on GPUs: x" << format_double(std::round(padding * 100.0) / 100.0) << " for the padding of its slots";
   o << ")\n";
   const double block = expert_params / double(G);
   o << "  gradients per step (zero_stage 0): each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
@@ -152,8 +152,9 @@ std::string explain_experts(const Plan& plan, int world_size) {
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
     << exchange_bound(s, G) << "\n";
   if (const double slot = slot_rows(s, G); slot > 0.0) {
-    o << "  route: slotted, " << G << " slots of " << std::llround(slot) << " rows per MoE layer (the capacity's bound; "
-      << "the group's offsets all-gathered where the rows lie: no device -> host copy in a step)\n";
+    o << "  route: slotted, " << G << " slots of " << std::llround(slot) << " rows per MoE layer on GPUs (the capacity's "
+      << "bound; the group's offsets all-gathered where the rows lie: no device -> host copy in a step); the CPU "
+      << "backend plans it on the host, without padding, unless train --expert-route slotted\n";
   } else {
     o << "  route: planned on the host from each MoE layer's offsets (on GPUs one device -> host copy per MoE layer "
          "and micro-batch; moe.capacity_factor, without a tighter exchange factor, makes it slotted)\n";

@@ -144,9 +144,9 @@ void add_moe(Builder& b) {
   optional_at_least(b, "moe.capacity_factor", KeyType::number,
                     "0 = dropless. Else each expert takes at most ceil(factor · seq_len · top_k / n_experts) "
                     "assignments per sequence, in token order; the rest are dropped (no expert output, weights not "
-                    "renormalized) and counted in the routing records. Under expert parallelism the bound also makes "
-                    "the exchange slotted (fixed-size slots, no device-to-host copy per MoE layer) unless a "
-                    "tighter distributed.expert_exchange_factor is set.",
+                    "renormalized) and counted in the routing records. Under expert parallelism on GPUs the bound also "
+                    "makes the exchange slotted (fixed-size slots, no device-to-host copy per MoE layer) unless a "
+                    "tighter distributed.expert_exchange_factor is set (train --expert-route chooses).",
                     Value::number(0.0), 0, "1.25");
   optional_at_least(b, "moe.z_loss", KeyType::number,
                     "Router z-loss weight (ST-MoE eq. 5): weight · mean over tokens of (log Σ_e exp router_logit_e)²; "

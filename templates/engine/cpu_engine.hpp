@@ -119,10 +119,11 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   // Expert parallelism over groups of group_ranks consecutive ranks (after join).
   // Without ZeRO-1 the gradients and moments become the rank's expert block's (the whole
   // moments then exist only while a checkpoint is loaded or saved: sharded()).
-  void split_experts(int group_ranks, double receive_factor) override {
+  void split_experts(int group_ranks, double receive_factor, RouteChoice route) override {
     if constexpr (kMoe) {
       experts_ = std::make_unique<ExpertGroups>(*comm_, group_ranks);
       experts_->exchange().receive_factor = receive_factor;
+      experts_->exchange().route = route;
       model_.attach_expert_exchange(&experts_->exchange());
       if (zero_) return;
       model_.use_state_layout(experts_->layout());

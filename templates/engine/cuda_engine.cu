@@ -255,9 +255,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
   // Without ZeRO-1 the gradients, masters and moments become the rank's expert block's (the
   // state is allocated by the first initialize or upload, after this).
-  void split_experts(int G, double receive_factor) override {
+  void split_experts(int G, double receive_factor, RouteChoice route) override {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
     experts_->exchange().receive_factor = receive_factor;
+    experts_->exchange().route = route;
     model_.attach_expert_exchange(&experts_->exchange());
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     if (!zero1_) {

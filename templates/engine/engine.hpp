@@ -125,8 +125,9 @@ class EngineDistribution {
   // Expert parallelism (distributed.expert_parallel): after join, the MoE layers' experts are
   // split over groups of group_ranks consecutive ranks (engine/expert_groups.hpp on the CPU,
   // engine/nccl_expert_exchange.cuh on GPUs; an engine without it refuses), a rank's experts
-  // receiving at most receive_factor times its own assignments (0: the dropless worst case).
-  virtual void split_experts(int /*group_ranks*/, double /*receive_factor*/) {
+  // receiving at most receive_factor times its own assignments (0: the dropless worst case), over
+  // the route `route` picks (model/expert_parallel.hpp).
+  virtual void split_experts(int /*group_ranks*/, double /*receive_factor*/, RouteChoice /*route*/) {
     throw gc::rt::RuntimeError("train", "this engine cannot split experts (distributed.expert_parallel): on GPUs "
                                         "it needs a tree built with NCCL");
   }

@@ -100,6 +100,7 @@ class MpiExpertExchange final : public ExpertExchange<float> {
   explicit MpiExpertExchange(gc::rt::Comm group) : group_(std::move(group)) {}
   int ranks() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
+  bool rows_on_device() const override { return false; }
   void exchange(const float* send, const std::vector<std::int64_t>& send_rows, float* recv,
                 const std::vector<std::int64_t>& recv_rows, int width) override {
     const auto t0 = std::chrono::steady_clock::now();

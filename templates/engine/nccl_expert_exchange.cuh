@@ -47,6 +47,7 @@ class NcclExpertExchange final : public ExpertExchange<Act> {
   explicit NcclExpertExchange(gc::rt::Comm group) : group_(std::move(group)), nccl_(group_) {}
   int ranks() const override { return group_.size(); }
   int rank() const override { return group_.rank(); }
+  bool rows_on_device() const override { return true; }
   void exchange(const Act* send, const std::vector<std::int64_t>& send_rows, Act* recv,
                 const std::vector<std::int64_t>& recv_rows, int width) override {
     if (before_collective) before_collective();

@@ -31,11 +31,18 @@ inline std::pair<int, int> expert_block(int r, int ranks) {
   return {b.lo, b.hi};
 }
 
+// Which route a training run takes (train --expert-route): automatic picks the slotted one where
+// planning on the host would make the step wait for a device (GPUs) and the host-planned one where
+// the host holds the rows anyway (the CPU backend: no wait to save, and no padding to pay).
+enum class RouteChoice { automatic, slotted, host };
+
 // The transport of one expert-parallel group (G ranks).
 template <typename Act>
 class ExpertExchange {
  public:
   virtual ~ExpertExchange() = default;
+  // True where the rows live on a device, so that a host-planned route waits for it.
+  virtual bool rows_on_device() const = 0;
   virtual int ranks() const = 0;  // G
   virtual int rank() const = 0;   // this rank's place in the group
   // send_rows[q] rows of `width` values (consecutive in `send`, in rank order) to group rank q;
@@ -50,6 +57,7 @@ class ExpertExchange {
   // The bound on the rows a rank's experts receive, as a multiple of its own assignments (0: the
   // dropless worst case; distributed.expert_exchange_factor or train --expert-exchange-factor).
   double receive_factor = 0.0;
+  RouteChoice route = RouteChoice::automatic;  // train --expert-route
 };
 
 // One MoE layer's exchange in the last training forward (its backward reuses it). Two kinds:
@@ -111,8 +119,22 @@ inline std::int64_t slotted_route_rows(std::int64_t assignments, int group_ranks
   return slot > 0 && group_ranks * slot <= C ? slot : 0;
 }
 
+// The slot of the route a run takes: slotted_route_rows where `choice` (automatic: where the rows
+// are on a device) asks for slots, else 0. Asking for slots where none can be cut is an error.
+inline std::int64_t chosen_slot_rows(RouteChoice choice, bool rows_on_device, std::int64_t assignments,
+                                     int group_ranks, double factor) {
+  if (choice == RouteChoice::host || (choice == RouteChoice::automatic && !rows_on_device)) return 0;
+  const std::int64_t slot = slotted_route_rows(assignments, group_ranks, factor);
+  if (slot == 0 && choice == RouteChoice::slotted) {
+    throw gc::rt::RuntimeError("train", "--expert-route slotted needs moe.capacity_factor (a bound on the rows a "
+                                        "rank sends each owner) and no tighter --expert-exchange-factor; use "
+                                        "--expert-route auto or host");
+  }
+  return slot;
+}
+
 // Sizes a route's host vectors for a group of G ranks and C rows at most (once, before training),
-// and its slot (slotted_route_rows).
+// and its slot (chosen_slot_rows).
 inline void reserve_expert_route(ExpertRoute& route, int G, std::int64_t C, std::int64_t slot) {
   route.slot = slot;
   route.send_rows.assign(std::size_t(G), 0);

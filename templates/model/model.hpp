@@ -154,7 +154,9 @@ class BasicModel {
                                " rows, not " + std::to_string(T_));
       }
       expert_exchange_ = x;
-      allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), x->receive_factor, [this](auto& buf, std::int64_t n) {
+      const std::int64_t slot =
+          chosen_slot_rows(x->route, x->rows_on_device(), std::int64_t(N_) * kTopK, x->ranks(), x->receive_factor);
+      allocate_expert_parallel(moe_, moe_scratch_, N_, x->ranks(), x->receive_factor, slot, [this](auto& buf, std::int64_t n) {
         using U = std::remove_const_t<std::remove_pointer_t<decltype(buf.data())>>;
         buffer_bytes_ += (n - std::int64_t(buf.size())) * std::int64_t(sizeof(U));
         Backend::allocate(buf, n);

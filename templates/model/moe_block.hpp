@@ -154,7 +154,7 @@ void allocate_moe_scratch(MoeScratch<Backend>& S, std::int64_t N, Alloc&& alloc)
 // grow(buffer, elements) reallocates.
 template <typename Backend, typename Grow>
 void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch<Backend>& S, std::int64_t N, int G,
-                              double factor, Grow&& grow) {
+                              double factor, std::int64_t slot, Grow&& grow) {
   const std::int64_t C = exchange_capacity_rows(N * kTopK, G, factor), D = kDModel;
   for (int l = 0; l < kLayers; ++l) {
     if (!is_moe_layer(l)) continue;
@@ -165,7 +165,7 @@ void allocate_expert_parallel(std::vector<MoeLayer<Backend>>& layers, MoeScratch
     grow(L.unperm, C);
     grow(L.local_offsets, kExperts + 1);
     L.host_offsets.assign(std::size_t(kExperts) + 1, 0);
-    reserve_expert_route(L.route, G, C, slotted_route_rows(N * kTopK, G, factor));
+    reserve_expert_route(L.route, G, C, slot);
   }
   for (auto* buf : {&S.xr, &S.ye, &S.dxe}) grow(*buf, C * D);
   grow(S.all_offsets, std::int64_t(G) * (kExperts + 1));

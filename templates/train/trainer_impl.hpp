@@ -89,7 +89,9 @@ inline Trainer::Trainer(const TrainOptions& options)
     }
   }
   if (comm_.distributed()) engine_->join(comm_, kZeroStage);
-  if (opt_.expert_parallel > 1) engine_->split_experts(opt_.expert_parallel, opt_.expert_exchange_factor);
+  if (opt_.expert_parallel > 1) {
+    engine_->split_experts(opt_.expert_parallel, opt_.expert_exchange_factor, opt_.expert_route);
+  }
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
   if (!engine_->sharded() || opt_.resume || !opt_.init_from.empty()) host_.allocate_moments();

@@ -215,10 +215,11 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
       r["expert_parallel"] = opt_.expert_parallel;
       r["expert_exchange_factor"] = opt_.expert_exchange_factor;
       // The route (model/expert_parallel.hpp): rows per slot of a slotted exchange, which copies
-      // nothing to the host; 0 when the host plans it from the offsets (no capacity, or a
-      // tighter exchange factor).
+      // nothing to the host; 0 when the host plans it from the offsets (no capacity, a tighter
+      // exchange factor, or the CPU backend unless --expert-route slotted).
       r["expert_exchange_slot_rows"] =
-          slotted_route_rows(std::int64_t(kMicroBatch) * kSeqLen * kTopK, opt_.expert_parallel, opt_.expert_exchange_factor);
+          chosen_slot_rows(opt_.expert_route, host_.on_device(), std::int64_t(kMicroBatch) * kSeqLen * kTopK,
+                           opt_.expert_parallel, opt_.expert_exchange_factor);
       r["expert_exchange_bytes_sent"] = x.bytes_sent;
       r["expert_exchange_s"] = x.seconds;
       r["expert_exchanges"] = x.exchanges;

@@ -188,7 +188,8 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
                           Layout{"ep4", 4, "--expert-parallel 4 "}}) {
     SCOPED_TRACE(l.name);
     const fs::path run = dir_ / l.name;
-    const Outcome r = train(std::string(l.flag) + "--out " + run.string(), l.ranks);
+    // The slotted route, which the CPU takes only when asked (the GPU's default with a capacity).
+    const Outcome r = train(std::string(l.flag) + "--expert-route slotted --out " + run.string(), l.ranks);
     if (r.status != 0) {
       ADD_FAILURE() << r.output;
       continue;
@@ -234,7 +235,7 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
 
   // EP 2 again (now named by the flag rather than the spec): the same losses and the same
   // checkpoint bytes (state.json's SHA-256 per file).
-  const Outcome again = train("--expert-parallel 2 --out " + (dir_ / "again").string(), 2);
+  const Outcome again = train("--expert-parallel 2 --expert-route slotted --out " + (dir_ / "again").string(), 2);
   ASSERT_EQ(again.status, 0) << again.output;
   EXPECT_EQ(run_losses(dir_ / "again"), run_losses(dir_ / "ep2"));
   EXPECT_EQ(state(dir_ / "again")["files"], state(dir_ / "ep2")["files"]);
@@ -432,15 +433,16 @@ TEST_F(ExpertParallel, ARankThatDiesStopsTheJob) {
 
 // The two routes of model/expert_parallel.hpp compute the same rows in the same order: with a
 // capacity of 16 per expert and sequence (capacity_factor 2), EP 2's slotted route (slots of
-// 2 sequences x 16 x 4 experts = 128 rows) and the host-planned one that an exchange factor of 1.9
-// forces (its buffers, 244 rows, hold fewer than 2 slots) train bit for bit alike.
+// 2 sequences x 16 x 4 experts = 128 rows) and the host-planned one (the CPU's default) train bit
+// for bit alike. train --expert-route picks; asking for slots where none can be cut (an exchange
+// factor of 1.9: buffers of 244 rows, fewer than 2 slots) or for no known route is an error.
 TEST_F(ExpertParallel, SlottedRouteTrainsAsTheHostPlannedOne) {
   const Outcome gen = generate(with_moe_line(kExpertParallel, "capacity_factor = 2.0"));
   ASSERT_EQ(gen.status, 0) << gen.output;
-  const Outcome slotted = train("--expert-parallel 2 --steps 6 --out " + (dir_ / "slotted").string(), 2);
+  const Outcome slotted =
+      train("--expert-parallel 2 --expert-route slotted --steps 6 --out " + (dir_ / "slotted").string(), 2);
   ASSERT_EQ(slotted.status, 0) << slotted.output;
-  const Outcome host =
-      train("--expert-parallel 2 --expert-exchange-factor 1.9 --steps 6 --out " + (dir_ / "host").string(), 2);
+  const Outcome host = train("--expert-parallel 2 --steps 6 --out " + (dir_ / "host").string(), 2);
   ASSERT_EQ(host.status, 0) << host.output;
   const auto summary_of = [&](const char* run) { return read_jsonl(dir_ / run / "metrics.jsonl").back(); };
   EXPECT_EQ(summary_of("slotted")["expert_exchange_slot_rows"], 128) << summary_of("slotted").dump();
@@ -448,6 +450,14 @@ TEST_F(ExpertParallel, SlottedRouteTrainsAsTheHostPlannedOne) {
   ASSERT_EQ(run_losses(dir_ / "slotted").size(), 6u);
   EXPECT_EQ(run_losses(dir_ / "slotted"), run_losses(dir_ / "host"));
   EXPECT_EQ(last_routing(dir_ / "slotted")["load"], last_routing(dir_ / "host")["load"]);
+  const Outcome no_slots = train("--expert-parallel 2 --expert-route slotted --expert-exchange-factor 1.9 --steps 2 "
+                                 "--out " + (dir_ / "no_slots").string(), 2, 120);
+  EXPECT_NE(no_slots.status, 0) << no_slots.output;
+  EXPECT_NE(no_slots.output.find("--expert-route slotted needs moe.capacity_factor"), std::string::npos)
+      << no_slots.output;
+  const Outcome bad = train("--expert-route sideways --out " + (dir_ / "bad").string(), 0, 120);
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--expert-route needs auto, slotted or host"), std::string::npos) << bad.output;
 }
 
 // distributed.expert_exchange_factor (issue 39): the exchange buffers hold what a bound allows
