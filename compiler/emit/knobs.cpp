@@ -31,12 +31,6 @@ void add_moe_knobs(const Spec& s, KnobTable& t) {
   t["plan.moe_capacity"] = Value::integer(moe_capacity(s));
 }
 
-const char* name_of(NormPlacement p) { return p == NormPlacement::sandwich ? "sandwich" : "pre"; }
-const char* name_of(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
-const char* name_of(Decay d) {
-  return d == Decay::linear ? "linear" : d == Decay::constant ? "constant" : "cosine";
-}
-
 // [model] and [experiment]: the architecture's shape and choices.
 void add_model_knobs(const Spec& s, KnobTable& t) {
   const ModelSpec& m = s.model;
@@ -50,7 +44,7 @@ void add_model_knobs(const Spec& s, KnobTable& t) {
   t["model.head_dim"] = Value::integer(m.head_dim);
   t["model.max_seq_len"] = Value::integer(m.max_seq_len);
   t["model.norm_eps"] = Value::number(m.norm_eps);
-  t["model.norm_placement"] = Value::string(name_of(m.norm_placement));
+  t["model.norm_placement"] = Value::string(to_string(m.norm_placement));
   t["model.embedding_norm"] = Value::boolean(m.embedding_norm);
   t["model.qk_norm"] = Value::boolean(m.qk_norm);
   t["model.tie_embeddings"] = Value::boolean(m.tie_embeddings);
@@ -65,12 +59,12 @@ void add_training_knobs(const Spec& s, KnobTable& t) {
   t["optim.beta2"] = Value::number(s.optim.beta2);
   t["optim.eps"] = Value::number(s.optim.eps);
   t["optim.grad_clip"] = Value::number(s.optim.grad_clip);
-  t["schedule.decay"] = Value::string(name_of(s.schedule.decay));
+  t["schedule.decay"] = Value::string(to_string(s.schedule.decay));
   t["schedule.min_lr_ratio"] = Value::number(s.schedule.min_lr_ratio);
   const TrainSpec& r = s.train;
   t["train.seq_len"] = Value::integer(r.seq_len);
   t["train.micro_batch"] = Value::integer(r.micro_batch);
-  t["train.precision"] = Value::string(name_of(r.precision));
+  t["train.precision"] = Value::string(to_string(r.precision));
   t["train.eval_every"] = Value::integer(r.eval_every);
   t["train.eval_batches"] = Value::integer(r.eval_batches);
   t["train.checkpoint_every"] = Value::integer(r.checkpoint_every);

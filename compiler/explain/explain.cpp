@@ -102,7 +102,7 @@ void model_section(std::ostringstream& o, const Plan& plan) {
     << ", " << m.n_heads << " heads × " << m.head_dim << " (kv heads " << m.n_kv_heads << "), vocab " << m.vocab_size
     << "\n";
   o << "  RMSNorm ε " << format_double(m.norm_eps) << ", "
-    << (m.norm_placement == NormPlacement::sandwich ? "sandwich" : "pre") << "-norm"
+    << to_string(m.norm_placement) << "-norm"
     << (m.embedding_norm ? ", embedding norm" : "") << (m.qk_norm ? ", QK-norm" : "") << "; RoPE θ "
     << format_double(m.rope_theta) << "; max_seq_len " << m.max_seq_len << "\n";
   o << "  gated attention: " << to_string(m.gated_attention)
@@ -182,14 +182,12 @@ void optimizer_section(std::ostringstream& o, const Plan& plan) {
 void schedule_section(std::ostringstream& o, const Plan& plan) {
   const auto& s = plan.schedule;
   const auto& t = plan.spec.train;
-  const char* decay = plan.spec.schedule.decay == Decay::cosine   ? "cosine"
-                      : plan.spec.schedule.decay == Decay::linear ? "linear"
-                                                                  : "constant";
+  const char* decay = to_string(plan.spec.schedule.decay);
   o << "Training: " << s.total_steps << " steps × " << t.global_batch << " sequences × " << t.seq_len << " tokens = "
     << format_count(double(s.total_tokens)) << " tokens; micro-batch " << t.micro_batch << " ("
     << (s.grad_accum == 1 ? std::string("no gradient accumulation")
                           : std::to_string(s.grad_accum) + " accumulation steps")
-    << "); " << (t.precision == Precision::bf16 ? "bf16" : "fp32") << "\n";
+    << "); " << to_string(t.precision) << "\n";
   o << "  schedule: " << s.warmup_steps << " warm-up steps, then " << decay << " to "
     << format_double(plan.spec.schedule.min_lr_ratio) << " × lr\n";
   const auto& f = plan.flops;

@@ -17,8 +17,6 @@ double as_float(double x) { return double(float(x)); }
 
 bool same_float(double a, double b) { return float(a) == float(b); }
 
-const char* placement_name(NormPlacement p) { return p == NormPlacement::pre ? "pre" : "sandwich"; }
-
 std::vector<int> layers_of(const Plan& plan, LayerKind kind) {
   std::vector<int> out;
   for (const LayerPlan& l : plan.layers) {
@@ -140,7 +138,7 @@ nlohmann::json hf_config(const Plan& plan, const HfLayout& layout, bool bf16, co
       c["auto_map"] = {{"AutoConfig", "configuration_gcompile.GcompileConfig"},
                        {"AutoModelForCausalLM", "modeling_gcompile.GcompileForCausalLM"}};
       c["intermediate_size"] = dense_width(plan);
-      c["norm_placement"] = placement_name(m.norm_placement);
+      c["norm_placement"] = to_string(m.norm_placement);
       c["embedding_norm"] = m.embedding_norm;
       c["qk_norm"] = m.qk_norm;
       c["gated_attention"] = to_string(m.gated_attention);

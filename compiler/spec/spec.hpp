@@ -28,8 +28,12 @@ enum class DataFormat { llmc, text, synthetic, anchor };
 enum class RouterScoring { softmax, sigmoid };
 enum class LoadBalance { none, aux_loss, aux_free };
 
+// The names the spec language gives these values (compiler/spec/enum_names.cpp).
 const char* to_string(Distribution d);
 const char* to_string(GatedAttention g);
+const char* to_string(NormPlacement p);
+const char* to_string(Precision p);
+const char* to_string(Decay d);
 
 // A formula as written, parsed, with where it was written.
 struct Formula {

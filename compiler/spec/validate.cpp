@@ -534,24 +534,6 @@ std::optional<Spec> build(std::optional<SpecDocument> doc, Diagnostics& diags) {
 
 }  // namespace
 
-const char* to_string(Distribution d) {
-  switch (d) {
-    case Distribution::normal: return "normal";
-    case Distribution::trunc_normal: return "trunc_normal";
-    case Distribution::uniform: return "uniform";
-  }
-  return "normal";
-}
-
-const char* to_string(GatedAttention g) {
-  switch (g) {
-    case GatedAttention::none: return "none";
-    case GatedAttention::headwise: return "headwise";
-    case GatedAttention::elementwise: return "elementwise";
-  }
-  return "none";
-}
-
 SourceLoc Spec::where(const std::string& path) const {
   auto it = document.settings.find(path);
   if (it != document.settings.end()) return it->second.value.loc;
