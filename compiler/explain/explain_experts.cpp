@@ -34,14 +34,20 @@ double assignments(const Spec& s) {
   return double(s.train.micro_batch) * double(s.train.seq_len) * double(s.moe.top_k);
 }
 
+// The rows one rank sends one group rank's experts under a capacity, 0 without one
+// (expert_slot_rows in templates/model/expert_parallel.hpp).
+double capacity_slot_rows(const Spec& s, std::int64_t G) {
+  const std::int64_t capacity = moe_capacity(s);
+  if (capacity <= 0) return 0.0;
+  const double local = double((s.moe.n_experts + G - 1) / G);
+  return std::min(assignments(s), double(s.train.micro_batch) * double(capacity) * local);
+}
+
 // The rows a rank's experts may receive (exchange_capacity_rows in templates/model/expert_parallel.hpp).
 double exchange_rows(const Spec& s, std::int64_t G) {
   const double A = assignments(s);
   double C = A * double(G);
-  if (const std::int64_t capacity = moe_capacity(s); capacity > 0) {
-    const double local = double((s.moe.n_experts + G - 1) / G), sequences = double(s.train.micro_batch);
-    C = std::min(C, double(G) * sequences * double(capacity) * local);
-  }
+  if (moe_capacity(s) > 0) C = double(G) * capacity_slot_rows(s, G);
   if (const double factor = s.distributed.expert_exchange_factor; factor > 0.0) {
     C = std::min(C, std::ceil(factor * A));  // distributed.expert_exchange_factor
   }
@@ -51,11 +57,8 @@ double exchange_rows(const Spec& s, std::int64_t G) {
 // A slotted route's rows per slot, or 0 when the host plans the route (slotted_route_rows in
 // templates/model/expert_parallel.hpp).
 double slot_rows(const Spec& s, std::int64_t G) {
-  const std::int64_t capacity = moe_capacity(s);
-  if (capacity <= 0) return 0.0;
-  const double local = double((s.moe.n_experts + G - 1) / G);
-  const double slot = std::min(assignments(s), double(s.train.micro_batch) * double(capacity) * local);
-  return double(G) * slot <= exchange_rows(s, G) ? slot : 0.0;
+  const double slot = capacity_slot_rows(s, G);
+  return slot > 0.0 && double(G) * slot <= exchange_rows(s, G) ? slot : 0.0;
 }
 
 // The bytes attach_expert_exchange adds to one process (expert_parallel_buffer_bytes in

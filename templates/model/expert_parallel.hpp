@@ -82,24 +82,6 @@ struct ExpertRoute {
   std::vector<std::int64_t> counts, start;
 };
 
-// The rows a rank's experts may compute (the exchange buffers' size). Dropless: every assignment
-// of the group. With moe.capacity_factor each of the G ranks sends an expert at most kMoeCapacity
-// rows per sequence, so a rank's at most ceil(E/G) experts receive at most
-// G · sequences · kMoeCapacity · ceil(E/G) rows. With an exchange factor f > 0
-// (distributed.expert_exchange_factor) at most ceil(f · A): a bound the routing must respect
-// (plan_expert_route stops the run otherwise). Never fewer than the rank's own A (the buffers
-// hold them before the exchange). The compiler's explain counts the same
-// (compiler/explain/explain_experts.cpp).
-inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks, double factor = 0.0) {
-  std::int64_t rows = assignments * group_ranks;
-  if constexpr (kMoeCapacity > 0) {
-    const std::int64_t sequences = assignments / kTopK / kSeqLen, local = (kExperts + group_ranks - 1) / group_ranks;
-    rows = std::min(rows, group_ranks * sequences * kMoeCapacity * local);
-  }
-  if (factor > 0.0) rows = std::min(rows, std::int64_t(std::ceil(factor * double(assignments))));
-  return std::max(assignments, rows);
-}
-
 // The rows one rank sends one group rank's experts under a capacity: a sequence sends an expert at
 // most kMoeCapacity rows, and a group rank owns at most ceil(E/G) experts; never more than the
 // rank's own assignments. 0 without a capacity.
@@ -109,6 +91,22 @@ inline std::int64_t expert_slot_rows(std::int64_t assignments, int group_ranks) 
     return std::min(assignments, sequences * kMoeCapacity * local);
   }
   return 0;
+}
+
+// The rows a rank's experts may compute (the exchange buffers' size). Dropless: every assignment
+// of the group. With moe.capacity_factor each of the G ranks sends them at most
+// expert_slot_rows, so G times that. With an exchange factor f > 0
+// (distributed.expert_exchange_factor) at most ceil(f · A): a bound the routing must respect
+// (plan_expert_route stops the run otherwise). Never fewer than the rank's own A (the buffers
+// hold them before the exchange). The compiler's explain counts the same
+// (compiler/explain/explain_experts.cpp).
+inline std::int64_t exchange_capacity_rows(std::int64_t assignments, int group_ranks, double factor = 0.0) {
+  std::int64_t rows = assignments * group_ranks;
+  if constexpr (kMoeCapacity > 0) {
+    rows = group_ranks * expert_slot_rows(assignments, group_ranks);
+  }
+  if (factor > 0.0) rows = std::min(rows, std::int64_t(std::ceil(factor * double(assignments))));
+  return std::max(assignments, rows);
 }
 
 // The slot of a slotted route for a rank of `assignments` rows in a group of G, or 0 when the
