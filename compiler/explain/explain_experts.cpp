@@ -74,8 +74,8 @@ double exchange_buffer_bytes(const Plan& plan, std::int64_t G, std::int64_t moe_
   return double(moe_layers) * per_layer + scratch;
 }
 
-// The slots of gradients and AdamW moments a rank of group rank 0 holds under expert
-// parallelism without ZeRO-1 (StateLayout::of_expert_block in templates/model/state_layout.hpp):
+// The slots of gradients (and of the layout AdamW's moments are cut from) a rank of group rank 0
+// holds under expert parallelism (StateLayout::of_expert_block in templates/model/state_layout.hpp):
 // every tensor whole except the expert tensors, of which its block's experts only; each tensor
 // aligned as in the flat array.
 double expert_block_slots(const Plan& plan, std::int64_t G) {
@@ -146,11 +146,11 @@ std::string explain_experts(const Plan& plan, int world_size) {
   if (slot > 0.0) o << "; slotted on GPUs: x" << format_double(std::round(padding * 100.0) / 100.0) << " for the padding of its slots";
   o << ")\n";
   const double block = expert_params / double(G);
-  o << "  gradients per step (zero_stage 0): each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
+  o << "  gradients per step: each rank's expert blocks (" << format_bytes(4.0 * block) << ") all-reduced over the "
     << W / G << (W / G == 1 ? " rank that owns" : " ranks that own") << " the same block";
   if (W / G == 1) o << " (nothing to send)";
   o << "; the other " << format_bytes(4.0 * (stored - expert_params)) << " over all " << W << "\n";
-  o << "  expert parameters shared inside the group after each step (zero_stage 0): " << format_bytes(4.0 * expert_params * leaving)
+  o << "  expert parameters shared inside the group after each step: " << format_bytes(4.0 * expert_params * leaving)
     << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
     << exchange_bound(s, G) << "\n";
@@ -162,25 +162,24 @@ std::string explain_experts(const Plan& plan, int world_size) {
     o << "  route: planned on the host from each MoE layer's offsets (on GPUs one device -> host copy per MoE layer "
          "and micro-batch; moe.capacity_factor, without a tighter exchange factor, makes it slotted)\n";
   }
-  if (s.distributed.zero_stage == 0) {
-    // Each rank keeps the gradients and moments of its own expert block (group rank 0's, the
-    // largest, here); the weights stay whole (evaluation, metrics and checkpoints read them).
-    // On GPUs the block's fp32 masters are apart from the working weights (bf16 or fp32) even
-    // under fp32 (planned_device_bytes in templates/train/trainer_metrics.hpp).
-    const double slots = expert_block_slots(plan, G);
-    const bool bf16 = s.train.precision == Precision::bf16;
-    o << "  model state per process: the weights stay whole on every rank; the gradients and AdamW moments (and on "
-         "GPUs the fp32 masters) are its expert block's, "
-      << std::llround(100.0 * slots / stored) << "% of one process's slots: CPU backend (fp32) "
-      << format_bytes(4.0 * stored) << " + " << format_bytes(12.0 * slots) << " = " << format_bytes(4.0 * stored + 12.0 * slots)
-      << " (one process: " << format_bytes(16.0 * stored) << "); GPU (" << (bf16 ? "bf16" : "fp32") << ") "
-      << format_bytes((bf16 ? 2.0 : 4.0) * stored) << " + " << format_bytes(16.0 * slots) << " = "
-      << format_bytes((bf16 ? 2.0 : 4.0) * stored + 16.0 * slots) << " (one GPU: "
-      << format_bytes(stored * (bf16 ? 18.0 : 16.0)) << ")\n";
-  } else {
-    o << "  model state per process: zero_stage 1 shards the moments over the world (as above); the gradients "
-         "stay whole\n";
-  }
+  // Each rank keeps the gradients of its own expert block (group rank 0's, the largest, here),
+  // and the AdamW moments (on GPUs the fp32 masters too, apart from the working weights even under
+  // fp32) of the block, or under ZeRO-1 of its shard over the W/G ranks owning the same block
+  // (engine/zero.hpp), where GPUs pad the gradients to equal shards; the weights stay whole
+  // (evaluation, metrics and checkpoints read them). planned_device_bytes in
+  // templates/train/trainer_metrics.hpp counts the same.
+  const double slots = expert_block_slots(plan, G);
+  const std::int64_t owners = s.distributed.zero_stage == 1 ? W / G : 1;
+  const double shard = std::ceil(slots / double(owners)), padded = owners == 1 ? slots : shard * double(owners);
+  const bool bf16 = s.train.precision == Precision::bf16;
+  const double cpu = 4.0 * stored + 4.0 * slots + 8.0 * shard, gpu = (bf16 ? 2.0 : 4.0) * stored + 4.0 * padded + 12.0 * shard;
+  o << "  model state per process: the weights stay whole on every rank; the gradients are its expert block's ("
+    << std::llround(100.0 * slots / stored) << "% of one process's slots), and so are the AdamW moments (and on GPUs "
+       "the fp32 masters)";
+  if (owners > 1) o << ", of which ZeRO-1 keeps 1/" << owners << " (over the " << owners << " ranks owning the same block)";
+  o << ": CPU backend (fp32) " << format_bytes(cpu) << " (one process: " << format_bytes(16.0 * stored) << "); GPU ("
+    << (bf16 ? "bf16" : "fp32") << ") " << format_bytes(gpu) << " (one GPU: " << format_bytes(stored * (bf16 ? 18.0 : 16.0))
+    << ")\n";
   return o.str();
 }
 

@@ -252,7 +252,9 @@ void add_distributed(Builder& b) {
   example(between(with_default(b.add("distributed.zero_stage", KeyType::integer,
                                      "ZeRO stage: 0 replicates the optimizer state on every rank; 1 shards the "
                                      "AdamW moments (and on GPUs under bf16 the fp32 master weights) over the "
-                                     "ranks; 2-3 (also gradients, parameters) are refused at generation."),
+                                     "ranks, or under expert_parallel the rank's expert-block state over the "
+                                     "ranks owning the same block; 2-3 (also gradients, parameters) are refused "
+                                     "at generation."),
                                Value::integer(0)),
                   0, 3),
           "1");
@@ -270,8 +272,9 @@ void add_distributed(Builder& b) {
                                       "computing it for the whole group's tokens through all-to-all exchanges "
                                       "(MPI on the CPU backend, NCCL send/recv on GPUs); expert gradients are "
                                       "reduced over the ranks that own the same block, the rest over all ranks. "
-                                      "Under zero_stage = 0 a rank holds the gradients, AdamW moments (and on "
-                                      "GPUs fp32 masters) of its own block only; the weights stay whole and "
+                                      "A rank holds the gradients, AdamW moments (and on GPUs fp32 masters) of "
+                                      "its own block only, under zero_stage = 1 of the moments and masters its "
+                                      "shard over the ranks owning the same block; the weights stay whole and "
                                       "checkpoints consolidated. Must divide the world size and not exceed "
                                       "moe.n_experts; train --expert-parallel N overrides it."),
                                 Value::integer(1)),

@@ -1,8 +1,9 @@
 // The CPU engine (engine/engine.hpp): the trainer's host model and moments
-// are the state, so the transfers copy nothing; under ZeRO-1 the moments
-// live in the rank's shard (engine/zero.hpp), and under expert parallelism
-// without ZeRO-1 the gradients and moments of an expert tensor are the rank's
-// own block's (engine/expert_groups.hpp): in both, m and v exist whole only
+// are the state, so the transfers copy nothing; under expert parallelism the
+// gradients and moments of an expert tensor are the rank's own block's
+// (engine/expert_groups.hpp), and under ZeRO-1 the moments live in the rank's
+// shard (engine/zero.hpp: of the whole array over the world, or of the
+// expert-block layout over the block's owners): m and v then exist whole only
 // while a checkpoint is loaded or saved.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "engine/cpu_model.hpp"
 #include "engine/engine.hpp"
 #include "engine/expert_groups.hpp"
+#include "engine/state_parts.hpp"
 #include "engine/zero.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -52,7 +54,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     step_totals_ = step_loss_;
     if (comm_ != nullptr) comm_->allreduce_sum(step_totals_.data(), 2);
     const double loss = step_totals_[0];
-    if (zero_) {
+    if (zero_ && !experts_) {
       readout_.squares = zero_->squares();  // reduce_grads summed them over the shards
     } else {
       gradient_squares_into(readout_.squares.data());
@@ -62,7 +64,8 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
     if (verdict.stopped_at != 0) return;
     if (zero_) {
-      zero_->step(model_.params.data(), lr, verdict.clip, t);
+      zero_->step(model_.params.data(), model_.grads.data(), lr, verdict.clip, t);
+      if (experts_) experts_->share_expert_blocks(model_.params.data());
       return;
     }
     // Every tensor's part in the gradients' layout: under expert parallelism an expert tensor's
@@ -84,8 +87,10 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   // State transfer: the host model and moments are the state.
   void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
   void upload(const float*, const float* m, const float* v) override {
-    if (zero_) zero_->keep_shard(m, v);
-    if (split()) {
+    if (zero_) {  // the rank's shard (of its block's layout under expert parallelism)
+      keep_state_part(zero_->shards(), zero_->m(), m, scratch_);
+      keep_state_part(zero_->shards(), zero_->v(), v, scratch_);
+    } else if (split()) {
       experts_->keep_own_part(block_m_.data(), m);
       experts_->keep_own_part(block_v_.data(), v);
     }
@@ -93,7 +98,9 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   void download(float*, float*, float*) override {}
   void gather_moments(float* m, float* v) override {
     if (zero_) {
-      zero_->gather_moments(m, v);
+      const gc::rt::Comm* group = experts_ ? &experts_->exchange().group() : nullptr;
+      gather_state_to_root(*comm_, zero_->comm(), group, zero_->shards(), m, zero_->m(), scratch_);
+      gather_state_to_root(*comm_, zero_->comm(), group, zero_->shards(), v, zero_->v(), scratch_);
     } else {
       experts_->gather_to_root(m, block_m_.data());
       experts_->gather_to_root(v, block_v_.data());
@@ -105,28 +112,34 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     comm_ = &comm;
     if (zero_stage == 1) zero_ = std::make_unique<ZeroOneOptimizer>(comm);
   }
-  // ZeRO-1: this rank's shard of the sum and every tensor's global Σ g²; expert parallelism:
-  // the experts' blocks over their owners (engine/expert_groups.hpp); else Σ of everything.
+  // Expert parallelism: the experts' blocks over their owners (engine/expert_groups.hpp; under
+  // ZeRO-1 the shard is then a part of them); ZeRO-1: this rank's shard of the sum and every
+  // tensor's global Σ g²; else Σ of everything.
   void reduce_grads() override {
-    if (zero_) {
-      zero_->reduce_gradients(model_.grads.data());
-    } else if (experts_) {
+    if (experts_) {
       experts_->reduce_gradients(model_.grads.data());
+      if (zero_) zero_->take_summed(model_.grads.data());
+    } else if (zero_) {
+      zero_->reduce_gradients(model_.grads.data());
     } else {
       comm_->allreduce_sum(model_.grads.data(), kOffsets.at[kNumParams]);
     }
   }
-  // Expert parallelism over groups of group_ranks consecutive ranks (after join).
-  // Without ZeRO-1 the gradients and moments become the rank's expert block's (the whole
-  // moments then exist only while a checkpoint is loaded or saved: sharded()).
+  // Expert parallelism over groups of group_ranks consecutive ranks (after join). The gradients
+  // and moments become the rank's expert block's, under ZeRO-1 the moments its shard of them
+  // over the block's owners (the whole moments then exist only while a checkpoint is loaded or
+  // saved: sharded()).
   void split_experts(int group_ranks, double receive_factor, RouteChoice route) override {
     if constexpr (kMoe) {
       experts_ = std::make_unique<ExpertGroups>(*comm_, group_ranks);
       experts_->exchange().receive_factor = receive_factor;
       experts_->exchange().route = route;
       model_.attach_expert_exchange(&experts_->exchange());
-      if (zero_) return;
       model_.use_state_layout(experts_->layout());
+      if (zero_) {
+        zero_ = std::make_unique<ZeroOneOptimizer>(experts_->owners(), experts_->layout());
+        return;
+      }
       block_m_.assign(std::size_t(experts_->layout().total()), 0.0f);
       block_v_.assign(block_m_.size(), 0.0f);
     }
@@ -188,7 +201,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     const StateLayout& layout = model_.state_layout();
     for (int i = 0; i < kNumParams; ++i) out[i] = cpu::sum_of_squares(model_.grad(i), layout.held(i));
   }
-  // Expert parallelism without ZeRO-1: the gradients and moments in the expert-block layout.
+  // Expert parallelism without ZeRO-1: the moments whole in the expert-block layout.
   bool split() const { return experts_ != nullptr && zero_ == nullptr; }
   Model<float>& model_;
   std::vector<float>& m_;
@@ -200,9 +213,10 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   // ranks by finish_step.
   std::array<double, 2> step_loss_{}, step_totals_{};
   const gc::rt::Comm* comm_ = nullptr;      // set by join (a job of several ranks)
-  std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1
-  std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1 (not under ZeRO-1's steps)
+  std::unique_ptr<ZeroOneOptimizer> zero_;  // distributed.zero_stage = 1 (over the owners under EP)
+  std::unique_ptr<ExpertGroups> experts_;   // distributed.expert_parallel > 1
   std::vector<float> block_m_, block_v_;    // split(): the rank's moments (experts_->layout())
+  std::vector<float> scratch_;              // a whole block on its way to or from a checkpoint
 };
 
 }  // namespace gc::tree

@@ -23,10 +23,11 @@
 //                 ncclReduce per owner, in a group), AdamW runs on the shard, and the parameters
 //                 are all-gathered (NCCL's equal blocks: the flat arrays get a zero tail).
 //   expert_parallel G  the MoE rows are exchanged inside groups (engine/nccl_expert_exchange.cuh);
-//                 under zero_stage 0 a rank holds the gradients, fp32 masters and moments of its
-//                 own expert block only (model/state_layout.hpp): the block is reduced over its
-//                 owners, updated here, written into the whole working weights
-//                 (cuda/state_parts.cuh) and sent to the rest of the group.
+//                 a rank holds the gradients of its own expert block only (model/state_layout.hpp),
+//                 and the fp32 masters and moments of it (under ZeRO-1 of its shard of it over
+//                 the block's owners, who then all-gather it through the spent gradients): the
+//                 block is reduced over its owners, updated here, written into the whole working
+//                 weights (cuda/state_parts.cuh) and sent to the rest of the group.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -45,7 +46,6 @@
 #include "cuda/init.cuh"
 #include "cuda/metric_ops.cuh"
 #include "cuda/profile_clock.cuh"
-#include "cuda/state_parts.cuh"
 #include "cuda/update_ratio.cuh"
 #include "cuda/weight_stats.cuh"
 #include "model/model.hpp"
@@ -58,6 +58,7 @@
 #include "engine/device_choice.cuh"
 #include "engine/engine.hpp"
 #include "engine/gradient_buckets.cuh"
+#include "engine/state_parts.hpp"
 #include "engine/update_parts.cuh"
 #include "engine/zero.hpp"
 
@@ -77,7 +78,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // join and split_experts have decided how much of them this rank holds (so the allocation peak
   // is the rank's own: the whole gradient array never exists first).
   CudaEngine(int micro_batch, int seq_len)
-      : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::Gradients::defer), shard_(kOffsets.at[kNumParams], 0, 1) {
+      : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::Gradients::defer), shard_(StateLayout::whole(), 0, 1) {
     upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
     readout_.squares.resize(std::size_t(kNumParams));
@@ -115,21 +116,14 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     v_.zero();
   }
 
-  // params: the whole array on every rank; m and v: whole arrays, of which a ZeRO-1 rank keeps its shard.
+  // params: the whole array on every rank; m and v: whole arrays, of which a rank keeps its part
+  // (engine/state_parts.hpp), as of the masters (under bf16 or expert parallelism).
   void upload(const float* params, const float* m, const float* v) override {
     allocate_state();
-    if (expert_blocks_) {
-      upload_working(model_.params, params);
-      for (auto [device, whole] : {std::pair{&master_, params}, std::pair{&m_, m}, std::pair{&v_, v}}) {
-        upload_layout(*device, whole);
-      }
-      GC_CUDA_CHECK(cudaDeviceSynchronize());
-      return;
-    }
-    const std::size_t lo = std::size_t(shard_.lo), shard = std::size_t(shard_.size());
-    upload_weights(model_.params, params);
-    m_.upload(m + lo, shard);
-    v_.upload(v + lo, shard);
+    upload_working(model_.params, params);
+    if (kSeparateMaster || expert_blocks_) upload_part(master_, params);
+    upload_part(m_, m);
+    upload_part(v_, v);
     GC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   // Without ZeRO: the whole state. Under ZeRO-1 a collective: rank 0's params receive every
@@ -171,7 +165,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #ifdef GC_HAVE_NCCL
     if (comm_ != nullptr) {
       nccl_->all_reduce(loss, 2, nullptr);  // [cross-entropy, balancing loss]
-      if (zero1_) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
+      if (zero1_ && !expert_blocks_) nccl_->all_reduce(squares_.data(), kNumParams, nullptr);
       if (expert_blocks_) experts_->complete_device_sums(squares_.data());
     }
 #endif
@@ -190,10 +184,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                             tensors_.data(), kNumParams, state_slots(), lr, kBeta1, kBeta2, kAdamEps, t,
                             verdict_.data());
 #ifdef GC_HAVE_NCCL
-    if (zero1_) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
+    if (zero1_ && !expert_blocks_) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
     if (expert_blocks_) {  // the block's masters into the working weights, then the group's blocks to every rank
-      cuda::copy_parts_to_whole(model_.params.data(), master_.data(), tensors_.data(), whole_offsets_.data(),
-                                kNumParams, layout().total());
+      experts_->write_block(model_.params.data(), gather_block_masters());
       experts_->share_blocks(model_.params.data(), nullptr);
     }
 #endif
@@ -224,11 +217,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     nccl_ = std::make_unique<gc::rt::cuda::NcclComm>(comm);
     if (zero_stage == 1) {
       zero1_ = true;
-      shard_ = ZeroShards(kOffsets.at[kNumParams], comm.rank(), comm.size());
-      const std::size_t padded = std::size_t(shard_.per_rank) * std::size_t(comm.size());
-      model_.grads.resize(std::max(padded, model_.grads.size()));
-      model_.params.resize(std::max(padded, model_.params.size()));
-      model_.grads.zero();
+      shard_ = ZeroShards(StateLayout::whole(), comm.rank(), comm.size());
+      model_.params.resize(std::size_t(shard_.padded()));  // the gradients follow (allocate_state)
       model_.params.zero();  // the alignment gaps and the tail stay zero
       upload_tensor_table();
     }
@@ -240,8 +230,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                                             std::to_string(comm.size()) + " processes (see the tree's CMake output)");
 #endif
   }
-  // ZeRO-1 shards the optimizer state over the world; expert parallelism without it keeps the
-  // expert block's (model/state_layout.hpp): either way rank 0 gathers what it saves.
+  // ZeRO-1 shards the optimizer state over the world; expert parallelism keeps the expert
+  // block's (model/state_layout.hpp), under ZeRO-1 a shard of it: rank 0 gathers what it saves.
   bool sharded() const override { return zero1_ || expert_blocks_; }
   std::uint64_t replica_fingerprint() override {
     return fingerprint_.of(model_.params.data(), kOffsets.at[kNumParams]);
@@ -252,24 +242,26 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 #endif
 #ifdef GC_HAVE_NCCL
   // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
-  // of G ranks; without ZeRO-1 the table holds an expert tensor's own block only.
-  // Without ZeRO-1 the gradients, masters and moments become the rank's expert block's (the
-  // state is allocated by the first initialize or upload, after this).
+  // of G ranks. The gradients, masters and moments become the rank's expert block's, under
+  // ZeRO-1 the masters and moments its shard of the block over the block's owners (the state is
+  // allocated by the first initialize or upload, after this).
   void split_experts(int G, double receive_factor, RouteChoice route) override {
-    experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G, !zero1_);
+    experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G);
     experts_->exchange().receive_factor = receive_factor;
     experts_->exchange().route = route;
     model_.attach_expert_exchange(&experts_->exchange());
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
-    if (!zero1_) {
-      expert_blocks_ = true;
-      model_.use_state_layout(experts_->layout());
-      std::vector<std::int64_t> whole(static_cast<std::size_t>(kNumParams));
-      for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout().whole_part(i).first;
-      whole_offsets_.resize(whole.size());
-      whole_offsets_.upload(whole.data(), whole.size());
-      plan_buckets();
+    expert_blocks_ = true;
+    model_.use_state_layout(experts_->layout());
+    const gc::rt::Comm& owners = experts_->owners_host();
+    shard_ = zero1_ ? ZeroShards(layout(), owners.rank(), owners.size()) : ZeroShards(layout(), 0, 1);
+    if (zero1_) {  // no all-gather of the whole weights: they need no padding; the gradients do
+      model_.params.resize(std::size_t(kOffsets.at[kNumParams]));
+      model_.params.zero();
+      model_.grads.resize(std::size_t(shard_.padded()));
+      model_.grads.zero();
     }
+    plan_buckets();
     upload_tensor_table();
   }
   ExchangeTotals expert_exchange_totals() const override {
@@ -281,10 +273,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   void reduce_grads() override {
 #ifdef GC_HAVE_NCCL
     if (!buckets_.armed()) {  // no buckets: one collective after the backward pass
-      if (zero1_) {
-        nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
-      } else if (expert_blocks_) {
+      if (expert_blocks_) {
         experts_->reduce(model_.grads.data(), 0, layout().total(), *nccl_, nullptr);
+      } else if (zero1_) {
+        nccl_->reduce_scatter(model_.grads.data(), shard_.per_rank, comm_->rank(), nullptr);
       } else {
         nccl_->all_reduce(model_.grads.data(), layout().total(), nullptr);
       }
@@ -347,8 +339,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     if (mask != update_mask_) throw gc::rt::RuntimeError("update_sums: the step measured other tensors");
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
     update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
-    if (zero1_) comm_->allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
 #ifdef GC_HAVE_NCCL
+    if (zero1_) (expert_blocks_ ? experts_->owners_host() : *comm_).allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
     if (expert_blocks_) experts_->complete_host_sums(out.front().data(), 2);
 #endif
     for (int i = 0; i < kNumParams; ++i) {
@@ -398,15 +390,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       return master_.data();
     }
   }
-  // The whole host array `host` into the parameters, and under bf16 this rank's shard of it into
-  // the masters (the working copy rounded on the host).
-  template <typename Params>
-  void upload_weights(Params& params, const float* host) {
-    if constexpr (!std::is_same_v<Params, DeviceBuffer<float>>) {
-      master_.upload(host + shard_.lo, std::size_t(shard_.size()));
-    }
-    upload_working(params, host);
-  }
   // The whole host array into the working weights (rounded on the host under bf16).
   template <typename Params>
   void upload_working(Params& params, const float* host) {
@@ -419,10 +402,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       params.upload(staging_.data(), n);
     }
   }
-  // Expert blocks: this rank's part (layout()) of a whole host array into `device`.
-  void upload_layout(DeviceBuffer<float>& device, const float* whole) {
-    shard_host_.resize(std::size_t(layout().total()));
-    keep_layout_part(layout(), shard_host_.data(), whole);
+  // This rank's part (engine/state_parts.hpp) of a whole host array into `device`.
+  void upload_part(DeviceBuffer<float>& device, const float* whole) {
+    shard_host_.resize(std::size_t(state_slots()));
+    keep_state_part(shard_, shard_host_.data(), whole, block_host_);
     device.upload(shard_host_.data(), shard_host_.size());
   }
   template <typename Params>
@@ -439,32 +422,35 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   const float* gathered_master(int i) {
 #ifdef GC_HAVE_NCCL
     if (gathered_ == i) return gather_.data();
-    if (expert_blocks_ && !is_expert_tensor(i)) return master_.data() + layout().at(i);  // whole here
+    if (expert_blocks_ && !zero1_ && !is_expert_tensor(i)) return master_.data() + layout().at(i);  // whole here
     const std::int64_t n = kParams[i].numel;
     if (n > std::int64_t(gather_.size())) throw gc::rt::RuntimeError("weight metrics: no room to assemble " +
                                                                      std::string(kParams[i].name));
     GC_CUDA_CHECK(cudaMemsetAsync(gather_.data(), 0, std::size_t(n) * sizeof(float)));
-    if (expert_blocks_) {  // an expert tensor's blocks over the group
-      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + layout().first(i), master_.data() + layout().at(i),
-                                    std::size_t(layout().held(i)) * sizeof(float), cudaMemcpyDeviceToDevice));
-      experts_->exchange().nccl().all_reduce(gather_.data(), n, nullptr);
-      gathered_ = i;
-      return gather_.data();
-    }
     const auto [a, b] = shard_.overlap(i);
     if (b > a) {
-      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + (a - kOffsets.at[i]), master_shard() + (a - shard_.lo),
-                                    std::size_t(b - a) * sizeof(float), cudaMemcpyDeviceToDevice));
+      GC_CUDA_CHECK(cudaMemcpyAsync(gather_.data() + (shard_.whole_of(i, a) - kOffsets.at[i]),
+                                    master_shard() + (a - shard_.lo), std::size_t(b - a) * sizeof(float),
+                                    cudaMemcpyDeviceToDevice));
     }
-    nccl_->all_reduce(gather_.data(), n, nullptr);
+    if (!expert_blocks_) {
+      nccl_->all_reduce(gather_.data(), n, nullptr);
+    } else {  // the shards over the block's owners, then an expert tensor's blocks over the group
+      if (zero1_) experts_->owners().all_reduce(gather_.data(), n, nullptr);
+      if (is_expert_tensor(i)) experts_->exchange().nccl().all_reduce(gather_.data(), n, nullptr);
+    }
     gathered_ = i;
     return gather_.data();
 #else
     throw gc::rt::RuntimeError("weight metrics: tensor " + std::to_string(i) + " is sharded but there is no NCCL");
 #endif
   }
-  // squares_ = Σ g² per tensor over this rank's shard (queued on stream 0).
+  // squares_ = Σ g² per tensor over this rank's shard (queued on stream 0); under expert
+  // parallelism over its whole block, summed already (every rank of a group then sees the same bits).
   void queue_gradient_squares() {
+#ifdef GC_HAVE_NCCL
+    if (expert_blocks_) return experts_->sum_block_squares(squares_.data(), squares_scratch_.data(), model_.grads.data());
+#endif
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
                                  tensors_.data(), kNumParams, state_slots());
   }
@@ -475,7 +461,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
   // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
-    model_.allocate_gradients();
+    if (model_.grads.empty()) {  // under ZeRO-1 padded to equal shards (NCCL moves equal blocks)
+      model_.grads.resize(std::size_t(zero1_ ? shard_.padded() : layout().total()));
+      model_.grads.zero();
+    }
     if (!m_.empty()) return;
     const std::size_t n = std::size_t(state_slots());
     if (kSeparateMaster || expert_blocks_) master_.resize(n);
@@ -488,21 +477,21 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     gc::rt::cuda::copy_to_host(host, device, n * sizeof(float));
   }
   // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's part of a device
-  // array of the optimizer state: its ZeRO-1 shard, or its expert block's (a collective of
-  // rank 0's group).
+  // array of the optimizer state (engine/state_parts.hpp; a collective).
   void gather_state(float* all, const float* part_device) {
     shard_host_.resize(std::size_t(state_slots()));
     download_floats(shard_host_.data(), part_device, shard_host_.size());
+    const gc::rt::Comm *sharding = comm_, *group = nullptr;
 #ifdef GC_HAVE_NCCL
     if (expert_blocks_) {
-      experts_->gather_to_root(*comm_, all, shard_host_.data());
-      return;
+      sharding = &experts_->owners_host();
+      group = &experts_->exchange().group();
     }
 #endif
-    comm_->gather_to_root(comm_->root() ? all : nullptr, shard_host_.data(), shard_.counts);
+    gather_state_to_root(*comm_, *sharding, group, shard_, all, shard_host_.data(), block_host_);
   }
   // The parts of the gradients and optimizer state this rank updates (engine/update_parts.cuh).
-  UpdateParts parts() const { return {shard_, expert_blocks_ ? &layout() : nullptr}; }
+  UpdateParts parts() const { return {shard_}; }
   // Where this rank keeps its gradients, masters and moments: the model's gradient layout.
   const StateLayout& layout() const { return model_.state_layout(); }
   std::int64_t state_slots() const { return parts().slots(); }
@@ -510,10 +499,21 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     const std::vector<cuda::AdamWTensor> table = parts().table();
     tensors_.resize(table.size());
     tensors_.upload(table.data(), table.size());
-    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(state_slots(), kNumParams));
+    const std::int64_t summed = expert_blocks_ ? layout().total() : state_slots();  // queue_gradient_squares
+    squares_scratch_.resize(cuda::sum_squares_scratch_doubles(summed, kNumParams));
   }
 
 #ifdef GC_HAVE_NCCL
+  // Under expert parallelism, the block's updated masters in layout() slots: the masters, or
+  // under ZeRO-1 every owner's shard of them all-gathered into the spent gradient array.
+  const float* gather_block_masters() {
+    if (!zero1_) return master_.data();
+    float* staging = model_.grads.data();
+    GC_CUDA_CHECK(cudaMemcpyAsync(staging + shard_.lo, master_.data(), std::size_t(shard_.size()) * sizeof(float),
+                                  cudaMemcpyDeviceToDevice));
+    experts_->owners().all_gather(staging, shard_.per_rank, experts_->owners_host().rank(), nullptr);
+    return staging;
+  }
   // engine/gradient_buckets.cuh: the buckets of the gradients' layout (again when expert
   // parallelism changes it), reported by the model's backward pass.
   void plan_buckets() {
@@ -523,7 +523,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // shard holds each part (one ncclReduce per owner, in one group: together a reduce-scatter of
   // the bucket), or under expert parallelism the runs of engine/nccl_expert_exchange.cuh.
   void reduce_range(std::int64_t a, std::int64_t b, cudaStream_t stream) {
-    if (zero1_) {
+    if (expert_blocks_) {
+      experts_->reduce(model_.grads.data(), a, b, *nccl_, stream);
+    } else if (zero1_) {
       nccl_->group_start();
       for (int r = 0; r < int(shard_.counts.size()); ++r) {
         const auto [lo, hi] = shard_.range_of(r);
@@ -531,8 +533,6 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
         if (y > x) nccl_->reduce(model_.grads.data() + x, y - x, r, stream);
       }
       nccl_->group_end();
-    } else if (expert_blocks_) {
-      experts_->reduce(model_.grads.data(), a, b, *nccl_, stream);
     } else {
       nccl_->all_reduce(model_.grads.data() + a, b - a, stream);
     }
@@ -559,11 +559,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   cuda::DeviceFingerprint fingerprint_;  // the working parameters' (replica_fingerprint)
   StepReadout readout_;                // read_step's copy on the host, reused every step
   ZeroShards shard_;                  // this rank's part of the optimizer state (all of it without ZeRO-1)
-  // Expert parallelism without ZeRO-1 (split_experts): the gradients, masters and moments are in
-  // the expert-block layout (layout()); each tensor's held part's first element in the whole weights.
+  // Expert parallelism (split_experts): the gradients, masters and moments are in the
+  // expert-block layout (layout()).
   bool expert_blocks_ = false;
-  DeviceBuffer<std::int64_t> whole_offsets_;
-  std::vector<float> shard_host_;     // a shard on its way to rank 0
+  std::vector<float> shard_host_, block_host_;  // a shard (a block) on its way to rank 0
   const gc::rt::Comm* comm_ = nullptr;  // set by join
   bool zero1_ = false;  // distributed.zero_stage = 1 over several ranks
   GradientBuckets buckets_{[this](std::int64_t a, std::int64_t b, cudaStream_t stream) {

@@ -1,23 +1,23 @@
 // Expert parallelism on the CPU backend (model/expert_parallel.hpp, docs/distributed.md): the
 // communicators and the step's collectives of distributed.expert_parallel = G.
 //
-// Ranks r = g·G + i form group g (G consecutive ranks; rank i of it owns expert block i). Without
-// ZeRO-1 a rank holds the gradients and AdamW moments of its own expert block only
-// (model/state_layout.hpp's expert-block layout: 1/G of the experts' state). Per step, beyond the
-// exchanges inside the MoE layers:
+// Ranks r = g·G + i form group g (G consecutive ranks; rank i of it owns expert block i). A rank
+// holds the gradients of its own expert block only (model/state_layout.hpp's expert-block
+// layout: 1/G of the experts'), and its AdamW moments in the same layout: all of it without
+// ZeRO-1, under ZeRO-1 its shard of it over the block's owners (engine/zero.hpp). Per step,
+// beyond the exchanges inside the MoE layers:
 //   gradients   every tensor outside the expert blocks: Σ over all ranks (runs of consecutive
 //               tensors, one all-reduce each); an expert tensor's own block: Σ over the W/G
 //               ranks that own the same block (none when W = G)
 //   Σ g²        an expert tensor's sum over its own block, added over the group in rank order
 //   AdamW       every tensor outside the experts; of an expert tensor, the own block (its
-//               moments are the rank's own)
+//               moments are the rank's own); under ZeRO-1 the shard's part of these, whose
+//               owners then gather the block (engine/zero.hpp)
 //   parameters  each expert tensor's blocks all-gathered inside the group, so every rank holds
 //               the whole current model (checkpoints, metrics, evaluation and the sample read it)
 //   moments     gathered to rank 0 by its group only when a checkpoint is saved
-//               (gather_layout_to_root); a resume keeps the rank's blocks of the whole arrays
-// Under ZeRO-1 none of this runs: the layout stays whole, the world's reduce-scatter already sums
-// each block's owners (the others add zeros) and its all-gather replicates every parameter
-// (engine/zero.hpp).
+//               (gather_layout_to_root; under ZeRO-1 each block's owners first gather it to
+//               the owner in group 0); a resume keeps the rank's part of the whole arrays
 #pragma once
 
 #include <algorithm>
@@ -141,8 +141,10 @@ class ExpertGroups {
         shared_runs_(shared_tensor_runs(layout_)) {}
 
   MpiExpertExchange& exchange() { return exchange_; }
-  // The rank's gradients and moments (without ZeRO-1): its expert block of each expert tensor.
+  // The rank's gradients and moments: its expert block of each expert tensor.
   const StateLayout& layout() const { return layout_; }
+  // The W/G ranks that own the same block (ZeRO-1 shards the layout over them).
+  const gc::rt::Comm& owners() const { return owners_; }
 
   // Σ over the ranks of the step's gradients (layout()) as the header says.
   void reduce_gradients(float* grads) const {

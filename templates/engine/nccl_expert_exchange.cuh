@@ -5,17 +5,17 @@
 // host-planned route from, by MPI over the group's host communicator; a slotted route's offsets
 // by ncclAllGather on the compute stream (model/expert_parallel.hpp's ExpertRoute).
 //
-// DeviceExpertGroups (zero_stage 0; under ZeRO-1 the world's reduce-scatter already sums each
-// expert block's owners, the other ranks adding zeros, and nothing here runs): a rank holds the
-// gradients, fp32 masters and moments of its own expert block only (layout(): the expert-block
-// StateLayout of model/state_layout.hpp), and the step's collectives are the CPU's
-// (engine/expert_groups.hpp):
+// DeviceExpertGroups: a rank holds the gradients of its own expert block only (layout(): the
+// expert-block StateLayout of model/state_layout.hpp), and the fp32 masters and moments in the
+// same layout (under ZeRO-1 its shard of it over the block's owners: engine/zero.hpp); the
+// step's collectives are the CPU's (engine/expert_groups.hpp):
 //   gradients   outside the experts: all-reduced over the world (the engine's buckets); an expert
 //               tensor's own block: over the W/G ranks that own the same block (nothing at W = G)
 //   Σ g², update sums   an expert tensor's own block's, added over the group in rank order (the
 //               same bits in every group: cuda/group_sums.cuh)
-//   AdamW       on the layout's masters and moments; the held elements then go to the whole
-//               working weights (cuda/state_parts.cuh)
+//   AdamW       on the layout's masters and moments (under ZeRO-1 the shard's, which the owners
+//               then all-gather through the spent gradient array); the held elements then go
+//               to the whole working weights (cuda/state_parts.cuh)
 //   parameters  after the update each rank sends its blocks of the working weights to the rest
 //               of its group (ncclSend/ncclRecv: blocks may be uneven)
 //   checkpoints the masters and moments reach rank 0 through its group (gather_layout_to_root)
@@ -31,8 +31,11 @@
 #include <vector>
 
 #include "config.hpp"
+#include "cuda/adamw.cuh"
 #include "cuda/group_sums.cuh"
+#include "cuda/state_parts.cuh"
 #include "engine/expert_groups.hpp"
+#include "engine/update_parts.cuh"
 #include "model/expert_parallel.hpp"
 #include "plan.hpp"
 #include "runtime/comm.hpp"
@@ -92,12 +95,10 @@ template <typename Act>
 class DeviceExpertGroups {
  public:
   // A collective of the world: the group's communicators (exchange), then the owners'.
-  DeviceExpertGroups(const gc::rt::Comm& world, int G, bool split_gradients)
+  DeviceExpertGroups(const gc::rt::Comm& world, int G)
       : exchange_(world.split(world.rank() / G)),
-        split_gradients_(split_gradients),
         block_(expert_block(world.rank() % G, G)),
-        layout_(split_gradients ? StateLayout::of_expert_block(block_) : StateLayout::whole()) {
-    if (!split_gradients_) return;
+        layout_(StateLayout::of_expert_block(block_)) {
     gathered_.resize(std::size_t(G) * kNumParams);
     std::vector<std::uint8_t> summed(static_cast<std::size_t>(kNumParams));
     for (int i = 0; i < kNumParams; ++i) summed[std::size_t(i)] = is_expert_tensor(i) ? 1 : 0;
@@ -111,10 +112,31 @@ class DeviceExpertGroups {
       expert_.push_back(i);
       if (owners_host_->size() > 1) owner_runs_.push_back({layout_.at(i), layout_.at(i) + layout_.held(i)});
     }
+    const std::vector<cuda::AdamWTensor> held = UpdateParts{ZeroShards(layout_, 0, 1)}.table();
+    layout_table_.resize(held.size());
+    layout_table_.upload(held.data(), held.size());
+    std::vector<std::int64_t> whole(static_cast<std::size_t>(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout_.whole_part(i).first;
+    whole_offsets_.resize(whole.size());
+    whole_offsets_.upload(whole.data(), whole.size());
   }
   NcclExpertExchange<Act>& exchange() { return exchange_; }
-  // Where this rank keeps gradients, masters and moments (whole under ZeRO-1).
+  // Where this rank keeps gradients, masters and moments.
   const StateLayout& layout() const { return layout_; }
+  // The W/G ranks that own the same block (ZeRO-1 shards the layout over them).
+  const gc::rt::Comm& owners_host() const { return *owners_host_; }
+  gc::rt::cuda::NcclComm& owners() { return *owners_; }
+
+  // Per-tensor Σ g² over the rank's whole block of summed gradients (on the compute stream; the
+  // same bits on every rank of a group, whatever shard of it ZeRO-1 updates). scratch:
+  // cuda::sum_squares_scratch_doubles(layout().total(), kNumParams) doubles.
+  void sum_block_squares(double* sums, double* scratch, const float* grads) {
+    cuda::sum_squares_per_tensor(sums, scratch, grads, layout_table_.data(), kNumParams, layout_.total());
+  }
+  // The block's updated masters (layout() slots) into the whole working weights (cuda/state_parts.cuh).
+  void write_block(Act* whole, const float* masters) {
+    cuda::copy_parts_to_whole(whole, masters, layout_table_.data(), whole_offsets_.data(), kNumParams, layout_.total());
+  }
 
   // Σ over the ranks of grads[a, b) (layout() slots) as the header says, on `stream`.
   void reduce(float* grads, std::int64_t a, std::int64_t b, gc::rt::cuda::NcclComm& world, cudaStream_t stream) {
@@ -165,7 +187,6 @@ class DeviceExpertGroups {
 
  private:
   NcclExpertExchange<Act> exchange_;                  // the group: G consecutive ranks
-  bool split_gradients_;                              // zero_stage 0: the gradient path above
   std::pair<int, int> block_;                         // this rank's experts [lo, hi)
   StateLayout layout_;                                // its gradients, masters and moments
   std::unique_ptr<gc::rt::Comm> owners_host_;         // the W/G ranks owning the same block
@@ -177,6 +198,10 @@ class DeviceExpertGroups {
   // are added over the group (the experts; the others are rank 0's).
   gc::rt::cuda::DeviceBuffer<double> gathered_;
   gc::rt::cuda::DeviceBuffer<std::uint8_t> summed_;
+  // The layout's AdamW table (each tensor's held part) and each part's first element in the
+  // whole weights (write_block).
+  gc::rt::cuda::DeviceBuffer<cuda::AdamWTensor> layout_table_;
+  gc::rt::cuda::DeviceBuffer<std::int64_t> whole_offsets_;
 };
 
 }  // namespace gc::tree

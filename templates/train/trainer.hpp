@@ -105,7 +105,7 @@ class Trainer {
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);
-  std::int64_t planned_gradient_slots(bool expert_blocks, int zero_ranks) const;
+  std::int64_t planned_gradient_slots(int zero_ranks) const;
   void print_sample();
 
   TrainOptions opt_;

@@ -118,24 +118,32 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
              {"device_to_host_bytes", copied}});
 }
 
-// The slots of gradients and AdamW moments rank 0 holds as planned (model/state_layout.hpp):
-// the whole flat array, or with `expert_blocks` (expert parallelism over groups of G without
-// ZeRO-1, on the CPU backend) its expert block's: the experts' share divided by about G
-// (explain --world-size prints the same).
-inline std::int64_t planned_state_slots(int expert_parallel, bool expert_blocks) {
-  if (!expert_blocks || expert_parallel <= 1) return kStoredParams;
+// The slots of gradients (and of the layout AdamW's moments are cut from) rank 0 holds as
+// planned (model/state_layout.hpp): the whole flat array, or under expert parallelism over
+// groups of G its expert block's: the experts' share divided by about G (explain --world-size
+// prints the same).
+inline std::int64_t planned_state_slots(int expert_parallel) {
+  if (expert_parallel <= 1) return kStoredParams;
   return StateLayout::of_expert_block(expert_block(0, expert_parallel)).total();
+}
+
+// The ranks ZeRO-1 cuts rank 0's state slots over: the world, or under expert parallelism the
+// W/G ranks that own the same expert block (engine/zero.hpp); 1 without ZeRO-1.
+inline int planned_zero_ranks(int world, int expert_parallel) {
+  if (kZeroStage != 1) return 1;
+  return expert_parallel > 1 ? world / expert_parallel : world;
 }
 
 // The gradient slots one rank holds as planned: planned_state_slots, except that on a GPU
 // under ZeRO-1 over `zero_ranks` the array is padded to equal shards (NCCL moves equal blocks).
-inline std::int64_t Trainer::planned_gradient_slots(bool expert_blocks, int zero_ranks) const {
-  if (host_.on_device() && zero_ranks > 1) return (kStoredParams + zero_ranks - 1) / zero_ranks * zero_ranks;
-  return planned_state_slots(opt_.expert_parallel, expert_blocks);
+inline std::int64_t Trainer::planned_gradient_slots(int zero_ranks) const {
+  const std::int64_t slots = planned_state_slots(opt_.expert_parallel);
+  if (host_.on_device() && zero_ranks > 1) return (slots + zero_ranks - 1) / zero_ranks * zero_ranks;
+  return slots;
 }
 
-// AdamW moments one rank holds as planned: the slots above, or rank 0's ZeRO-1 shard of
-// ⌈kStoredParams / ranks⌉ elements (explain --world-size prints the same).
+// AdamW moments one rank holds as planned: rank 0's shard of ⌈slots / ranks⌉ elements
+// (explain --world-size prints the same).
 inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kStoredParams) {
   return 8 * ((slots + ranks - 1) / ranks);
 }
@@ -146,12 +154,13 @@ inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kSto
 //     (NCCL moves equal blocks), the fp32 masters (bf16) and the AdamW moments of one shard, the
 //     update-ratio pass's partials over that shard, and under bf16 the scratch that assembles one
 //     tensor's masters for the weight metrics (metrics/device_scratch.hpp).
-//   expert parallelism over groups of G without ZeRO-1: the whole working weights; the
-//     gradients, fp32 masters (also under fp32: the working weights are then a copy) and moments
-//     of rank 0's expert block (planned_state_slots), the update pass over them, the table of the
-//     held parts' places in the weights (cuda/state_parts.cuh), under bf16 the master-assembly
-//     scratch, and the group's per-tensor Σ g² gathered (G · tensors doubles) with which tensors
-//     are summed (one byte each): engine/nccl_expert_exchange.cuh.
+//   expert parallelism over groups of G: the whole working weights; the gradients of rank 0's
+//     expert block (planned_state_slots; under ZeRO-1 over the block's `ranks` owners padded to
+//     equal shards); the fp32 masters (also under fp32: the working weights are then a copy) and
+//     moments of the block, or of its ZeRO-1 shard; the update pass over them; the block's table
+//     and its parts' places in the weights (engine/nccl_expert_exchange.cuh); under bf16 the
+//     master-assembly scratch; and the group's per-tensor Σ g² gathered (G · tensors doubles)
+//     with which tensors are summed (one byte each).
 // Both add the expert exchange buffers (expert_parallel_buffer_bytes).
 inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, double exchange_factor = 0.0) {
   const std::int64_t stored = kStoredParams;
@@ -160,17 +169,15 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
   const std::int64_t experts =
       expert_parallel_buffer_bytes(std::int64_t(kMicroBatch) * kSeqLen, expert_parallel, int(weight), exchange_factor);
   const std::int64_t gather = kPrecision == Precision::bf16 ? metrics::master_gather_bytes() : 0;
-  if (expert_parallel > 1 && kZeroStage == 0) {
-    const std::int64_t slots = planned_state_slots(expert_parallel, true);
-    const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, slots).bytes() -
-                                     metrics::UpdateScratch::of_range(0, stored).bytes();
-    const std::int64_t group_sums = expert_parallel * kNumParams * 8 + kNumParams, places = kNumParams * 8;
-    return kPlannedDeviceBytes - whole_state + stored * weight + slots * (4 + 4 + 8) + update_copy + places + gather +
-           experts + group_sums;
-  }
-  const std::int64_t shard = (stored + ranks - 1) / ranks, padded = ranks == 1 ? stored : shard * ranks;
+  const std::int64_t slots = planned_state_slots(expert_parallel);
+  const std::int64_t shard = (slots + ranks - 1) / ranks, padded = ranks == 1 ? slots : shard * ranks;
   const std::int64_t update_copy = metrics::UpdateScratch::of_range(0, shard).bytes() -
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
+  if (expert_parallel > 1) {
+    const std::int64_t group_sums = expert_parallel * kNumParams * 8 + kNumParams, tables = kNumParams * (24 + 8);
+    return kPlannedDeviceBytes - whole_state + stored * weight + padded * 4 + shard * (4 + 8) + update_copy + tables +
+           gather + experts + group_sums;
+  }
   return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy +
          (ranks > 1 ? gather : 0) + experts;
 }
@@ -181,10 +188,9 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
 // loop made after its first step (0: every buffer exists before training).
 inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
   if (step_seconds_.empty()) return;
-  // Expert parallelism without ZeRO-1 keeps the expert block's gradients and moments; ZeRO-1
-  // shards the moments over the world.
-  const bool expert_blocks = kZeroStage == 0;
-  const int zero_ranks = kZeroStage == 1 ? comm_.size() : 1;
+  // Expert parallelism keeps the expert block's gradients and moments; ZeRO-1 shards the
+  // moments over the world, or under expert parallelism the block's over its owners.
+  const int zero_ranks = planned_zero_ranks(comm_.size(), opt_.expert_parallel);
   std::vector<double> timed(step_seconds_.begin() + std::ptrdiff_t(step_seconds_.size() / 10), step_seconds_.end());
   std::sort(timed.begin(), timed.end());
   const double median = timed[timed.size() / 2];
@@ -202,9 +208,9 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             // its expert block's; the planner's figure for the same (gcompile explain
             // --world-size N); the same for the gradients.
             {"optimizer_bytes", engine_->optimizer_bytes()},
-            {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ranks, planned_state_slots(opt_.expert_parallel, expert_blocks))},
+            {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ranks, planned_state_slots(opt_.expert_parallel))},
             {"gradient_bytes", engine_->gradient_bytes()},
-            {"planned_gradient_bytes", 4 * planned_gradient_slots(expert_blocks, zero_ranks)},
+            {"planned_gradient_bytes", 4 * planned_gradient_slots(zero_ranks)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {

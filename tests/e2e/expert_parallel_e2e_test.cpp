@@ -267,7 +267,8 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
 }
 
 // ZeRO-1 under EP equals one process, and a checkpoint written under one layout resumes under
-// another: 4 ranks of EP 2 → one process, and one process → 4 ranks of EP 4.
+// another: 4 ranks of EP 2 → one process, one process → 4 ranks of EP 4, and ZeRO-1 with EP 2 × DP 2
+// (the block's moments cut over its owners) → one process and → itself.
 TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   const Outcome gen = generate(kExpertParallel);
   ASSERT_EQ(gen.status, 0) << gen.output;
@@ -321,6 +322,34 @@ TEST_F(ExpertParallel, ZeroOneAndResumeAcrossLayouts) {
   ASSERT_EQ(loss_z1.size(), 20u);
   EXPECT_LT(max_rel_diff(loss_one, loss_z1), 1e-6);
   EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, dir_ / "zero1" / kStep20), 1e-6);
+
+  // ZeRO-1 with EP 2 × DP 2 on 4 ranks: a rank holds its expert block's gradients, and of the
+  // block's moments its shard over the 2 ranks owning the same block (engine/zero.hpp), as
+  // planned. Stopped after step 10, its checkpoint (each block's shards gathered over its owners,
+  // then the blocks over group 0) resumes in one process, and on 4 ranks again (each rank keeps
+  // its shard of its block): both continue as the uninterrupted reference.
+  const fs::path zero_dp = dir_ / "zero1_dp";
+  const Outcome z4 = train("--steps 10 --out " + zero_dp.string(), 4);
+  ASSERT_EQ(z4.status, 0) << z4.output;
+  const nlohmann::json s4 = read_jsonl(zero_dp / "metrics.jsonl").back();
+  const nlohmann::json s_one = read_jsonl(dir_ / "one" / "metrics.jsonl").back();
+  EXPECT_EQ(s4["gradient_bytes"], s4["planned_gradient_bytes"]) << s4.dump();
+  EXPECT_EQ(s4["optimizer_bytes"], s4["planned_optimizer_bytes"]) << s4.dump();
+  EXPECT_EQ(s_one["gradient_bytes"].get<std::int64_t>() - s4["gradient_bytes"].get<std::int64_t>(), kExpertGradientBytes / 2)
+      << s4.dump();
+  EXPECT_EQ(s4["optimizer_bytes"], s4["gradient_bytes"]) << "8 bytes for each of half the block's slots";
+  const fs::path zero_dp_one = dir_ / "zero1_dp_one";
+  fs::copy(zero_dp, zero_dp_one, fs::copy_options::recursive);
+  const Outcome z4_one = train("--expert-parallel 1 --resume " + zero_dp_one.string());
+  ASSERT_EQ(z4_one.status, 0) << z4_one.output;
+  const Outcome z4_again = train("--resume " + zero_dp.string(), 4);
+  ASSERT_EQ(z4_again.status, 0) << z4_again.output;
+  for (const fs::path& run : {zero_dp_one, zero_dp}) {
+    const auto losses = run_losses(run);
+    ASSERT_EQ(losses.size(), 20u) << run;
+    EXPECT_LT(max_rel_diff(loss_one, losses), 1e-6) << run;
+    EXPECT_LT(max_param_diff(dir_ / "one" / kStep20, run / kStep20), 1e-6) << run;
+  }
 }
 
 // Layouts that cannot work are refused before training, naming the setting and the numbers:
