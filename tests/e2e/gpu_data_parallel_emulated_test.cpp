@@ -402,16 +402,7 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
 // every expert on rank 0 (the working copy), so a block whose working copy was not shared would
 // show in val_loss.
 TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
-  std::string spec = spec_text("bf16", 0);
-  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
-  // d_model and expert_d_ff of whole 64-column tiles: the bf16 experts run the grouped GEMMs
-  // (cuda/grouped_gemm.cuh), here on each rank's exchanged rows.
-  spec.replace(spec.find("d_model = 32"), 12, "d_model = 64");
-  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 64\n\n[optim]");
-  // The stable rank of expert tensors too, whose masters lie in blocks on different ranks.
-  spec.replace(spec.find("stable_rank.interval = 3"), 24,
-               "stable_rank.interval = 3\nstable_rank.classes = [\"expert_up\", \"expert_down\", \"attn_q\"]");
-  const fs::path tree = build("moe_bf16", spec);
+  const fs::path tree = build("moe_bf16", gc::test::gpu_emulated::moe_spec_text("bf16", 0));
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
   ASSERT_EQ(one.status, 0) << one.output;

@@ -36,6 +36,20 @@ inline std::string spec_text(const std::string& precision, int zero_stage, const
   return s;
 }
 
+// The spec as an MoE of 4 experts (top-2) whose d_model and expert_d_ff are whole 64-column
+// tiles, so that in bf16 the experts run the grouped GEMMs (cuda/grouped_gemm.cuh), under expert
+// parallelism on each rank's exchanged rows; the stable rank measures expert tensors too, whose
+// masters lie in blocks (or shards of blocks) on different ranks.
+inline std::string moe_spec_text(const std::string& precision, int zero_stage) {
+  std::string spec = spec_text(precision, zero_stage);
+  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
+  spec.replace(spec.find("d_model = 32"), 12, "d_model = 64");
+  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 64\n\n[optim]");
+  spec.replace(spec.find("stable_rank.interval = 3"), 24,
+               "stable_rank.interval = 3\nstable_rank.classes = [\"expert_up\", \"expert_down\", \"attn_q\"]");
+  return spec;
+}
+
 class GpuDataParallelEmulated : public gc::test::TreeTest {
  protected:
   void SetUp() override {

@@ -30,14 +30,8 @@ using gc::test::run_losses;
 using emu::GpuDataParallelEmulated;
 
 TEST_F(GpuDataParallelEmulated, ZeroOneUnderExpertParallelismShardsTheBlockAndEqualsOneProcess) {
-  std::string spec = emu::spec_text("bf16", 1);
-  spec.replace(spec.find("[model]\n"), 8, "[model]\narch = \"moe\"\n");
-  spec.replace(spec.find("d_model = 32"), 12, "d_model = 64");
-  spec.replace(spec.find("[optim]"), 7, "[moe]\nn_experts = 4\ntop_k = 2\nexpert_d_ff = 64\n\n[optim]");
+  std::string spec = emu::moe_spec_text("bf16", 1);
   spec.replace(spec.find("global_batch = 4"), 16, "global_batch = 8");  // 4 micro-batches: one per rank
-  // The stable rank of expert tensors too, whose masters lie in shards of blocks on 4 ranks.
-  spec.replace(spec.find("stable_rank.interval = 3"), 24,
-               "stable_rank.interval = 3\nstable_rank.classes = [\"expert_up\", \"expert_down\", \"attn_q\"]");
   const fs::path tree = build("moe_zero1", spec);
   ASSERT_FALSE(HasFailure());
   const Outcome one = train(tree, "--out " + (dir_ / "one").string());
