@@ -67,8 +67,8 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16UnderZeroOneEqualsOneProc
     EXPECT_LT(max_rel_diff(validation_losses(dir_ / "one"), validation_losses(run)), 1e-3) << name;
 
     // Rank 0 holds half the expert tensors' gradients, and of its block's fp32 masters and moments
-    // all (EP 2) or, cut over the block's 2 owners, half (EP 2 × DP 2), as planned; within the
-    // device plan and nothing allocated in the loop.
+    // all (EP 2) or, cut over the block's 2 owners, half (EP 2 × DP 2), as planned; the device
+    // peak within 1 % under the plan (measured: 8 bytes under it) and nothing allocated in the loop.
     const auto s = emu::summary(run);
     EXPECT_EQ(s["gradient_bytes"], s["planned_gradient_bytes"]) << s.dump();
     EXPECT_EQ(s["optimizer_bytes"], s["planned_optimizer_bytes"]) << s.dump();
@@ -79,6 +79,8 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16UnderZeroOneEqualsOneProc
         << s.dump();
     EXPECT_EQ(s["allocations_in_loop"], 0) << s.dump();
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
+    EXPECT_GT(s["allocated_device_bytes_peak"].get<double>(), 0.99 * s["planned_device_bytes"].get<double>())
+        << "the plan counts what the engine allocates, not more: " << s.dump();
 
     // The weight metrics at step 0 (the same initial weights): what one process measures.
     emu::expect_same_metrics(emu::metric_records(run / "metrics.jsonl", 0),
