@@ -340,7 +340,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     std::vector<std::array<double, 2>> out(std::size_t(kNumParams), std::array<double, 2>{0.0, 0.0});
     update_sums_.download(out.front().data(), 2 * std::size_t(kNumParams));  // waits for the step
 #ifdef GC_HAVE_NCCL
-    if (zero1_) (expert_blocks_ ? experts_->owners_host() : *comm_).allreduce_sum(out.front().data(), 2 * std::int64_t(kNumParams));
+    if (zero1_) (expert_blocks_ ? experts_->owners_host() : *comm_).allreduce_sum(out.front().data(),
+                                                                                  2 * std::int64_t(kNumParams));
     if (expert_blocks_) experts_->complete_host_sums(out.front().data(), 2);
 #endif
     for (int i = 0; i < kNumParams; ++i) {
@@ -449,7 +450,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // parallelism over its whole block, summed already (every rank of a group then sees the same bits).
   void queue_gradient_squares() {
 #ifdef GC_HAVE_NCCL
-    if (expert_blocks_) return experts_->sum_block_squares(squares_.data(), squares_scratch_.data(), model_.grads.data());
+    if (expert_blocks_) return experts_->sum_block_squares(squares_.data(), squares_scratch_.data(),
+                                                           model_.grads.data());
 #endif
     cuda::sum_squares_per_tensor(squares_.data(), squares_scratch_.data(), model_.grads.data() + shard_.lo,
                                  tensors_.data(), kNumParams, state_slots());

@@ -15,9 +15,10 @@
 //     ranks with the same block have the same layout). The gradients are summed as without
 //     ZeRO-1 (engine/expert_groups.hpp: the shared tensors over the world, a block over its
 //     owners), so step 1 only points into them and step 2 is the engine's, as without ZeRO-1
-//     (Σ g² over the whole block, an expert tensor's added over the group); step 4 gathers the shards over the owners through
-//     the spent gradient array (the layout's staging) into the whole parameters, and the engine
-//     then shares the blocks inside the group. At W = G it is zero_stage 0's expert blocks.
+//     (Σ g² over the whole block, an expert tensor's added over the group); step 4 gathers the
+//     shards over the owners through the spent gradient array (the layout's staging) into the
+//     whole parameters, and the engine then shares the blocks inside the group. At W = G it is
+//     zero_stage 0's expert blocks.
 //
 // Checkpoints stay consolidated: rank 0 gathers the moments before saving, and
 // a resume (with any world size) loads them whole and keeps its shard (engine/state_parts.hpp).

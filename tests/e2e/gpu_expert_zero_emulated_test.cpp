@@ -1,7 +1,8 @@
 // Expert parallelism on GPUs in bf16, under ZeRO-1, tested without one: a tree with
 // distributed.zero_stage = 1 trained at --expert-parallel 2 on 2 emulated GPUs (EP 2: each
-// block has one owner, so ZeRO-1 cuts nothing and this is zero_stage 0's expert-block state)
-// and on 4 (EP 2 × DP 2: each block's fp32 masters and AdamW moments cut over its 2 owners,
+// block has one owner, so ZeRO-1 cuts nothing: zero_stage 0's layout through ZeRO-1's code
+// paths; gpu_data_parallel_emulated_test.cpp runs the same model without ZeRO-1) and on 4
+// (EP 2 × DP 2: each block's fp32 masters and AdamW moments cut over its 2 owners,
 // engine/zero.hpp). The rows travel as bf16; a rank updates its part of its block's masters, the
 // owners all-gather the shards through the spent gradient array, and the group shares the blocks'
 // bf16 working copy. Checked against one process: the same losses, weights and validation losses
