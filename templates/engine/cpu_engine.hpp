@@ -85,9 +85,13 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   const StepReadout& read_step() override { return readout_; }
 
   // State transfer: the host model and moments are the state.
-  void initialize(std::uint64_t seed) override { init_parameters(model_.params.data(), seed); }
+  void initialize(std::uint64_t seed) override {
+    if (zero_) zero_->allocate();
+    init_parameters(model_.params.data(), seed);
+  }
   void upload(const float*, const float* m, const float* v) override {
     if (zero_) {  // the rank's shard (of its block's layout under expert parallelism)
+      zero_->allocate();
       keep_state_part(zero_->shards(), zero_->m(), m, scratch_);
       keep_state_part(zero_->shards(), zero_->v(), v, scratch_);
     } else if (split()) {

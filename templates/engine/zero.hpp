@@ -88,13 +88,18 @@ struct ZeroShards {
 
 class ZeroOneOptimizer {
  public:
-  // Over `comm` (the world, or an expert block's owners) and the gradients' `layout`.
+  // Over `comm` (the world, or an expert block's owners) and the gradients' `layout`. The arrays
+  // follow (allocate): expert parallelism replaces a whole-layout optimizer before training.
   explicit ZeroOneOptimizer(const gc::rt::Comm& comm, const StateLayout& layout = StateLayout::whole())
       : comm_(comm), shard_(layout, comm.rank(), comm.size()) {
+    squares_.assign(std::size_t(kNumParams), 0.0);
+  }
+  // The shard's moments (zero) and, for the whole layout, its summed gradients; once.
+  void allocate() {
+    if (!m_.empty() || shard_.size() == 0) return;
     m_.assign(std::size_t(shard_.size()), 0.0f);
     v_.assign(m_.size(), 0.0f);
-    if (layout.is_whole()) grad_.assign(m_.size(), 0.0f);
-    squares_.assign(std::size_t(kNumParams), 0.0);
+    if (shard_.layout().is_whole()) grad_.assign(m_.size(), 0.0f);
   }
 
   // Steps 1-2 (the whole layout): this rank's shard of the summed gradients, and every tensor's
