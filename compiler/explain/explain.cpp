@@ -254,12 +254,10 @@ std::string explain_world(const Plan& plan, int world_size) {
   const double padded = zero1 ? shard * world_size : double(stored);
   const double weight_bytes = m.weights / double(stored), moments = 8.0 * shard;
   const bool expert_blocks = plan.spec.model.arch == Arch::moe && plan.spec.distributed.expert_parallel > 1;
-  const std::string how = expert_blocks
-                              ? std::string(zero1 ? " (ZeRO-1: 1/" + std::to_string(world_size) + " without expert parallelism"
-                                                  : " (replicated without expert parallelism") +
-                                    "; with it: below)"
-                          : zero1 ? " (ZeRO-1: 1/" + std::to_string(world_size) + ")"
-                                  : std::string(" (replicated; zero_stage = 1 shards them)");
+  const std::string cut = zero1 ? "ZeRO-1: 1/" + std::to_string(world_size) : std::string("replicated");
+  const std::string how = expert_blocks ? " (" + cut + " without expert parallelism; with it: below)"
+                          : zero1       ? " (" + cut + ")"
+                                        : " (replicated; zero_stage = 1 shards them)";
   const double gpu_weights = weight_bytes * padded, gpu_grads = 4.0 * padded;
   const double gpu_masters = m.master_weights > 0 ? 4.0 * shard : 0.0;
   const double gpu_state = gpu_weights + gpu_masters + gpu_grads + moments;

@@ -253,9 +253,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     expert_blocks_ = true;
     model_.use_state_layout(experts_->layout());
-    const gc::rt::Comm& owners = experts_->owners_host();
-    shard_ = zero1_ ? ZeroShards(layout(), owners.rank(), owners.size()) : ZeroShards(layout(), 0, 1);
+    shard_ = ZeroShards(layout(), 0, 1);
     if (zero1_) {  // no all-gather of the whole weights: they need no padding; the gradients do
+      shard_ = ZeroShards(layout(), experts_->owners_host().rank(), experts_->owners_host().size());
       model_.params.resize(std::size_t(kOffsets.at[kNumParams]));
       model_.params.zero();
       model_.grads.resize(std::size_t(shard_.padded()));

@@ -57,19 +57,11 @@ struct ZeroShards {
     return {std::min(total, per_rank * r), std::min(total, per_rank * (r + 1))};
   }
   // The slots [a, b) of tensor i that lie in this rank's shard (b ≤ a: none).
-  std::pair<std::int64_t, std::int64_t> overlap(int i) const { return overlap_with(i, lo, hi); }
+  std::pair<std::int64_t, std::int64_t> overlap(int i) const {
+    return {std::max(lo, layout_.at(i)), std::min(hi, layout_.at(i) + layout_.held(i))};
+  }
   // Where slot s of tensor i (in the shard) lies in the whole flat array (kOffsets layout).
   std::int64_t whole_of(int i, std::int64_t s) const { return layout_.whole_part(i).first + (s - layout_.at(i)); }
-  // Elements of tensor i in each rank's shard, in rank order (an all-gather of the tensor).
-  std::vector<int> tensor_counts(int i) const {
-    std::vector<int> out;
-    for (int r = 0; r < int(counts.size()); ++r) {
-      const auto [a, b] = range_of(r);
-      const auto [x, y] = overlap_with(i, a, b);
-      out.push_back(int(std::max<std::int64_t>(0, y - x)));
-    }
-    return out;
-  }
   std::int64_t size() const { return hi - lo; }
   // The slots every rank's shard spans together: ranks × per_rank (NCCL moves equal blocks).
   std::int64_t padded() const { return per_rank * std::int64_t(counts.size()); }
@@ -81,9 +73,6 @@ struct ZeroShards {
 
  private:
   StateLayout layout_;
-  std::pair<std::int64_t, std::int64_t> overlap_with(int i, std::int64_t a, std::int64_t b) const {
-    return {std::max(a, layout_.at(i)), std::min(b, layout_.at(i) + layout_.held(i))};
-  }
 };
 
 class ZeroOneOptimizer {
@@ -96,7 +85,7 @@ class ZeroOneOptimizer {
   }
   // The shard's moments (zero) and, for the whole layout, its summed gradients; once.
   void allocate() {
-    if (!m_.empty() || shard_.size() == 0) return;
+    if (!m_.empty()) return;
     m_.assign(std::size_t(shard_.size()), 0.0f);
     v_.assign(m_.size(), 0.0f);
     if (shard_.layout().is_whole()) grad_.assign(m_.size(), 0.0f);
@@ -141,10 +130,7 @@ class ZeroOneOptimizer {
       if (b > a) std::copy(params + shard_.whole_of(i, a), params + shard_.whole_of(i, b), staging + a);
     }
     comm_.allgather_inplace(staging, shard_.counts);
-    for (int i = 0; i < kNumParams; ++i) {  // every owner's, back into the whole weights
-      const float* held = staging + layout.at(i);
-      std::copy(held, held + layout.held(i), params + layout.whole_part(i).first);
-    }
+    put_layout_part(layout, params, staging);  // every owner's, back into the whole weights
   }
 
   // The shard's moments (a checkpoint gathers them and a resume fills them:

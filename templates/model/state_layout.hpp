@@ -86,4 +86,12 @@ inline void keep_layout_part(const StateLayout& layout, float* mine, const float
   }
 }
 
+// The reverse: this rank's part (`layout`) into its places in a whole host array.
+inline void put_layout_part(const StateLayout& layout, float* whole, const float* mine) {
+  for (int i = 0; i < kNumParams; ++i) {
+    const float* held = mine + layout.at(i);
+    std::copy(held, held + layout.held(i), whole + layout.whole_part(i).first);
+  }
+}
+
 }  // namespace gc::tree
