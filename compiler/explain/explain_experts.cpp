@@ -150,8 +150,6 @@ std::string explain_experts(const Plan& plan, int world_size) {
     << W / G << (W / G == 1 ? " rank that owns" : " ranks that own") << " the same block";
   if (W / G == 1) o << " (nothing to send)";
   o << "; the other " << format_bytes(4.0 * (stored - expert_params)) << " over all " << W << "\n";
-  o << "  expert parameters shared inside the group after each step: " << format_bytes(4.0 * expert_params * leaving)
-    << " received per rank\n";
   o << "  memory per process (CPU backend; on GPUs the rows are bf16 under bf16): the exchange buffers +" << format_bytes(exchange_buffer_bytes(plan, G, moe_layers))
     << exchange_bound(s, G) << "\n";
   if (const double slot = slot_rows(s, G); slot > 0.0) {
@@ -165,17 +163,17 @@ std::string explain_experts(const Plan& plan, int world_size) {
   // Each rank keeps the gradients of its own expert block (group rank 0's, the largest, here),
   // and the AdamW moments (on GPUs the fp32 masters too, apart from the working weights even under
   // fp32) of the block, or under ZeRO-1 of its shard over the W/G ranks owning the same block
-  // (engine/zero.hpp), where GPUs pad the gradients to equal shards; the weights stay whole
-  // (evaluation, metrics and checkpoints read them). planned_device_bytes in
-  // templates/train/trainer_metrics.hpp counts the same.
+  // (engine/zero.hpp), where GPUs pad the gradients to equal shards; the working weights are
+  // the block's too (fp32 on the CPU backend, in the compute precision on GPUs).
+  // planned_weight_bytes and planned_device_bytes in templates/train/trainer_metrics.hpp count the same.
   const double slots = expert_block_slots(plan, G);
   const std::int64_t owners = s.distributed.zero_stage == 1 ? W / G : 1;
   const double shard = std::ceil(slots / double(owners)), padded = owners == 1 ? slots : shard * double(owners);
   const bool bf16 = s.train.precision == Precision::bf16;
-  const double cpu = 4.0 * stored + 4.0 * slots + 8.0 * shard, gpu = (bf16 ? 2.0 : 4.0) * stored + 4.0 * padded + 12.0 * shard;
-  o << "  model state per process: the weights stay whole on every rank; the gradients are its expert block's ("
-    << std::llround(100.0 * slots / stored) << "% of one process's slots), and so are the AdamW moments (and on GPUs "
-       "the fp32 masters)";
+  const double cpu = 8.0 * slots + 8.0 * shard, gpu = (bf16 ? 2.0 : 4.0) * slots + 4.0 * padded + 12.0 * shard;
+  o << "  model state per process: the weights and gradients are its expert block's ("
+    << std::llround(100.0 * slots / stored) << "% of one process's slots), and so are the AdamW moments (and on "
+       "GPUs the fp32 masters)";
   if (owners > 1) o << ", of which ZeRO-1 keeps 1/" << owners << " (over the " << owners << " ranks owning the same block)";
   o << ": CPU backend (fp32) " << format_bytes(cpu) << " (one process: " << format_bytes(16.0 * stored) << "); GPU ("
     << (bf16 ? "bf16" : "fp32") << ") " << format_bytes(gpu) << " (one GPU: " << format_bytes(stored * (bf16 ? 18.0 : 16.0))

@@ -272,10 +272,10 @@ void add_distributed(Builder& b) {
                                       "computing it for the whole group's tokens through all-to-all exchanges "
                                       "(MPI on the CPU backend, NCCL send/recv on GPUs); expert gradients are "
                                       "reduced over the ranks that own the same block, the rest over all ranks. "
-                                      "A rank holds the gradients, AdamW moments (and on GPUs fp32 masters) of "
-                                      "its own block only, under zero_stage = 1 of the moments and masters its "
-                                      "shard over the ranks owning the same block; the weights stay whole and "
-                                      "checkpoints consolidated. Must divide the world size and not exceed "
+                                      "A rank holds the weights, gradients, AdamW moments (and on GPUs fp32 "
+                                      "masters) of its own block only, under zero_stage = 1 of the moments and "
+                                      "masters its shard over the ranks owning the same block; checkpoints stay "
+                                      "consolidated. Must divide the world size and not exceed "
                                       "moe.n_experts; train --expert-parallel N overrides it."),
                                 Value::integer(1)),
                    1),

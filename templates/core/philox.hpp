@@ -125,31 +125,35 @@ GC_HD inline double philox_uniform(uint64_t seed, uint32_t tensor_id, uint64_t i
   return philox_uniform52(r.x[0], r.x[1]);
 }
 
+// Each fill writes elements [first, first + n) of the tensor's stream (a rank's expert block
+// draws exactly the values the whole tensor has there).
 template <typename T>
-void fill_normal(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id) {
+void fill_normal(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id,
+                 std::int64_t first = 0) {
 #pragma omp parallel for
   for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = T(std_dev * philox_normal(seed, tensor_id, std::uint64_t(i)));
+    out[i] = T(std_dev * philox_normal(seed, tensor_id, std::uint64_t(first + i)));
   }
 }
 
 // Values in [−cutoff·σ, cutoff·σ]; cutoff must be > 0.
 template <typename T>
 void fill_truncated_normal(T* out, std::int64_t n, double std_dev, double cutoff, std::uint64_t seed,
-                           std::uint32_t tensor_id) {
+                           std::uint32_t tensor_id, std::int64_t first = 0) {
 #pragma omp parallel for
   for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = T(std_dev * philox_truncated_normal(seed, tensor_id, std::uint64_t(i), cutoff));
+    out[i] = T(std_dev * philox_truncated_normal(seed, tensor_id, std::uint64_t(first + i), cutoff));
   }
 }
 
 // Uniform on [−sqrt(3)σ, sqrt(3)σ] (std σ).
 template <typename T>
-void fill_uniform(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id) {
+void fill_uniform(T* out, std::int64_t n, double std_dev, std::uint64_t seed, std::uint32_t tensor_id,
+                  std::int64_t first = 0) {
   const double half_width = std::sqrt(3.0) * std_dev;
 #pragma omp parallel for
   for (std::int64_t i = 0; i < n; ++i) {
-    out[i] = T(half_width * (2.0 * philox_uniform(seed, tensor_id, std::uint64_t(i)) - 1.0));
+    out[i] = T(half_width * (2.0 * philox_uniform(seed, tensor_id, std::uint64_t(first + i)) - 1.0));
   }
 }
 

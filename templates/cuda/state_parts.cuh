@@ -1,7 +1,8 @@
 // Under expert parallelism a rank's fp32 masters lie in its state layout (model/state_layout.hpp:
-// an expert tensor's own block only) while its working weights are the whole flat array. After
-// AdamW updates the masters, every held element goes to its place in the working weights
-// (rounded to bf16 under bf16):
+// an expert tensor's own block only), and so do its working weights (engine/cuda_engine.cu passes
+// each part's slot as its offset; the kernel takes any place for each part). After AdamW updates
+// the masters, every held element goes to its place in the working weights (rounded to bf16
+// under bf16):
 //
 //   whole[whole_offsets[t] + (j − parts[t].offset)] = local[j]   for j in [parts[t].offset, + numel)
 //

@@ -1,7 +1,8 @@
 // The CPU engine (engine/engine.hpp): the trainer's host model and moments
 // are the state, so the transfers copy nothing; under expert parallelism the
-// gradients and moments of an expert tensor are the rank's own block's
-// (engine/expert_groups.hpp), and under ZeRO-1 the moments live in the rank's
+// weights, gradients and moments of an expert tensor are the rank's own block's
+// (engine/expert_groups.hpp; the whole weights exist on rank 0 only while it
+// measures or saves them: download), and under ZeRO-1 the moments live in the rank's
 // shard (engine/zero.hpp: of the whole array over the world, or of the
 // expert-block layout over the block's owners): m and v then exist whole only
 // while a checkpoint is loaded or saved.
@@ -63,13 +64,12 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     StepVerdict& verdict = readout_.verdict;
     judge_step(verdict, loss, readout_.squares.data(), kNumParams, kGradClip, t);
     if (verdict.stopped_at != 0) return;
+    // The weights lie in the gradients' layout: under expert parallelism of an expert tensor
+    // the own block only (its owners update the rest).
     if (zero_) {
-      zero_->step(model_.params.data(), model_.grads.data(), lr, verdict.clip, t);
-      if (experts_) experts_->share_expert_blocks(model_.params.data());
+      zero_->step(model_.params.data(), lr, verdict.clip, t);
       return;
     }
-    // Every tensor's part in the gradients' layout: under expert parallelism an expert tensor's
-    // own block only (its owners update the rest).
     const StateLayout& layout = model_.state_layout();
     float* m = split() ? block_m_.data() : m_.data();
     float* v = split() ? block_v_.data() : v_.data();
@@ -77,19 +77,21 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
       const std::int64_t k = layout.at(i);
-      cpu::adamw_step(model_.params.data() + layout.whole_part(i).first, m + k, v + k, model_.grads.data() + k,
-                      layout.held(i), hp, verdict.clip);
+      cpu::adamw_step(model_.params.data() + k, m + k, v + k, model_.grads.data() + k, layout.held(i), hp,
+                      verdict.clip);
     }
-    if (experts_) experts_->share_expert_blocks(model_.params.data());
   }
   const StepReadout& read_step() override { return readout_; }
 
   // State transfer: the host model and moments are the state.
   void initialize(std::uint64_t seed) override {
     if (zero_) zero_->allocate();
-    init_parameters(model_.params.data(), seed);
+    init_parameters(model_.params.data(), seed, model_.weight_layout());
   }
-  void upload(const float*, const float* m, const float* v) override {
+  // params: the trainer's host parameters, which are the model's own unless the experts' weights
+  // are split (then a whole array: this rank keeps its block).
+  void upload(const float* params, const float* m, const float* v) override {
+    if (params != model_.params.data()) keep_layout_part(model_.weight_layout(), model_.params.data(), params);
     if (zero_) {  // the rank's shard (of its block's layout under expert parallelism)
       zero_->allocate();
       keep_state_part(zero_->shards(), zero_->m(), m, scratch_);
@@ -99,7 +101,12 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       experts_->keep_own_part(block_v_.data(), v);
     }
   }
-  void download(float*, float*, float*) override {}
+  // Split experts: rank 0's `params` (whole; nullptr elsewhere) receive every expert tensor's
+  // blocks from rank 0's group (a collective of the world; the other groups send nothing).
+  void download(float* params, float*, float*) override {
+    if (experts_) experts_->gather_to_root(params, model_.params.data());
+  }
+  bool expert_weights_split() const override { return experts_ != nullptr; }
   void gather_moments(float* m, float* v) override {
     if (zero_) {
       const gc::rt::Comm* group = experts_ ? &experts_->exchange().group() : nullptr;
@@ -140,6 +147,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       experts_->exchange().route = route;
       model_.attach_expert_exchange(&experts_->exchange());
       model_.use_state_layout(experts_->layout());
+      model_.use_weight_layout(experts_->layout());
       if (zero_) {
         zero_ = std::make_unique<ZeroOneOptimizer>(experts_->owners(), experts_->layout());
         return;
@@ -154,8 +162,11 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     return {x.bytes_sent, x.seconds, x.exchanges};
   }
   bool sharded() const override { return zero_ != nullptr || split(); }
+  // Under expert parallelism each rank fingerprints its own part, and each group combines its
+  // ranks' in group order: groups that hold the same model give the same value.
   std::uint64_t replica_fingerprint() override {
-    return core::fingerprint_of(model_.params.data(), kOffsets.at[kNumParams]);
+    const std::uint64_t mine = core::fingerprint_of(model_.params.data(), std::int64_t(model_.params.size()));
+    return experts_ ? experts_->combine_over_group(mine) : mine;
   }
   int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
 
@@ -163,9 +174,13 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   std::string describe() const override { return "CPU backend"; }
   std::unique_ptr<profile::Clock> make_profile_clock() override { return std::make_unique<cpu::WallClock>(); }
   // Update ratios: the tracked tensors' values before the step, beside the model.
+  // (Of an expert tensor under expert parallelism the rank's block, whose sums update_sums adds
+  // over the group.)
   void snapshot_tensors(const bool* mask) override {
+    const StateLayout& held = model_.weight_layout();
     for (int i = 0; i < kNumParams; ++i) {
-      if (mask[i]) snapshot_[i].assign(model_.param(i), model_.param(i) + kParams[i].numel);
+      const float* first = model_.param(i) + held.first(i);
+      if (mask[i]) snapshot_[i].assign(first, first + held.held(i));
     }
   }
   std::vector<double> gradient_squares() override {
@@ -178,13 +193,14 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     for (int i = 0; i < kNumParams; ++i) {
       if (!mask[i]) continue;
       const std::vector<float>& old = snapshot_.at(i);
-      const float* now = model_.param(i);
+      const float* now = model_.param(i) + model_.weight_layout().first(i);
       for (std::size_t j = 0; j < old.size(); ++j) {
         const double d = double(now[j]) - double(old[j]);
         out[std::size_t(i)][0] += d * d;
         out[std::size_t(i)][1] += double(old[j]) * double(old[j]);
       }
     }
+    if (experts_) experts_->complete_pair_sums(out);
     return out;
   }
   std::int64_t optimizer_bytes() const override {
@@ -192,6 +208,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     return std::int64_t(2 * (split() ? block_m_.size() : m_.size()) * sizeof(float));
   }
   std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
+  std::int64_t weight_bytes() const override { return std::int64_t(model_.params.size() * sizeof(float)); }
 
  protected:
   Model<float>& model() override { return model_; }

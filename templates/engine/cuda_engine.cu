@@ -1,33 +1,29 @@
-// The CUDA training engine (engine/engine.hpp): the model of
-// model/model_impl.hpp on the CUDA backend, plus fp32 master weights, AdamW
-// moments and the fused multi-tensor AdamW on the device.
+// The CUDA training engine (engine/engine.hpp): the model of model/model_impl.hpp on the CUDA
+// backend, plus fp32 master weights, AdamW moments and the fused multi-tensor AdamW on the device.
 //
-// precision "fp32": the model's parameters are the master weights (no copy).
-// precision "bf16": the model computes with bf16 working weights, rewritten
-// from the fp32 masters after each update; gradients, moments and every
-// reduction stay fp32.
+// precision "fp32": the model's parameters are the master weights (no copy; under expert
+// parallelism the block's masters are apart). precision "bf16": the model computes with bf16
+// working weights, rewritten from the fp32 masters after each update; gradients, moments and
+// every reduction stay fp32.
 //
-// A step waits for nothing: the loss accumulates on the device, finish_step queues the
-// gradient norms, the step's verdict (norm, clip, stop: step_verdict.hpp) and AdamW
-// reading it, and the host reads the values back (read_step) only when it logs, records or
-// saves.
+// A step waits for nothing: the loss accumulates on the device, finish_step queues the gradient
+// norms, the step's verdict (norm, clip, stop: step_verdict.hpp) and AdamW reading it, and the
+// host reads the values back (read_step) only when it logs, records or saves.
 //
 // Data parallelism (join; docs/distributed.md), over NCCL:
-//   zero_stage 0  every rank holds the whole state; during a rank's last micro-batch the
-//                 gradients are all-reduced in buckets of whole layers (≥ distributed.bucket_mb,
-//                 last layer first; the final norm and LM head before them) on a second stream
-//                 as the backward pass queues them; the embedding follows. The default stream
-//                 waits for the reduction before anything reads a gradient.
+//   zero_stage 0  every rank holds the whole state; during a rank's last micro-batch the gradients
+//                 are all-reduced in buckets of whole layers (≥ distributed.bucket_mb, last layer
+//                 first; the final norm and LM head before them) on a second stream as the backward
+//                 queues them; the embedding follows. The default stream waits for the reduction.
 //   zero_stage 1  engine/zero.hpp's ZeroShards: a rank holds the moments (and under bf16 the
 //                 masters) of its shard; the same buckets are reduced to their parts' owners (one
 //                 ncclReduce per owner, in a group), AdamW runs on the shard, and the parameters
 //                 are all-gathered (NCCL's equal blocks: the flat arrays get a zero tail).
 //   expert_parallel G  the MoE rows are exchanged inside groups (engine/nccl_expert_exchange.cuh);
-//                 a rank holds the gradients of its own expert block only (model/state_layout.hpp),
-//                 and the fp32 masters and moments of it (under ZeRO-1 of its shard of it over
-//                 the block's owners, who then all-gather it through the spent gradients): the
-//                 block is reduced over its owners, updated here, written into the whole working
-//                 weights (cuda/state_parts.cuh) and sent to the rest of the group.
+//                 a rank holds the working weights, gradients, fp32 masters and moments of its
+//                 own expert block only (model/state_layout.hpp; under ZeRO-1 the masters and
+//                 moments of its shard of it over the block's owners, who then all-gather it
+//                 through the spent gradients), written into the working weights after AdamW.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -97,19 +93,20 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   std::unique_ptr<profile::Clock> make_profile_clock() override { return std::make_unique<cuda::EventClock>(); }
 
   // Each tensor from its own Philox stream: the master weights of this rank's shard (all of them
-  // without ZeRO), and under bf16 the whole working copy, drawn in bf16 (the rounding of the
-  // same fp32 value a cast of the master would give).
+  // without ZeRO), and under bf16 the working copy (of an expert tensor under expert parallelism
+  // the own block), drawn in bf16 (the rounding of the same fp32 value a cast of the master would give).
   void initialize(std::uint64_t seed) override {
     allocate_state();
     const std::vector<cuda::AdamWTensor> table = parts().table();
+    const StateLayout& held_weights = model_.weight_layout();
     for (int i = 0; i < kNumParams; ++i) {
       const ParamInfo& p = kParams[i];
       const cuda::AdamWTensor& held = table[std::size_t(i)];
       cuda::init_tensor(master_shard() + held.offset, held.numel, p.init, kInitStd[i], p.cutoff, seed,
                         std::uint32_t(i), parts().first(i));
       if (kSeparateMaster || expert_blocks_) {
-        cuda::init_tensor(model_.params.data() + kOffsets.at[i], p.numel, p.init, kInitStd[i], p.cutoff, seed,
-                          std::uint32_t(i));
+        cuda::init_tensor(model_.params.data() + held_weights.at(i), held_weights.held(i), p.init, kInitStd[i],
+                          p.cutoff, seed, std::uint32_t(i), held_weights.first(i));
       }
     }
     m_.zero();
@@ -117,7 +114,8 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
 
   // params: the whole array on every rank; m and v: whole arrays, of which a rank keeps its part
-  // (engine/state_parts.hpp), as of the masters (under bf16 or expert parallelism).
+  // (engine/state_parts.hpp), as of the masters (under bf16 or expert parallelism) and the
+  // working weights (model_.weight_layout()).
   void upload(const float* params, const float* m, const float* v) override {
     allocate_state();
     upload_working(model_.params, params);
@@ -130,12 +128,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // rank's master shard (m and v: gather_moments).
   void download(float* params, float* m, float* v) override {
     GC_CUDA_CHECK(cudaDeviceSynchronize());
-    if (sharded()) {
-      gather_state(params, master_shard());
-      return;
-    }
+    if (sharded()) return gather_state(params, master_shard());
     const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
-    download_floats(params, master_shard(), n);
+    gc::rt::cuda::copy_to_host(params, master_shard(), n * sizeof(float));
     if (m) m_.download(m, n);
     if (v) v_.download(v, n);
   }
@@ -185,10 +180,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
                             verdict_.data());
 #ifdef GC_HAVE_NCCL
     if (zero1_ && !expert_blocks_) nccl_->all_gather(model_.params.data(), shard_.per_rank, comm_->rank(), nullptr);
-    if (expert_blocks_) {  // the block's masters into the working weights, then the group's blocks to every rank
-      experts_->write_block(model_.params.data(), gather_block_masters());
-      experts_->share_blocks(model_.params.data(), nullptr);
-    }
+    if (expert_blocks_) experts_->write_block(model_.params.data(), gather_block_masters());  // the block's
 #endif
   }
   // Two device→host copies, which wait for everything queued (the host's step timing then covers
@@ -233,18 +225,22 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // ZeRO-1 shards the optimizer state over the world; expert parallelism keeps the expert
   // block's (model/state_layout.hpp), under ZeRO-1 a shard of it: rank 0 gathers what it saves.
   bool sharded() const override { return zero1_ || expert_blocks_; }
+  // Under expert parallelism of this rank's part, combined over its group.
   std::uint64_t replica_fingerprint() override {
-    return fingerprint_.of(model_.params.data(), kOffsets.at[kNumParams]);
+    const std::uint64_t mine = fingerprint_.of(model_.params.data(), std::int64_t(model_.params.size()));
+#ifdef GC_HAVE_NCCL
+    if (expert_blocks_) return experts_->combine_over_group(mine);
+#endif
+    return mine;
   }
+  bool expert_weights_split() const override { return expert_blocks_; }
 #ifdef GC_HAVE_NCCL
   void abort_communicators() override { gc::rt::cuda::NcclComm::abort_all(); }
   std::string communicator_error() override { return gc::rt::cuda::NcclComm::async_error(); }
-#endif
-#ifdef GC_HAVE_NCCL
   // Expert parallelism (engine/nccl_expert_exchange.cuh): the MoE rows exchanged inside groups
-  // of G ranks. The gradients, masters and moments become the rank's expert block's, under
-  // ZeRO-1 the masters and moments its shard of the block over the block's owners (the state is
-  // allocated by the first initialize or upload, after this).
+  // of G ranks. The working weights, gradients, masters and moments become the rank's expert
+  // block's, under ZeRO-1 the masters and moments its shard of the block over the block's owners
+  // (the state is allocated by the first initialize or upload, after this).
   void split_experts(int G, double receive_factor, RouteChoice route) override {
     experts_ = std::make_unique<DeviceExpertGroups<ComputeType>>(*comm_, G);
     experts_->exchange().receive_factor = receive_factor;
@@ -253,11 +249,10 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     expert_blocks_ = true;
     model_.use_state_layout(experts_->layout());
+    model_.use_weight_layout(experts_->layout());  // unpadded: the weights are not all-gathered
     shard_ = ZeroShards(layout(), 0, 1);
-    if (zero1_) {  // no all-gather of the whole weights: they need no padding; the gradients do
+    if (zero1_) {  // the gradients are padded to equal shards
       shard_ = ZeroShards(layout(), experts_->owners_host().rank(), experts_->owners_host().size());
-      model_.params.resize(std::size_t(kOffsets.at[kNumParams]));
-      model_.params.zero();
       model_.grads.resize(std::size_t(shard_.padded()));
       model_.grads.zero();
     }
@@ -286,10 +281,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     buckets_.finish();
 #endif
   }
-  std::int64_t optimizer_bytes() const override {
-    return std::int64_t((m_.size() + v_.size()) * sizeof(float));
-  }
+  std::int64_t optimizer_bytes() const override { return std::int64_t((m_.size() + v_.size()) * sizeof(float)); }
   std::int64_t gradient_bytes() const override { return std::int64_t(model_.grads.size() * sizeof(float)); }
+  std::int64_t weight_bytes() const override { return std::int64_t(model_.params.size() * sizeof(ComputeType)); }
   int last_step_reductions() const override { return buckets_.reductions(); }
 
   // The metrics' device scratch, sized for this model and the plan's tensors (after join: the
@@ -321,7 +315,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     }
     return weight_stats_.get();
   }
-  bool weight_metrics_collective() const override { return sharded() && kSeparateMaster; }
+  bool weight_metrics_collective() const override { return sharded() && (kSeparateMaster || expert_blocks_); }
   // Update ratios: the next finish_step sums, before AdamW, the update it applies
   // (cuda/update_ratio.cuh; nothing is copied).
   void snapshot_tensors(const bool* mask) override {
@@ -391,10 +385,17 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
       return master_.data();
     }
   }
-  // The whole host array into the working weights (rounded on the host under bf16).
+  // The whole host array's part (model_.weight_layout()) into the working weights (rounded on the
+  // host under bf16).
   template <typename Params>
   void upload_working(Params& params, const float* host) {
-    const std::size_t n = std::size_t(kOffsets.at[kNumParams]);
+    const StateLayout& held = model_.weight_layout();
+    if (!held.is_whole()) {
+      block_host_.resize(std::size_t(held.total()));
+      keep_layout_part(held, block_host_.data(), host);
+      host = block_host_.data();
+    }
+    const std::size_t n = std::size_t(held.total());
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
       params.upload(host, n);
     } else {
@@ -412,7 +413,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   template <typename Params>
   const float* whole_fp32_weights(Params& params) {
     if constexpr (std::is_same_v<Params, DeviceBuffer<float>>) {
-      return params.data();  // fp32: the parameters are the masters, whole on every rank
+      return expert_blocks_ ? nullptr : params.data();  // fp32: the parameters, whole unless the experts are split
     } else {
       return sharded() ? nullptr : master_.data();
     }
@@ -475,14 +476,11 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     m_.zero();
     v_.zero();
   }
-  static void download_floats(float* host, const float* device, std::size_t n) {
-    gc::rt::cuda::copy_to_host(host, device, n * sizeof(float));
-  }
   // Rank 0's `all` (whole array; nullptr elsewhere) receives every rank's part of a device
   // array of the optimizer state (engine/state_parts.hpp; a collective).
   void gather_state(float* all, const float* part_device) {
     shard_host_.resize(std::size_t(state_slots()));
-    download_floats(shard_host_.data(), part_device, shard_host_.size());
+    gc::rt::cuda::copy_to_host(shard_host_.data(), part_device, shard_host_.size() * sizeof(float));
     const gc::rt::Comm *sharding = comm_, *group = nullptr;
 #ifdef GC_HAVE_NCCL
     if (expert_blocks_) {

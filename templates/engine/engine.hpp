@@ -85,8 +85,14 @@ class EngineState {
   virtual void initialize(std::uint64_t seed) = 0;
   // Host state → engine (after init or resume).
   virtual void upload(const float* params, const float* m, const float* v) = 0;
-  // Engine → host state. m and v may be null (parameters only).
+  // Engine → host state. m and v may be null (parameters only). When expert_weights_split(), a
+  // collective of every rank that fills rank 0's params only (nullptr elsewhere).
   virtual void download(float* params, float* m, float* v) = 0;
+  // Whether a rank holds its own experts' weights only (expert parallelism on the CPU backend):
+  // the host's whole parameters are then a copy that download gathers to rank 0, and every
+  // forward, evaluation included, exchanges the experts inside a group (so rank 0's group
+  // evaluates together).
+  virtual bool expert_weights_split() const { return false; }
   // Under ZeRO-1: the moments reach rank 0 (m and v whole arrays there, nullptr elsewhere).
   virtual void gather_moments(float*, float*) {}
   // The aux_free selection biases a checkpoint keeps (one vector per MoE layer).
@@ -191,6 +197,9 @@ class EngineTelemetry {
   virtual std::int64_t optimizer_bytes() const = 0;
   // Bytes of gradients this rank holds (all of them, or its expert block's).
   virtual std::int64_t gradient_bytes() const = 0;
+  // Bytes of working weights this rank holds (all of them, or with expert_weights_split() its
+  // expert block's).
+  virtual std::int64_t weight_bytes() const = 0;
   // Device memory: in use on the GPU (cudaMemGetInfo: ours, the CUDA context,
   // libraries), the peak of our own allocations, and how many we made.
   virtual std::int64_t device_used_bytes() const { return 0; }

@@ -2,31 +2,35 @@
 // communicators and the step's collectives of distributed.expert_parallel = G.
 //
 // Ranks r = g·G + i form group g (G consecutive ranks; rank i of it owns expert block i). A rank
-// holds the gradients of its own expert block only (model/state_layout.hpp's expert-block
-// layout: 1/G of the experts'), and its AdamW moments in the same layout: all of it without
-// ZeRO-1, under ZeRO-1 its shard of it over the block's owners (engine/zero.hpp). Per step,
-// beyond the exchanges inside the MoE layers:
+// holds the weights and gradients of its own expert block only (model/state_layout.hpp's
+// expert-block layout: 1/G of the experts'), and its AdamW moments in the same layout: all of
+// it without ZeRO-1, under ZeRO-1 its shard of it over the block's owners (engine/zero.hpp).
+// Every forward, evaluation included, runs the experts on their owners. Per step, beyond the
+// exchanges inside the MoE layers:
 //   gradients   every tensor outside the expert blocks: Σ over all ranks (runs of consecutive
 //               tensors, one all-reduce each); an expert tensor's own block: Σ over the W/G
 //               ranks that own the same block (none when W = G)
 //   Σ g²        an expert tensor's sum over its own block, added over the group in rank order
 //   AdamW       every tensor outside the experts; of an expert tensor, the own block (its
-//               moments are the rank's own); under ZeRO-1 the shard's part of these, whose
-//               owners then gather the block (engine/zero.hpp)
-//   parameters  each expert tensor's blocks all-gathered inside the group, so every rank holds
-//               the whole current model (checkpoints, metrics, evaluation and the sample read it)
+//               weights and moments are the rank's own); under ZeRO-1 the shard's part of
+//               these, whose owners then gather the block (engine/zero.hpp)
+// Outside the step:
+//   weights     gathered to rank 0 by its group when rank 0 measures or saves them, or prints
+//               the sample (gather_layout_to_root); nothing else needs them whole
 //   moments     gathered to rank 0 by its group only when a checkpoint is saved
 //               (gather_layout_to_root; under ZeRO-1 each block's owners first gather it to
 //               the owner in group 0); a resume keeps the rank's part of the whole arrays
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "config.hpp"
+#include "core/fingerprint.hpp"
 #include "model/expert_parallel.hpp"
 #include "model/model.hpp"
 #include "model/state_layout.hpp"
@@ -65,6 +69,19 @@ inline void add_expert_sums_over_group(const gc::rt::Comm& group, double* sums, 
     if (!is_expert_tensor(i)) continue;
     for (int j = 0; j < per; ++j) sums[std::int64_t(i) * per + j] = scratch[k++];
   }
+}
+
+// A value per rank of a group (a fingerprint of its part of the model: the replica check)
+// combined in group rank order: every rank of a group gets the same, and so does every group
+// whose ranks hold the same parts. scratch: reused.
+inline std::uint64_t combine_fingerprints_over_group(const gc::rt::Comm& group, std::uint64_t mine,
+                                                     std::vector<std::int64_t>& scratch) {
+  const std::int64_t value = std::int64_t(mine);
+  scratch.assign(std::size_t(group.size()), 0);
+  group.allgather(&value, scratch.data(), 1);
+  std::uint64_t combined = 0;
+  for (std::size_t q = 0; q < scratch.size(); ++q) combined = core::mix64(combined ^ std::uint64_t(scratch[q]) ^ q);
+  return combined;
 }
 
 // The elements of expert tensor i that each rank of a group of G holds, in group rank order.
@@ -156,12 +173,17 @@ class ExpertGroups {
   }
   // Each expert tensor's Σ g² (its own block's) added over the group.
   void complete_squares(double* squares) { add_expert_sums_over_group(exchange_.group(), squares, 1, expert_squares_); }
-  // Every expert tensor's blocks of the whole parameter array to every rank of the group.
-  void share_expert_blocks(float* flat) const {
-    const gc::rt::Comm& group = exchange_.group();
-    for (int i = 0; i < kNumParams; ++i) {
-      if (is_expert_tensor(i)) group.allgather_inplace(flat + kOffsets.at[i], expert_block_counts(i, group.size()));
-    }
+  // The update ratio's per-tensor [Σ Δθ², Σ θ²] (an expert tensor's over its own block) with the
+  // expert tensors' added over the group.
+  void complete_pair_sums(std::vector<std::array<double, 2>>& sums) {
+    pair_sums_.resize(2 * sums.size());
+    for (std::size_t i = 0; i < sums.size(); ++i) std::copy(sums[i].begin(), sums[i].end(), pair_sums_.begin() + 2 * i);
+    add_expert_sums_over_group(exchange_.group(), pair_sums_.data(), 2, expert_squares_);
+    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = {pair_sums_[2 * i], pair_sums_[2 * i + 1]};
+  }
+  // A fingerprint of this rank's part of the model combined over the group.
+  std::uint64_t combine_over_group(std::uint64_t mine) {
+    return combine_fingerprints_over_group(exchange_.group(), mine, group_values_);
   }
   // A checkpoint's moments: rank 0's `whole` receives them (gather_layout_to_root).
   void gather_to_root(float* whole, const float* mine) const {
@@ -177,7 +199,8 @@ class ExpertGroups {
   std::pair<int, int> block_;   // this rank's experts [lo, hi)
   StateLayout layout_;          // its gradients and moments
   std::vector<std::pair<std::int64_t, std::int64_t>> shared_runs_;
-  std::vector<double> expert_squares_;
+  std::vector<double> expert_squares_, pair_sums_;
+  std::vector<std::int64_t> group_values_;
 };
 
 }  // namespace gc::tree

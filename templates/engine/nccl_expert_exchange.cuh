@@ -5,20 +5,20 @@
 // host-planned route from, by MPI over the group's host communicator; a slotted route's offsets
 // by ncclAllGather on the compute stream (model/expert_parallel.hpp's ExpertRoute).
 //
-// DeviceExpertGroups: a rank holds the gradients of its own expert block only (layout(): the
-// expert-block StateLayout of model/state_layout.hpp), and the fp32 masters and moments in the
-// same layout (under ZeRO-1 its shard of it over the block's owners: engine/zero.hpp); the
-// step's collectives are the CPU's (engine/expert_groups.hpp):
+// DeviceExpertGroups: a rank holds the working weights and gradients of its own expert block
+// only (layout(): the expert-block StateLayout of model/state_layout.hpp), and the fp32 masters
+// and moments in the same layout (under ZeRO-1 its shard of it over the block's owners:
+// engine/zero.hpp); the step's collectives are the CPU's (engine/expert_groups.hpp):
 //   gradients   outside the experts: all-reduced over the world (the engine's buckets); an expert
 //               tensor's own block: over the W/G ranks that own the same block (nothing at W = G)
 //   Σ g², update sums   an expert tensor's own block's, added over the group in rank order (the
 //               same bits in every group: cuda/group_sums.cuh)
 //   AdamW       on the layout's masters and moments (under ZeRO-1 the shard's, which the owners
 //               then all-gather through the spent gradient array); the held elements then go
-//               to the whole working weights (cuda/state_parts.cuh)
-//   parameters  after the update each rank sends its blocks of the working weights to the rest
-//               of its group (ncclSend/ncclRecv: blocks may be uneven)
-//   checkpoints the masters and moments reach rank 0 through its group (gather_layout_to_root)
+//               to the working weights, in the same layout (cuda/state_parts.cuh); nothing is
+//               sent to the rest of the group
+//   checkpoints the masters and moments reach rank 0 through its group (gather_layout_to_root),
+//               and so do the weights (the masters) when rank 0 measures or saves them
 #pragma once
 
 #ifdef GC_HAVE_NCCL
@@ -109,19 +109,18 @@ class DeviceExpertGroups {
     world_runs_ = shared_tensor_runs(layout_);
     for (int i = 0; i < kNumParams; ++i) {
       if (!is_expert_tensor(i)) continue;
-      expert_.push_back(i);
       if (owners_host_->size() > 1) owner_runs_.push_back({layout_.at(i), layout_.at(i) + layout_.held(i)});
     }
     const std::vector<cuda::AdamWTensor> held = UpdateParts{ZeroShards(layout_, 0, 1)}.table();
     layout_table_.resize(held.size());
     layout_table_.upload(held.data(), held.size());
-    std::vector<std::int64_t> whole(static_cast<std::size_t>(kNumParams));
-    for (int i = 0; i < kNumParams; ++i) whole[std::size_t(i)] = layout_.whole_part(i).first;
-    whole_offsets_.resize(whole.size());
-    whole_offsets_.upload(whole.data(), whole.size());
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(kNumParams));
+    for (int i = 0; i < kNumParams; ++i) slots[std::size_t(i)] = layout_.at(i);
+    weight_slots_.resize(slots.size());
+    weight_slots_.upload(slots.data(), slots.size());
   }
   NcclExpertExchange<Act>& exchange() { return exchange_; }
-  // Where this rank keeps gradients, masters and moments.
+  // Where this rank keeps working weights, gradients, masters and moments.
   const StateLayout& layout() const { return layout_; }
   // The W/G ranks that own the same block (ZeRO-1 shards the layout over them).
   const gc::rt::Comm& owners_host() const { return *owners_host_; }
@@ -133,9 +132,11 @@ class DeviceExpertGroups {
   void sum_block_squares(double* sums, double* scratch, const float* grads) {
     cuda::sum_squares_per_tensor(sums, scratch, grads, layout_table_.data(), kNumParams, layout_.total());
   }
-  // The block's updated masters (layout() slots) into the whole working weights (cuda/state_parts.cuh).
-  void write_block(Act* whole, const float* masters) {
-    cuda::copy_parts_to_whole(whole, masters, layout_table_.data(), whole_offsets_.data(), kNumParams, layout_.total());
+  // The block's updated masters into the working weights (both in layout() slots; rounded to
+  // bf16 under bf16; the alignment gaps untouched: cuda/state_parts.cuh).
+  void write_block(Act* weights, const float* masters) {
+    cuda::copy_parts_to_whole(weights, masters, layout_table_.data(), weight_slots_.data(), kNumParams,
+                              layout_.total());
   }
 
   // Σ over the ranks of grads[a, b) (layout() slots) as the header says, on `stream`.
@@ -167,22 +168,9 @@ class DeviceExpertGroups {
   void gather_to_root(const gc::rt::Comm& world, float* whole, const float* mine) const {
     gather_layout_to_root(world, exchange_.group(), layout_, whole, mine);
   }
-  // Every expert tensor's blocks of `flat` (kOffsets layout) to every rank of the group.
-  template <typename T>
-  void share_blocks(T* flat, cudaStream_t stream) {
-    gc::rt::cuda::NcclComm& nccl = exchange_.nccl();
-    const int G = exchange_.group().size(), me = exchange_.group().rank();
-    nccl.group_start();
-    for (int i : expert_) {
-      const std::int64_t per = kParams[i].numel / kExperts;
-      for (int q = 0; q < G; ++q) {
-        if (q == me) continue;
-        const auto [lo, hi] = expert_block(q, G);
-        nccl.send(flat + kOffsets.at[i] + block_.first * per, (block_.second - block_.first) * per, q, stream);
-        nccl.recv(flat + kOffsets.at[i] + lo * per, (hi - lo) * per, q, stream);
-      }
-    }
-    nccl.group_end();
+  // A fingerprint of this rank's part of the model combined over the group (engine/expert_groups.hpp).
+  std::uint64_t combine_over_group(std::uint64_t mine) {
+    return combine_fingerprints_over_group(exchange_.group(), mine, group_values_);
   }
 
  private:
@@ -192,16 +180,16 @@ class DeviceExpertGroups {
   std::unique_ptr<gc::rt::Comm> owners_host_;         // the W/G ranks owning the same block
   std::unique_ptr<gc::rt::cuda::NcclComm> owners_;
   std::vector<std::pair<std::int64_t, std::int64_t>> world_runs_, owner_runs_;
-  std::vector<int> expert_;  // the expert tensors, in kParams order
   std::vector<double> scratch_;  // complete_host_sums
+  std::vector<std::int64_t> group_values_;  // combine_over_group
   // complete_device_sums: every group rank's per-tensor sums (G · kNumParams), and which tensors
   // are added over the group (the experts; the others are rank 0's).
   gc::rt::cuda::DeviceBuffer<double> gathered_;
   gc::rt::cuda::DeviceBuffer<std::uint8_t> summed_;
-  // The layout's AdamW table (each tensor's held part) and each part's first element in the
-  // whole weights (write_block).
+  // The layout's AdamW table (each tensor's held part) and each part's slot in the working
+  // weights (write_block).
   gc::rt::cuda::DeviceBuffer<cuda::AdamWTensor> layout_table_;
-  gc::rt::cuda::DeviceBuffer<std::int64_t> whole_offsets_;
+  gc::rt::cuda::DeviceBuffer<std::int64_t> weight_slots_;
 };
 
 }  // namespace gc::tree

@@ -15,10 +15,11 @@
 //     ranks with the same block have the same layout). The gradients are summed as without
 //     ZeRO-1 (engine/expert_groups.hpp: the shared tensors over the world, a block over its
 //     owners), so step 1 only points into them and step 2 is the engine's, as without ZeRO-1
-//     (Σ g² over the whole block, an expert tensor's added over the group); step 4 gathers the
-//     shards over the owners through the spent gradient array (the layout's staging) into the
-//     whole parameters, and the engine then shares the blocks inside the group. At W = G it is
-//     zero_stage 0's expert blocks.
+//     (Σ g² over the whole block, an expert tensor's added over the group). The rank's weights
+//     lie in the same layout (its own experts only): on the CPU steps 3-4 are then the same as
+//     without expert parallelism, over the owners; on GPUs (engine/cuda_engine.cu) step 4
+//     gathers the masters' shards through the spent gradient array and writes the block into
+//     the working weights. At W = G it is zero_stage 0's expert blocks.
 //
 // Checkpoints stay consolidated: rank 0 gathers the moments before saving, and
 // a resume (with any world size) loads them whole and keeps its shard (engine/state_parts.hpp).
@@ -108,29 +109,19 @@ class ZeroOneOptimizer {
   // ZeRO-1, so that every rank of a group sees the same bits.
   void take_summed(const float* grads) { shard_grads_ = grads + shard_.lo; }
 
-  // Steps 3-4: AdamW on the shard of `params` (the whole flat array), then every shard to every
-  // rank of the communicator. An expert-block layout gathers through `staging` (its gradient
-  // array, spent by then).
-  void step(float* params, float* staging, double lr, double clip, std::int64_t t) {
+  // Steps 3-4: AdamW on the shard of `params`, which lie in the gradients' layout (the whole
+  // flat array, or under expert parallelism the rank's expert-block weights), then every shard
+  // to every rank of the communicator.
+  void step(float* params, double lr, double clip, std::int64_t t) {
     for (int i = 0; i < kNumParams; ++i) {
       const auto [a, b] = shard_.overlap(i);
       if (b <= a) continue;
       const ParamInfo& p = kParams[i];
       const cpu::AdamWHyper hp{lr * p.lr_mult, kBeta1, kBeta2, kAdamEps, p.weight_decay, t};
       const std::int64_t k = a - shard_.lo;
-      cpu::adamw_step(params + shard_.whole_of(i, a), m_.data() + k, v_.data() + k, shard_grads_ + k, b - a, hp, clip);
+      cpu::adamw_step(params + a, m_.data() + k, v_.data() + k, shard_grads_ + k, b - a, hp, clip);
     }
-    if (shard_.layout().is_whole()) {
-      comm_.allgather_inplace(params, shard_.counts);
-      return;
-    }
-    const StateLayout& layout = shard_.layout();
-    for (int i = 0; i < kNumParams; ++i) {  // the shard's updated weights into their slots
-      const auto [a, b] = shard_.overlap(i);
-      if (b > a) std::copy(params + shard_.whole_of(i, a), params + shard_.whole_of(i, b), staging + a);
-    }
-    comm_.allgather_inplace(staging, shard_.counts);
-    put_layout_part(layout, params, staging);  // every owner's, back into the whole weights
+    comm_.allgather_inplace(params, shard_.counts);
   }
 
   // The shard's moments (a checkpoint gathers them and a resume fills them:

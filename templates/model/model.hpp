@@ -42,23 +42,33 @@ static_assert(kNumLayers == kLayers, "plan.hpp and config.hpp disagree on n_laye
 
 // Fills the parameters from the table with the counter-based RNG: tensor i
 // uses Philox stream i, so values are independent of thread count and match
-// the CUDA backend's initialization.
+// the CUDA backend's initialization. `layout` says which elements the array holds
+// (model/state_layout.hpp: every tensor whole, or of an expert tensor a rank's own block under
+// expert parallelism); each gets the value it has in the whole tensor.
 template <typename T>
-void init_parameters(T* params, std::uint64_t seed) {
+void init_parameters(T* params, std::uint64_t seed, const StateLayout& layout = StateLayout::whole()) {
   for (int i = 0; i < kNumParams; ++i) {
     const ParamInfo& p = kParams[i];
-    T* out = params + kOffsets.at[i];
+    T* out = params + layout.at(i);
+    const std::int64_t n = layout.held(i), first = layout.first(i);
     switch (p.init) {
-      case InitKind::normal: core::fill_normal(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
+      case InitKind::normal: core::fill_normal(out, n, kInitStd[i], seed, std::uint32_t(i), first); break;
       case InitKind::trunc_normal:
-        core::fill_truncated_normal(out, p.numel, kInitStd[i], p.cutoff, seed, std::uint32_t(i));
+        core::fill_truncated_normal(out, n, kInitStd[i], p.cutoff, seed, std::uint32_t(i), first);
         break;
-      case InitKind::uniform: core::fill_uniform(out, p.numel, kInitStd[i], seed, std::uint32_t(i)); break;
+      case InitKind::uniform: core::fill_uniform(out, n, kInitStd[i], seed, std::uint32_t(i), first); break;
       case InitKind::ones:
-        for (std::int64_t j = 0; j < p.numel; ++j) out[j] = T(1);
+        for (std::int64_t j = 0; j < n; ++j) out[j] = T(1);
         break;
     }
   }
+}
+
+// kOffsets as an array (a model's param() table before any expert-block weight layout).
+inline std::array<std::int64_t, kNumParams> whole_param_offsets() {
+  std::array<std::int64_t, kNumParams> at{};
+  for (int i = 0; i < kNumParams; ++i) at[std::size_t(i)] = kOffsets.at[i];
+  return at;
 }
 
 // head_rows for a model that keeps every row's logits (the greedy sample, probes, analyze, parity).
@@ -82,10 +92,19 @@ class BasicModel {
   // [1, N]; kKeepLogits keeps them all).
   BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows, Gradients gradients = Gradients::allocate);
 
-  Buffer<Act> params;  // flat, in kParams order (kOffsets)
+  Buffer<Act> params;  // flat, in weight_layout() (kOffsets' unless an engine splits the experts)
   Buffer<Grad> grads;  // flat, in state_layout()
-  Act* param(int i) { return params.data() + kOffsets.at[i]; }
-  const Act* param(int i) const { return params.data() + kOffsets.at[i]; }
+  // Where tensor i's element 0 is, or would be: under an expert-block weight layout an expert
+  // tensor's experts before the rank's block are not held (param(i) + first(i) is the first
+  // element held; only the exchanged MoE forward and backward read them, from there).
+  Act* param(int i) { return params.data() + param_at_[std::size_t(i)]; }
+  const Act* param(int i) const { return params.data() + param_at_[std::size_t(i)]; }
+  // Where this rank keeps the weights (model/state_layout.hpp). Expert parallelism that splits
+  // the experts' weights (an engine's choice) sets its expert block: the buffer is reallocated
+  // with the block's part of the current weights, and from then on every forward runs the
+  // experts on their owners (attach_expert_exchange first).
+  const StateLayout& weight_layout() const { return weights_; }
+  void use_weight_layout(const StateLayout& layout);
   // Tensor i's gradients from the first element this rank holds (all of a tensor, except an
   // expert tensor's own block under an expert-block layout).
   Grad* grad(int i) { return grads.data() + state_.at(i); }
@@ -144,7 +163,8 @@ class BasicModel {
   // Expert parallelism (model/expert_parallel.hpp): from now on the training forward and
   // backward run each MoE layer's experts on their owners in x's group, and the buffers for the
   // rows this rank's experts compute grow to the bound of exchange_capacity_rows (counted in
-  // buffer_bytes()). Evaluation forwards keep every expert local (the weights are replicated).
+  // buffer_bytes()). Evaluation forwards keep every expert local while the weights are whole
+  // (use_weight_layout splits them: then every forward exchanges).
   void attach_expert_exchange(ExpertExchange<Act>* x) {
     if constexpr (kMoe) {
       // The exchange's bounds (exchange_capacity_rows, a slotted route's slot) count kSeqLen-row
@@ -264,6 +284,8 @@ class BasicModel {
 
   Backend ops_;
   StateLayout state_ = StateLayout::whole();
+  StateLayout weights_ = StateLayout::whole();
+  std::array<std::int64_t, kNumParams> param_at_ = whole_param_offsets();  // weight_layout(): at(i) − first(i)
   std::int64_t buffer_bytes_ = 0;
   int B_, T_, N_;
   int head_rows_;                    // rows of logits_ and dlogits_
@@ -280,7 +302,7 @@ class BasicModel {
   mutable std::vector<double> aux_host_;  // aux_loss()'s copy (sized once: no allocation per call)
   MoeScratch<Backend> moe_scratch_;
   ExpertExchange<Act>* expert_exchange_ = nullptr;  // expert parallelism (attach_expert_exchange)
-  bool exchange_experts_ = false;                   // the current forward is a training one
+  bool exchange_experts_ = false;  // the current forward runs the experts on their owners
   Buffer<Act> h_final_, f_, logits_;
   // The stacked Q/K/V projection of the layer being run forward (detail::kQkvStacked): split into
   // each layer's RoPE(q), RoPE(k) and v at once, so one buffer serves every layer.

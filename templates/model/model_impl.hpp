@@ -361,12 +361,36 @@ void BasicModel<Backend>::head_chunk_backward(int r0, int rows, double loss_scal
 }
 
 template <typename Backend>
+void BasicModel<Backend>::use_weight_layout(const StateLayout& layout) {
+  if constexpr (kMoe) {
+    if (!layout.is_whole() && expert_exchange_ == nullptr) {
+      throw std::logic_error("an expert-block weight layout needs the expert exchange (attach_expert_exchange first)");
+    }
+  }
+  // This block's part of the current weights (wherever they lie), then the new table.
+  Buffer<Act> kept;
+  Backend::allocate(kept, layout.total());
+  for (int i = 0; i < kNumParams; ++i) {
+    if (layout.first(i) < weights_.first(i) ||
+        layout.first(i) + layout.held(i) > weights_.first(i) + weights_.held(i)) {
+      throw std::logic_error(std::string("the weights of ") + kParams[i].name + " are not all held on this rank");
+    }
+    Backend::copy(kept.data() + layout.at(i), param(i) + layout.first(i), layout.held(i));
+  }
+  params = std::move(kept);
+  weights_ = layout;
+  for (int i = 0; i < kNumParams; ++i) param_at_[std::size_t(i)] = layout.at(i) - layout.first(i);
+}
+
+template <typename Backend>
 double BasicModel<Backend>::forward_impl(const std::int32_t* tokens, const std::int32_t* targets,
                                          const double* fused_loss_scale) {
   using detail::PC, detail::kFwd;
   const int N = N_, D = kDModel;
   const double ND = double(N) * D;
-  exchange_experts_ = fused_loss_scale != nullptr;  // training: the experts run on their owners
+  // Training forwards run the experts on their owners; every forward does when this rank holds
+  // its own experts' weights only.
+  exchange_experts_ = expert_exchange_ != nullptr && (fused_loss_scale != nullptr || !weights_.is_whole());
   if constexpr (kMoe) {
     Backend::zero(aux_);  // each MoE layer adds its balancing losses to its entry
   }

@@ -3,12 +3,12 @@
 //
 //   whole          every tensor, at its kOffsets place (model/param_offsets.hpp): one process,
 //                  data parallelism, ZeRO-1 (which shards the whole array its own way)
-//   expert block   distributed.expert_parallel = G without ZeRO-1: of each stacked expert
-//                  tensor [E, out, in] only the rank's own block of experts [lo, hi)
+//   expert block   distributed.expert_parallel = G: of each stacked expert tensor
+//                  [E, out, in] only the rank's own block of experts [lo, hi)
 //                  (model/expert_parallel.hpp's expert_block), every other tensor whole. The
 //                  rank computes and updates nothing else of an expert tensor, so it holds
-//                  1/G of the experts' gradients and state; the weights stay whole on every
-//                  rank (evaluation, metrics, the sample and checkpoints read them).
+//                  1/G of the experts' weights (BasicModel::use_weight_layout), gradients and
+//                  state. Under ZeRO-1 the state is then cut over the block's owners.
 //
 // Each tensor's slots start on a multiple of kTensorAlign, as in the parameter array.
 #pragma once

@@ -4,6 +4,9 @@
 // copy, refreshed from the engine only when something reads it (sync) and
 // marked stale after every step. Under ZeRO-1 a rank keeps only its shard of
 // the moments: the whole arrays exist while a checkpoint is loaded or saved.
+// When the CPU engine splits the experts' weights (expert parallelism) the
+// whole parameters are a copy too, on rank 0 only, and only while something
+// reads them (a measurement, a save, a resume, the sample).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,9 @@ class HostState {
     params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);
   }
   bool on_device() const { return on_device_; }
+  // The engine holds its own experts' weights only (Engine::expert_weights_split): on the CPU the
+  // whole parameters become a copy (on a GPU they are one already).
+  void use_split_weights() { split_weights_ = !on_device_; }
 
   // Whole moments, zero (a fresh or resumed run; under ZeRO-1 only while loading or saving).
   void allocate_moments() {
@@ -36,8 +42,13 @@ class HostState {
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
 
-  float* params() { return on_device_ ? params_.data() : model_->params.data(); }
-  const std::vector<float>& param_vector() { return on_device_ ? params_ : model_->params; }
+  float* params() { return param_vector().data(); }
+  std::vector<float>& param_vector() {
+    if (on_device_) return params_;
+    if (!split_weights_) return model_->params;
+    if (params_.empty()) params_.assign(std::size_t(kOffsets.at[kNumParams]), 0.0f);  // the whole copy
+    return params_;
+  }
 
   // The engine changed its state (a step, an initialization): the host copy is stale.
   void mark_stale() { fresh_ = moments_fresh_ = false; }
@@ -54,6 +65,7 @@ class HostState {
       }
     } else {
       if (on_device_) engine.download(params_.data(), nullptr, nullptr);
+      if (split_weights_) engine.download(comm.root() ? params() : nullptr, nullptr, nullptr);
       if (with_moments) {
         if (comm.root()) allocate_moments();
         engine.gather_moments(comm.root() ? m_.data() : nullptr, comm.root() ? v_.data() : nullptr);
@@ -68,6 +80,13 @@ class HostState {
     std::vector<float>().swap(m_);
     std::vector<float>().swap(v_);
     moments_fresh_ = false;
+  }
+  // With split expert weights, once the whole copy has been read: released (the next sync
+  // gathers it again).
+  void release_split_weights() {
+    if (!split_weights_) return;
+    std::vector<float>().swap(params_);
+    fresh_ = false;
   }
 
   // Each tensor's parameters and moments, as checkpoints and exports name them.
@@ -90,7 +109,8 @@ class HostState {
 
  private:
   std::unique_ptr<Model<float>> model_;
-  std::vector<float> params_, m_, v_;  // params_ only when the engine is on a device
+  std::vector<float> params_, m_, v_;  // params_ only when the engine is on a device or splits the weights
+  bool split_weights_ = false;
   bool on_device_ = false;
   bool fresh_ = true;           // the host parameters match the engine's
   bool moments_fresh_ = false;  // and the host moments (m_, v_) too

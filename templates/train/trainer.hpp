@@ -22,6 +22,7 @@
 #include "config.hpp"
 #include "engine/engine.hpp"
 #include "metrics/collector.hpp"
+#include "runtime/anchor.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/metrics_log.hpp"
 #include "runtime/token_shard.hpp"
@@ -100,12 +101,24 @@ class Trainer {
   // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
   // steps (s = 0: at initialization).
   double evaluate(metrics::ActivationMetrics* metrics = nullptr);
-  // A rank that measures nothing itself joins rank 0's weight metrics' collectives (trainer_impl.hpp).
+  // What a measurement after s steps runs: the validation pass (for the loss, the initial loss or
+  // the activation metrics), the anchor task, the weight metrics.
+  struct MeasureParts {
+    metrics::MetricsDue due;
+    bool initial_loss = false, anchor = false, evaluation = false;
+  };
+  MeasureParts measure_parts(std::int64_t s, bool eval_due) const;
+  // A rank that measures nothing itself joins rank 0's collectives (trainer_impl.hpp): its
+  // group's forwards when the engine splits the experts' weights, the weight metrics' when
+  // they are assembled from shards.
+  void join_measure(std::int64_t s, bool eval_due);
   void join_weight_metrics(std::int64_t s);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
+  gc::rt::anchor::Scores anchor_accuracies();
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);
   std::int64_t planned_gradient_slots(int zero_ranks) const;
+  std::int64_t planned_weight_bytes(int zero_ranks) const;
   void print_sample();
 
   TrainOptions opt_;
@@ -123,6 +136,7 @@ class Trainer {
   std::vector<Json> step_records_;   // grad_norm and update_ratio of the last step
   std::vector<double> step_seconds_;  // wall time of each step of this process (summary)
   std::int64_t peak_device_bytes_ = 0;
+  Engine::ExchangeTotals measuring_exchanges_;  // the expert exchanges of measure()'s forwards
   std::int64_t allocations_after_first_step_ = 0;
   std::int64_t host_allocations_in_steps_ = 0;  // operator new calls inside train_step after the first step
   gc::rt::Batch batch_;                         // the micro-batch being trained on, reused

@@ -51,6 +51,7 @@ inline void Trainer::resume() {
   train_.seek(state.data.at("train"));
   engine_->upload(host_.params(), host_.m().data(), host_.v().data());
   host_.release_sharded_moments(*engine_);
+  host_.release_split_weights();
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
     engine_->set_moe_biases(moe_bias_from_json(state.extra.value("moe_bias", Json::object()), from + "/state.json"));
   }
@@ -79,6 +80,7 @@ inline void Trainer::init_from_export() {
   engine_->upload(host_.params(), host_.m().data(), host_.v().data());
   host_.release_sharded_moments(*engine_);
   host_.mark_fresh();
+  host_.release_split_weights();
   if constexpr (kMoe && kLoadBalance == LoadBalance::aux_free) {
     engine_->set_moe_biases(biases);
   }

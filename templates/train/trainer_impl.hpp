@@ -91,6 +91,7 @@ inline Trainer::Trainer(const TrainOptions& options)
   if (comm_.distributed()) engine_->join(comm_, kZeroStage);
   if (opt_.expert_parallel > 1) {
     engine_->split_experts(opt_.expert_parallel, opt_.expert_exchange_factor, opt_.expert_route);
+    if (engine_->expert_weights_split()) host_.use_split_weights();
   }
   // Whole moments, except under ZeRO-1, where a rank keeps its shard (m_ and v_
   // then exist only while a checkpoint is loaded or saved).
@@ -314,6 +315,20 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
   }
 }
 
+// A rank other than 0, at step s. When the engine splits the experts' weights every forward is
+// a collective of a group, so the other ranks of rank 0's group run the forwards of rank 0's
+// measure() beside it (the same batches; the results are discarded); then the weight metrics.
+inline void Trainer::join_measure(std::int64_t s, bool eval_due) {
+  if (engine_->expert_weights_split() && comm_.rank() < opt_.expert_parallel) {
+    const MeasureParts parts = measure_parts(s, eval_due);
+    if (parts.evaluation) evaluate();
+    if constexpr (kAnchorTask) {
+      if (parts.anchor) anchor_accuracies();
+    }
+  }
+  join_weight_metrics(s);
+}
+
 // A rank other than 0, at step s: when measuring the weights is a collective (ZeRO-1 under bf16
 // on GPUs: each tensor is assembled from the shards), it runs the same weight metrics as rank 0
 // measure() and discards them (no files: no heatmaps).
@@ -352,7 +367,8 @@ inline int Trainer::run() {
     host_.sync(*engine_, comm_, false);  // a collective under ZeRO-1 on GPUs: rank 0's weight metrics at step 0 read it
   }
   if (start_step_ == 0 && root) measure(0, false, log);
-  if (start_step_ == 0 && !root) join_weight_metrics(0);
+  if (start_step_ == 0 && !root) join_measure(0, false);
+  if (start_step_ == 0) host_.release_split_weights();
   step_seconds_.reserve(std::size_t(std::max<std::int64_t>(opt_.steps - start_step_, 0)));
   std::int64_t unread_from = start_step_;  // the first step queued since the last read
   auto unread_since = Clock::now();
@@ -423,22 +439,27 @@ inline int Trainer::run() {
     if (comm_.distributed() && (save_due || last)) check_replicas(step + 1);
     // A profiled step ends after the metrics due at it, except for the run's closing evaluation.
     if (profiler_ && last) profiler_->after_step(step);
+    const bool eval_due = (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last;
     if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
       for (const Json& r : step_records_) log.write(r);
       report(step, loss, lr, grad_norm, tokens_per_step / dt, elapsed);
       profile::timed(recorder(), profile::memory(profile::Category::measuring, "measure", profile::Pass::step, 0.0),
-                     [&] { measure(step + 1, (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last, log); });
+                     [&] { measure(step + 1, eval_due, log); });
       if (save_due) {
         save(step + 1);
         host_.release_sharded_moments(*engine_);
       }
     } else {
-      join_weight_metrics(step + 1);
+      join_measure(step + 1, eval_due);
     }
+    if (!last) host_.release_split_weights();  // every rank alike (the next sync is a collective); the sample reads the last
     if (profiler_ && !last) profiler_->after_step(step);
     unread_from = step + 1;
     unread_since = Clock::now();  // measuring and saving are not step time
   }
+  // The sample reads the whole weights: gathered by the last step, or here when no step ran (a
+  // resume of a finished run) and the engine holds them in parts (a collective; a no-op when fresh).
+  if (engine_->sharded()) host_.sync(*engine_, comm_, false);
   comm_.barrier();  // rank 0's last checkpoint is complete before any rank exits
   if (!root) return 0;
   if (opt_.progress) std::fprintf(stderr, "\n");

@@ -32,33 +32,49 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
 }
 
 // The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward.
-inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
-  const gc::rt::anchor::Scores scores = anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+inline gc::rt::anchor::Scores Trainer::anchor_accuracies() {
+  return anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
     engine_->forward_loss(inputs, targets);
     return engine_->logits_on_host(anchor_logits_);
   });
+}
+
+inline void Trainer::write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log) {
+  const gc::rt::anchor::Scores scores = anchor_accuracies();
   log.write(anchor_record(s, scores));
   std::fprintf(stderr, "step %lld: anchor accuracy train %.3f test %.3f; held-out pair inferential %.3f symmetric %.3f\n",
                (long long)s, scores.train.value(), scores.test.value(), scores.inferential.value(),
                scores.symmetric.value());
 }
 
+// What a measurement after s steps runs (measure, and join_measure on the ranks that must run
+// its forwards with rank 0).
+inline Trainer::MeasureParts Trainer::measure_parts(std::int64_t s, bool eval_due) const {
+  MeasureParts parts;
+  parts.due = opt_.metrics ? metrics_due_at(s) : metrics::MetricsDue{};
+  if constexpr (kInitialLossOn) {
+    parts.initial_loss = s == 0 && opt_.metrics;
+  }
+  parts.anchor = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
+  parts.evaluation = eval_due || parts.initial_loss || parts.due.any_activation();
+  return parts;
+}
+
 inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log) {
   using Clock = std::chrono::steady_clock;
   beat("measuring");
-  const metrics::MetricsDue due = opt_.metrics ? metrics_due_at(s) : metrics::MetricsDue{};
-  bool initial_loss = false;
-  if constexpr (kInitialLossOn) {
-    initial_loss = s == 0 && opt_.metrics;
-  }
-  const bool anchor_due = kAnchorTask && (eval_due || s == 0);  // accuracies at init and every evaluation
-  if (!eval_due && !initial_loss && !anchor_due && !due.any_activation() && !due.any_weight()) return;
+  const MeasureParts parts = measure_parts(s, eval_due);
+  const metrics::MetricsDue& due = parts.due;
+  const bool initial_loss = parts.initial_loss, anchor_due = parts.anchor;
+  if (!parts.evaluation && !anchor_due && !due.any_weight()) return;
+  // Under split expert weights the evaluation's forwards exchange too; the summary counts the steps'.
+  const Engine::ExchangeTotals exchanges_before = engine_->expert_exchange_totals();
   const auto t0 = Clock::now();
   const auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   const std::int64_t copied_before = engine_->device_to_host_bytes();
   double validation_s = 0.0, anchor_s = 0.0, weights_s = 0.0;  // this measurement's parts (its record)
   metrics::ActivationMetrics activations(due);
-  if (eval_due || initial_loss || due.any_activation()) {
+  if (parts.evaluation) {
     const auto tv = Clock::now();
     const double val = evaluate(due.any_activation() ? &activations : nullptr);
     validation_s = seconds_since(tv);
@@ -98,6 +114,10 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   metrics_seconds_ += seconds;
   const std::int64_t copied = engine_->device_to_host_bytes() - copied_before;
   metrics_device_to_host_bytes_ += copied;
+  const Engine::ExchangeTotals exchanges_after = engine_->expert_exchange_totals();
+  measuring_exchanges_.bytes_sent += exchanges_after.bytes_sent - exchanges_before.bytes_sent;
+  measuring_exchanges_.seconds += exchanges_after.seconds - exchanges_before.seconds;
+  measuring_exchanges_.exchanges += exchanges_after.exchanges - exchanges_before.exchanges;
   ++measurements_;
   // What this measurement cost, in parts (the GPU kit's metrics_overhead row reads them): the
   // validation pass (with the activation statistics when due), the anchor task, the weight metrics.
@@ -142,6 +162,18 @@ inline std::int64_t Trainer::planned_gradient_slots(int zero_ranks) const {
   return slots;
 }
 
+// The working weights one rank holds as planned: every tensor whole, or under expert parallelism
+// of the experts rank 0's expert block (planned_state_slots: the engines split them); fp32 on the
+// CPU backend, the compute precision on a GPU, where under ZeRO-1 without expert parallelism they
+// are padded to equal shards over `zero_ranks` (NCCL moves equal blocks).
+inline std::int64_t Trainer::planned_weight_bytes(int zero_ranks) const {
+  const std::int64_t slots = planned_state_slots(opt_.expert_parallel);
+  if (!host_.on_device()) return 4 * slots;
+  const std::int64_t weight = kPrecision == Precision::bf16 ? 2 : 4;
+  if (opt_.expert_parallel > 1 || zero_ranks == 1) return weight * slots;
+  return weight * ((slots + zero_ranks - 1) / zero_ranks * zero_ranks);
+}
+
 // AdamW moments one rank holds as planned: rank 0's shard of ⌈slots / ranks⌉ elements
 // (explain --world-size prints the same).
 inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kStoredParams) {
@@ -154,13 +186,14 @@ inline std::int64_t planned_optimizer_bytes(int ranks, std::int64_t slots = kSto
 //     (NCCL moves equal blocks), the fp32 masters (bf16) and the AdamW moments of one shard, the
 //     update-ratio pass's partials over that shard, and under bf16 the scratch that assembles one
 //     tensor's masters for the weight metrics (metrics/device_scratch.hpp).
-//   expert parallelism over groups of G: the whole working weights; the gradients of rank 0's
-//     expert block (planned_state_slots; under ZeRO-1 over the block's `ranks` owners padded to
-//     equal shards); the fp32 masters (also under fp32: the working weights are then a copy) and
-//     moments of the block, or of its ZeRO-1 shard; the update pass over them; the block's table
-//     and its parts' places in the weights (engine/nccl_expert_exchange.cuh); under bf16 the
-//     master-assembly scratch; and the group's per-tensor Σ g² gathered (G · tensors doubles)
-//     with which tensors are summed (one byte each).
+//   expert parallelism over groups of G: the working weights and gradients of rank 0's expert
+//     block (planned_state_slots; the gradients under ZeRO-1 over the block's `ranks` owners
+//     padded to equal shards); the fp32 masters (also under fp32: the working weights are then a
+//     copy) and moments of the block, or of its ZeRO-1 shard; the update pass over them; the
+//     block's table and its parts' slots in the weights (engine/nccl_expert_exchange.cuh); the
+//     master-assembly scratch (the weight metrics assemble an expert tensor over the group); and
+//     the group's per-tensor Σ g² gathered (G · tensors doubles) with which tensors are summed
+//     (one byte each).
 // Both add the expert exchange buffers (expert_parallel_buffer_bytes).
 inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, double exchange_factor = 0.0) {
   const std::int64_t stored = kStoredParams;
@@ -175,8 +208,8 @@ inline std::int64_t planned_device_bytes(int ranks, int expert_parallel = 1, dou
                                    metrics::UpdateScratch::of_range(0, stored).bytes();
   if (expert_parallel > 1) {
     const std::int64_t group_sums = expert_parallel * kNumParams * 8 + kNumParams, tables = kNumParams * (24 + 8);
-    return kPlannedDeviceBytes - whole_state + stored * weight + padded * 4 + shard * (4 + 8) + update_copy + tables +
-           gather + experts + group_sums;
+    return kPlannedDeviceBytes - whole_state + slots * weight + padded * 4 + shard * (4 + 8) + update_copy + tables +
+           metrics::master_gather_bytes() + experts + group_sums;
   }
   return kPlannedDeviceBytes - whole_state + padded * (weight + 4) + shard * (master + 8) + update_copy +
          (ranks > 1 ? gather : 0) + experts;
@@ -211,13 +244,17 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
             {"planned_optimizer_bytes", planned_optimizer_bytes(zero_ranks, planned_state_slots(opt_.expert_parallel))},
             {"gradient_bytes", engine_->gradient_bytes()},
             {"planned_gradient_bytes", 4 * planned_gradient_slots(zero_ranks)},
+            // The working weights (under expert parallelism on the CPU, of the experts the own block's).
+            {"weight_bytes", engine_->weight_bytes()},
+            {"planned_weight_bytes", planned_weight_bytes(zero_ranks)},
             // Host heap allocations inside the training steps after the first (0 unless metrics were due).
             {"host_allocations_in_steps", host_allocations_in_steps_}};
   if (comm_.distributed()) {
     r["world_size"] = comm_.size();
     if (opt_.expert_parallel > 1) {
-      // What this rank's expert exchanges moved (docs/distributed.md measures the all-to-all).
-      const Engine::ExchangeTotals x = engine_->expert_exchange_totals();
+      // What this rank's expert exchanges moved in the steps (docs/distributed.md measures the
+      // all-to-all; measure()'s evaluation forwards left out).
+      const Engine::ExchangeTotals x = engine_->expert_exchange_totals(), m = measuring_exchanges_;
       r["expert_parallel"] = opt_.expert_parallel;
       r["expert_exchange_factor"] = opt_.expert_exchange_factor;
       // The route (model/expert_parallel.hpp): rows per slot of a slotted exchange, which copies
@@ -226,9 +263,9 @@ inline void Trainer::write_summary(gc::rt::MetricsWriter& log, double elapsed) {
       r["expert_exchange_slot_rows"] =
           chosen_slot_rows(opt_.expert_route, host_.on_device(), std::int64_t(kMicroBatch) * kSeqLen * kTopK,
                            opt_.expert_parallel, opt_.expert_exchange_factor);
-      r["expert_exchange_bytes_sent"] = x.bytes_sent;
-      r["expert_exchange_s"] = x.seconds;
-      r["expert_exchanges"] = x.exchanges;
+      r["expert_exchange_bytes_sent"] = x.bytes_sent - m.bytes_sent;
+      r["expert_exchange_s"] = x.seconds - m.seconds;
+      r["expert_exchanges"] = x.exchanges - m.exchanges;
     }
     // Gradient reductions in the last step: 1, or on GPUs the buckets (distributed.bucket_mb)
     // overlapped with the backward plus the tensors outside the layer stack.

@@ -80,6 +80,22 @@ nlohmann::json last_routing(const fs::path& run) {
   return last;
 }
 
+// The validation losses and the weight metrics' values of a run, in order: (what, value) with
+// what naming the step, the metric and the class.
+std::vector<std::pair<std::string, double>> measured(const fs::path& run) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+    const std::string step = std::to_string(r.value("step", std::int64_t(-1)));
+    if (r.contains("val_loss")) out.emplace_back("val_loss@" + step, r["val_loss"].get<double>());
+    const std::string metric = r.value("metric", "");
+    if (metric != "stable_rank" && metric != "cosine_similarity") continue;
+    for (const auto& [cls, v] : r["values"].items()) {
+      if (v.is_number()) out.emplace_back(metric + "." + cls + "@" + step, v.get<double>());
+    }
+  }
+  return out;
+}
+
 // A checkpoint's tensor files by name with their sizes (the format, not the values).
 std::vector<std::pair<std::string, std::uint64_t>> file_sizes(const nlohmann::json& st) {
   std::vector<std::pair<std::string, std::uint64_t>> out;
@@ -228,6 +244,20 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
     const std::int64_t saved = summary_one["gradient_bytes"].get<std::int64_t>() - summary["gradient_bytes"].get<std::int64_t>();
     EXPECT_EQ(saved, kExpertGradientBytes - kExpertGradientBytes / G) << summary.dump();
     EXPECT_EQ(summary["optimizer_bytes"].get<std::int64_t>(), 2 * summary["gradient_bytes"].get<std::int64_t>());
+    // And the weights of its block only: every forward exchanges the experts, so rank 0's group
+    // evaluates together, and rank 0 gathers the weights when it measures or saves them.
+    EXPECT_EQ(summary["weight_bytes"], summary["planned_weight_bytes"]) << summary.dump();
+    EXPECT_EQ(summary_one["weight_bytes"].get<std::int64_t>() - summary["weight_bytes"].get<std::int64_t>(),
+              kExpertGradientBytes - kExpertGradientBytes / G)
+        << summary.dump();
+    // Evaluation (steps 10 and 20) and the weight metrics over the experts (the blocks gathered)
+    // as one process measures them.
+    const auto val_one = measured(dir_ / "one"), val = measured(run);
+    ASSERT_EQ(val.size(), val_one.size());
+    for (std::size_t k = 0; k < val.size(); ++k) {
+      EXPECT_EQ(val[k].first, val_one[k].first);
+      EXPECT_NEAR(val[k].second, val_one[k].second, 1e-5 * std::max(1.0, std::abs(val_one[k].second))) << val[k].first;
+    }
     // With a capacity the route is slotted (model/expert_parallel.hpp): a rank sends each group
     // rank 2 sequences x capacity 8 x its 8/G experts rows, padded; the same training as above.
     EXPECT_EQ(summary["expert_exchange_slot_rows"], G == 4 ? 32 : 64) << summary.dump();

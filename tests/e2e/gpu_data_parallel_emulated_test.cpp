@@ -397,10 +397,10 @@ TEST_F(GpuDataParallelEmulated, MoeTrainsLikeOneProcessWithoutAllocatingInTheLoo
   gc::test::expect_step_profile(dir_ / "profile", profiled.output, {"cuda", 2, 3, 4, true});
 }
 
-// Expert parallelism under bf16 without ZeRO-1: the rows travel as bf16, each rank updates its own
-// experts' fp32 masters and bf16 working copy and sends both to the group (the same model under
-// ZeRO-1, whose engine paths differ: tests/e2e/gpu_expert_zero_emulated_test.cpp). The validation passes run
-// every expert on rank 0 (the working copy), so a block whose working copy was not shared would
+// Expert parallelism under bf16 without ZeRO-1: the rows travel as bf16, each rank holds and
+// updates its own experts' fp32 masters and bf16 working copy only (the same model under ZeRO-1,
+// whose engine paths differ: tests/e2e/gpu_expert_zero_emulated_test.cpp). The validation passes
+// exchange the experts over rank 0's group, so a block whose working copy was not written would
 // show in val_loss.
 TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
   const fs::path tree = build("moe_bf16", gc::test::gpu_emulated::moe_spec_text("bf16", 0));
@@ -430,6 +430,10 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16EqualsOneProcess) {
             kExpertGradientBytes / 2)
       << s_one.dump() << "\n" << s_ep.dump();
   EXPECT_EQ(s_ep["optimizer_bytes"].get<std::int64_t>(), 2 * s_ep["gradient_bytes"].get<std::int64_t>());
+  // And the bf16 working weights of its block only: half the experts' fewer.
+  EXPECT_EQ(s_ep["weight_bytes"], s_ep["planned_weight_bytes"]) << s_ep.dump();
+  EXPECT_EQ(s_one["weight_bytes"].get<std::int64_t>() - s_ep["weight_bytes"].get<std::int64_t>(), kExpertGradientBytes / 4)
+      << s_one.dump() << "\n" << s_ep.dump();
   EXPECT_LE(s_ep["allocated_device_bytes_peak"].get<double>(), s_ep["planned_device_bytes"].get<double>())
       << s_ep.dump();
   // A checkpoint gathers the blocks' masters and moments to rank 0, and a resume gives each rank

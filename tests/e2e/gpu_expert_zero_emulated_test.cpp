@@ -78,6 +78,10 @@ TEST_F(GpuDataParallelEmulated, MoeExpertParallelInBf16UnderZeroOneEqualsOneProc
         << s_one.dump() << "\n" << s.dump();
     EXPECT_EQ(s["optimizer_bytes"].get<std::int64_t>(), (ranks == 2 ? 2 : 1) * s["gradient_bytes"].get<std::int64_t>())
         << s.dump();
+    // The bf16 working weights of its block only (2 bytes for each of the gradients' 4).
+    EXPECT_EQ(s["weight_bytes"], s["planned_weight_bytes"]) << s.dump();
+    EXPECT_EQ(s_one["weight_bytes"].get<std::int64_t>() - s["weight_bytes"].get<std::int64_t>(), kExpertGradientBytes / 4)
+        << s.dump();
     EXPECT_EQ(s["allocations_in_loop"], 0) << s.dump();
     EXPECT_LE(s["allocated_device_bytes_peak"].get<double>(), s["planned_device_bytes"].get<double>()) << s.dump();
     EXPECT_GT(s["allocated_device_bytes_peak"].get<double>(), 0.99 * s["planned_device_bytes"].get<double>())
