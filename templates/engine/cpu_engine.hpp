@@ -147,7 +147,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       experts_->exchange().route = route;
       model_.attach_expert_exchange(&experts_->exchange());
       model_.use_state_layout(experts_->layout());
-      model_.use_weight_layout(experts_->layout());
+      model_.use_weight_layout(experts_->layout(), /*keep_values=*/false);  // initialize or upload fills it
       if (zero_) {
         zero_ = std::make_unique<ZeroOneOptimizer>(experts_->owners(), experts_->layout());
         return;
@@ -162,11 +162,11 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     return {x.bytes_sent, x.seconds, x.exchanges};
   }
   bool sharded() const override { return zero_ != nullptr || split(); }
-  // Under expert parallelism each rank fingerprints its own part, and each group combines its
-  // ranks' in group order: groups that hold the same model give the same value.
+  // Under expert parallelism the tensors outside the experts as every rank holds them, and the
+  // expert blocks combined over the group (engine/expert_groups.hpp).
   std::uint64_t replica_fingerprint() override {
-    const std::uint64_t mine = core::fingerprint_of(model_.params.data(), std::int64_t(model_.params.size()));
-    return experts_ ? experts_->combine_over_group(mine) : mine;
+    if (experts_) return experts_->fingerprint(model_.params.data());
+    return core::fingerprint_of(model_.params.data(), std::int64_t(model_.params.size()));
   }
   int last_step_reductions() const override { return comm_ != nullptr ? 1 : 0; }
 
@@ -179,8 +179,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
   void snapshot_tensors(const bool* mask) override {
     const StateLayout& held = model_.weight_layout();
     for (int i = 0; i < kNumParams; ++i) {
-      const float* first = model_.param(i) + held.first(i);
-      if (mask[i]) snapshot_[i].assign(first, first + held.held(i));
+      if (mask[i]) snapshot_[i].assign(model_.param(i), model_.param(i) + held.held(i));
     }
   }
   std::vector<double> gradient_squares() override {
@@ -193,7 +192,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
     for (int i = 0; i < kNumParams; ++i) {
       if (!mask[i]) continue;
       const std::vector<float>& old = snapshot_.at(i);
-      const float* now = model_.param(i) + model_.weight_layout().first(i);
+      const float* now = model_.param(i);
       for (std::size_t j = 0; j < old.size(); ++j) {
         const double d = double(now[j]) - double(old[j]);
         out[std::size_t(i)][0] += d * d;

@@ -225,13 +225,12 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // ZeRO-1 shards the optimizer state over the world; expert parallelism keeps the expert
   // block's (model/state_layout.hpp), under ZeRO-1 a shard of it: rank 0 gathers what it saves.
   bool sharded() const override { return zero1_ || expert_blocks_; }
-  // Under expert parallelism of this rank's part, combined over its group.
+  // Under expert parallelism: engine/expert_groups.hpp's expert_parallel_fingerprint.
   std::uint64_t replica_fingerprint() override {
-    const std::uint64_t mine = fingerprint_.of(model_.params.data(), std::int64_t(model_.params.size()));
 #ifdef GC_HAVE_NCCL
-    if (expert_blocks_) return experts_->combine_over_group(mine);
+    if (expert_blocks_) return experts_->fingerprint(model_.params.data(), fingerprint_);
 #endif
-    return mine;
+    return fingerprint_.of(model_.params.data(), std::int64_t(model_.params.size()));
   }
   bool expert_weights_split() const override { return expert_blocks_; }
 #ifdef GC_HAVE_NCCL
@@ -249,7 +248,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     expert_blocks_ = true;
     model_.use_state_layout(experts_->layout());
-    model_.use_weight_layout(experts_->layout());  // unpadded: the weights are not all-gathered
+    model_.use_weight_layout(experts_->layout(), false);  // unpadded; initialize or upload fills it
     shard_ = ZeroShards(layout(), 0, 1);
     if (zero1_) {  // the gradients are padded to equal shards
       shard_ = ZeroShards(layout(), experts_->owners_host().rank(), experts_->owners_host().size());

@@ -71,17 +71,25 @@ inline void add_expert_sums_over_group(const gc::rt::Comm& group, double* sums, 
   }
 }
 
-// A value per rank of a group (a fingerprint of its part of the model: the replica check)
-// combined in group rank order: every rank of a group gets the same, and so does every group
-// whose ranks hold the same parts. scratch: reused.
-inline std::uint64_t combine_fingerprints_over_group(const gc::rt::Comm& group, std::uint64_t mine,
-                                                     std::vector<std::int64_t>& scratch) {
-  const std::int64_t value = std::int64_t(mine);
+// The replica check's fingerprint (core/fingerprint.hpp) of a rank's parameters in its
+// expert-block `layout`: the tensors outside the experts (the same slots, and values, on every
+// rank of the world) mixed with the rank's expert blocks combined over its group in group rank
+// order (the same in every group holding the same blocks). fp(a, n): the fingerprint of the n
+// slots from slot a. A collective of the group; scratch: reused.
+template <typename Fingerprint>
+std::uint64_t expert_parallel_fingerprint(const gc::rt::Comm& group, const StateLayout& layout, Fingerprint&& fp,
+                                          std::vector<std::int64_t>& scratch) {
+  std::uint64_t shared = 0, experts = 0, k = 0;
+  for (const auto& [a, b] : shared_tensor_runs(layout)) shared = core::mix64(shared ^ fp(a, b - a) ^ ++k);
+  for (int i = 0; i < kNumParams; ++i) {
+    if (is_expert_tensor(i)) experts = core::mix64(experts ^ fp(layout.at(i), layout.held(i)) ^ ++k);
+  }
+  const std::int64_t mine = std::int64_t(experts);
   scratch.assign(std::size_t(group.size()), 0);
-  group.allgather(&value, scratch.data(), 1);
-  std::uint64_t combined = 0;
-  for (std::size_t q = 0; q < scratch.size(); ++q) combined = core::mix64(combined ^ std::uint64_t(scratch[q]) ^ q);
-  return combined;
+  group.allgather(&mine, scratch.data(), 1);
+  std::uint64_t blocks = 0;
+  for (std::size_t q = 0; q < scratch.size(); ++q) blocks = core::mix64(blocks ^ std::uint64_t(scratch[q]) ^ q);
+  return core::mix64(shared ^ core::mix64(blocks));
 }
 
 // The elements of expert tensor i that each rank of a group of G holds, in group rank order.
@@ -181,9 +189,11 @@ class ExpertGroups {
     add_expert_sums_over_group(exchange_.group(), pair_sums_.data(), 2, expert_squares_);
     for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = {pair_sums_[2 * i], pair_sums_[2 * i + 1]};
   }
-  // A fingerprint of this rank's part of the model combined over the group.
-  std::uint64_t combine_over_group(std::uint64_t mine) {
-    return combine_fingerprints_over_group(exchange_.group(), mine, group_values_);
+  // The replica check's fingerprint of this rank's parameters (expert_parallel_fingerprint).
+  std::uint64_t fingerprint(const float* params) {
+    return expert_parallel_fingerprint(exchange_.group(), layout_, [&](std::int64_t a, std::int64_t n) {
+      return core::fingerprint_of(params + a, n);
+    }, group_values_);
   }
   // A checkpoint's moments: rank 0's `whole` receives them (gather_layout_to_root).
   void gather_to_root(float* whole, const float* mine) const {

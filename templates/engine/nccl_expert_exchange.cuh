@@ -32,6 +32,7 @@
 
 #include "config.hpp"
 #include "cuda/adamw.cuh"
+#include "cuda/fingerprint.cuh"
 #include "cuda/group_sums.cuh"
 #include "cuda/state_parts.cuh"
 #include "engine/expert_groups.hpp"
@@ -168,9 +169,12 @@ class DeviceExpertGroups {
   void gather_to_root(const gc::rt::Comm& world, float* whole, const float* mine) const {
     gather_layout_to_root(world, exchange_.group(), layout_, whole, mine);
   }
-  // A fingerprint of this rank's part of the model combined over the group (engine/expert_groups.hpp).
-  std::uint64_t combine_over_group(std::uint64_t mine) {
-    return combine_fingerprints_over_group(exchange_.group(), mine, group_values_);
+  // The replica check's fingerprint of this rank's working weights (engine/expert_groups.hpp's
+  // expert_parallel_fingerprint).
+  std::uint64_t fingerprint(const Act* params, cuda::DeviceFingerprint& fp) {
+    return expert_parallel_fingerprint(exchange_.group(), layout_, [&](std::int64_t a, std::int64_t n) {
+      return fp.of(params + a, n);
+    }, group_values_);
   }
 
  private:

@@ -64,13 +64,6 @@ void init_parameters(T* params, std::uint64_t seed, const StateLayout& layout = 
   }
 }
 
-// kOffsets as an array (a model's param() table before any expert-block weight layout).
-inline std::array<std::int64_t, kNumParams> whole_param_offsets() {
-  std::array<std::int64_t, kNumParams> at{};
-  for (int i = 0; i < kNumParams; ++i) at[std::size_t(i)] = kOffsets.at[i];
-  return at;
-}
-
 // head_rows for a model that keeps every row's logits (the greedy sample, probes, analyze, parity).
 inline constexpr int kKeepLogits = std::numeric_limits<int>::max();
 
@@ -94,17 +87,32 @@ class BasicModel {
 
   Buffer<Act> params;  // flat, in weight_layout() (kOffsets' unless an engine splits the experts)
   Buffer<Grad> grads;  // flat, in state_layout()
-  // Where tensor i's element 0 is, or would be: under an expert-block weight layout an expert
-  // tensor's experts before the rank's block are not held (param(i) + first(i) is the first
-  // element held; only the exchanged MoE forward and backward read them, from there).
-  Act* param(int i) { return params.data() + param_at_[std::size_t(i)]; }
-  const Act* param(int i) const { return params.data() + param_at_[std::size_t(i)]; }
-  // Where this rank keeps the weights (model/state_layout.hpp). Expert parallelism that splits
-  // the experts' weights (an engine's choice) sets its expert block: the buffer is reallocated
-  // with the block's part of the current weights, and from then on every forward runs the
-  // experts on their owners (attach_expert_exchange first).
+  // Tensor i from the first element this rank holds: all of a tensor, except an expert tensor's
+  // own block under an expert-block weight layout (weight_layout()).
+  Act* param(int i) { return params.data() + weights_.at(i); }
+  const Act* param(int i) const { return params.data() + weights_.at(i); }
+  // Tensor i from its element `from` on, which this rank must hold.
+  Act* param_from(int i, std::int64_t from) {
+    if (from < weights_.first(i) || from > weights_.first(i) + weights_.held(i)) {
+      throw std::logic_error(std::string("the weights of ") + kParams[i].name + " from element " +
+                             std::to_string(from) + " are not held on this rank");
+    }
+    return params.data() + weights_.at(i) + (from - weights_.first(i));
+  }
+  // Where this rank keeps the weights (model/state_layout.hpp). Expert parallelism sets its
+  // expert block (both engines, before their initialize or upload): the buffer is reallocated
+  // (with the block's part of the current weights when keep_values; else the old array is
+  // released first, so that the two never exist together), and from then on every forward runs
+  // the experts on their owners (attach_expert_exchange first).
   const StateLayout& weight_layout() const { return weights_; }
-  void use_weight_layout(const StateLayout& layout);
+  void use_weight_layout(const StateLayout& layout, bool keep_values = true);
+  // The MoE block's view of the weights (model/moe_block.hpp): W(i) is param(i), W(i, from)
+  // param_from(i, from) (an owner's block of an expert tensor, from its first expert's element).
+  struct ModelWeights {
+    BasicModel* model;
+    Act* operator()(int i) const { return model->param(i); }
+    Act* operator()(int i, std::int64_t from) const { return model->param_from(i, from); }
+  };
   // Tensor i's gradients from the first element this rank holds (all of a tensor, except an
   // expert tensor's own block under an expert-block layout).
   Grad* grad(int i) { return grads.data() + state_.at(i); }
@@ -285,7 +293,6 @@ class BasicModel {
   Backend ops_;
   StateLayout state_ = StateLayout::whole();
   StateLayout weights_ = StateLayout::whole();
-  std::array<std::int64_t, kNumParams> param_at_ = whole_param_offsets();  // weight_layout(): at(i) − first(i)
   std::int64_t buffer_bytes_ = 0;
   int B_, T_, N_;
   int head_rows_;                    // rows of logits_ and dlogits_

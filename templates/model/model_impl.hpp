@@ -283,7 +283,7 @@ void BasicModel<Backend>::forward_layer(int l, const Act* h_in, Act* h_out) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_forward(ops_, moe_[std::size_t(l)], moe_scratch_, L.m.data(), L.b.data(), moe_params(l),
-                  [this](int i) { return param(i); }, N, T_, aux_.data() + l,
+                  ModelWeights{this}, N, T_, aux_.data() + l,
                   exchange_experts_ ? expert_exchange_ : nullptr);
     } else {
       dense_mlp_forward(L, P);
@@ -361,25 +361,25 @@ void BasicModel<Backend>::head_chunk_backward(int r0, int rows, double loss_scal
 }
 
 template <typename Backend>
-void BasicModel<Backend>::use_weight_layout(const StateLayout& layout) {
+void BasicModel<Backend>::use_weight_layout(const StateLayout& layout, bool keep_values) {
   if constexpr (kMoe) {
     if (!layout.is_whole() && expert_exchange_ == nullptr) {
       throw std::logic_error("an expert-block weight layout needs the expert exchange (attach_expert_exchange first)");
     }
   }
-  // This block's part of the current weights (wherever they lie), then the new table.
   Buffer<Act> kept;
-  Backend::allocate(kept, layout.total());
-  for (int i = 0; i < kNumParams; ++i) {
-    if (layout.first(i) < weights_.first(i) ||
-        layout.first(i) + layout.held(i) > weights_.first(i) + weights_.held(i)) {
-      throw std::logic_error(std::string("the weights of ") + kParams[i].name + " are not all held on this rank");
+  if (!keep_values) params = Buffer<Act>();  // released before the new array exists
+  Backend::allocate(kept, layout.total());  // zero: the alignment gaps stay so
+  if (keep_values) {  // this layout's part of the current weights
+    for (int i = 0; i < kNumParams; ++i) {
+      if (layout.first(i) + layout.held(i) > weights_.first(i) + weights_.held(i)) {
+        throw std::logic_error(std::string("the weights of ") + kParams[i].name + " are not all held on this rank");
+      }
+      Backend::copy(kept.data() + layout.at(i), param_from(i, layout.first(i)), layout.held(i));
     }
-    Backend::copy(kept.data() + layout.at(i), param(i) + layout.first(i), layout.held(i));
   }
   params = std::move(kept);
   weights_ = layout;
-  for (int i = 0; i < kNumParams; ++i) param_at_[std::size_t(i)] = layout.at(i) - layout.first(i);
 }
 
 template <typename Backend>
@@ -443,7 +443,7 @@ void BasicModel<Backend>::backward_layer(int l, Act* dh, double loss_scale) {
   if constexpr (kMoe) {
     if (is_moe_layer(l)) {
       moe_backward(ops_, moe_[std::size_t(l)], moe_scratch_, dx_.data(), dm, L.b.data(), moe_params(l),
-                   [this](int i) { return param(i); }, [this](int i, std::int64_t from) { return grad_from(i, from); }, N,
+                   ModelWeights{this}, [this](int i, std::int64_t from) { return grad_from(i, from); }, N,
                    T_, loss_scale,
                    expert_exchange_);
     } else {

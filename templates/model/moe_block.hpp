@@ -289,16 +289,16 @@ void moe_experts_forward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScratc
     ops.gather_rows(L.xe.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate) + skip, off, owned, R, D, kExpertDff);
+    ops.grouped_linear_forward(L.eu.data(), L.xe.data(), W(P.gate, skip), off, owned, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up) + skip, off, owned, R, D, kExpertDff);
+    ops.grouped_linear_forward(L.ew.data(), L.xe.data(), W(P.up, skip), off, owned, R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_forward", kFwd, 3.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_forward(L.es.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kFwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down) + skip, off, owned, R, kExpertDff, D);
+    ops.grouped_linear_forward(S.ye.data(), L.es.data(), W(P.down, skip), off, owned, R, kExpertDff, D);
   });
   // source-major
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kFwd, 2.0 * R * D * kActBytes), [&] {
@@ -327,18 +327,18 @@ void moe_experts_backward_exchanged(Backend& ops, MoeLayer<Backend>& L, MoeScrat
     ops.gather_rows(S.ye.data(), S.xr.data(), L.perm.data(), R, D);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, kExpertDff, D), [&] {
-    ops.grouped_linear_backward(S.des.data(), G(P.down, skip), S.ye.data(), L.es.data(), W(P.down) + skip, off, owned,
+    ops.grouped_linear_backward(S.des.data(), G(P.down, skip), S.ye.data(), L.es.data(), W(P.down, skip), off, owned,
                                 R, kExpertDff, D);
   });
   profile::timed(ops.profiler, profile::memory(PC::swiglu, "swiglu_backward", kBwd, 5.0 * double(R * kExpertDff) * kActBytes), [&] {
     ops.swiglu_backward(S.deu.data(), S.dew.data(), S.des.data(), L.eu.data(), L.ew.data(), R * kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.gate, skip), S.deu.data(), L.xe.data(), W(P.gate) + skip, off, owned,
+    ops.grouped_linear_backward(S.dxe.data(), G(P.gate, skip), S.deu.data(), L.xe.data(), W(P.gate, skip), off, owned,
                                 R, D, kExpertDff);
   });
   profile::timed(ops.profiler, profile::gemm(PC::gemm_experts, kBwd, R, D, kExpertDff), [&] {
-    ops.grouped_linear_backward(S.dxe.data(), G(P.up, skip), S.dew.data(), L.xe.data(), W(P.up) + skip, off, owned,
+    ops.grouped_linear_backward(S.dxe.data(), G(P.up, skip), S.dew.data(), L.xe.data(), W(P.up, skip), off, owned,
                                 R, D, kExpertDff, /*accumulate_dx=*/true);
   });
   profile::timed(ops.profiler, profile::memory(PC::moe_routing, "gather_rows", kBwd, 2.0 * R * D * kActBytes), [&] {
@@ -377,10 +377,11 @@ void record_routing(Backend& ops, MoeLayer<Backend>& L, int N, int seq_len, cons
   });
 }
 
-// m = MoE(b) for N rows. W(i) gives parameter row i, G(i, from) its gradient from element `from`
-// on (the model's grad_from: under expert parallelism a rank holds its experts' only). The layer's balancing
-// losses are added to *aux (backend memory, zeroed by the caller). With `exchange` (a training
-// forward under expert parallelism) the experts run on their owners.
+// m = MoE(b) for N rows. W(i) gives parameter row i, W(i, from) and G(i, from) its weights and
+// gradient from element `from` on (the model's param_from and grad_from: under expert
+// parallelism a rank holds its experts' only). The layer's balancing losses are added to *aux
+// (backend memory, zeroed by the caller). With `exchange` (every forward under expert
+// parallelism) the experts run on their owners.
 template <typename Backend, typename Weights>
 void moe_forward(Backend& ops, MoeLayer<Backend>& L, MoeScratch<Backend>& S, typename Backend::Act* m,
                  const typename Backend::Act* b, const MoeParams& P, Weights&& W, int N, int seq_len, double* aux,

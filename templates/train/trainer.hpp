@@ -100,7 +100,8 @@ class Trainer {
   // Measuring (train/trainer_metrics.hpp). evaluate: the mean validation loss; with `metrics`,
   // also feeds it every batch's activations. measure: evaluation and metrics after `s` completed
   // steps (s = 0: at initialization).
-  double evaluate(metrics::ActivationMetrics* metrics = nullptr);
+  // shift: start at the shift-th batch (join_measure; each batch once, in a rotated order).
+  double evaluate(metrics::ActivationMetrics* metrics = nullptr, std::size_t shift = 0);
   // What a measurement after s steps runs: the validation pass (for the loss, the initial loss or
   // the activation metrics), the anchor task, the weight metrics.
   struct MeasureParts {
@@ -114,7 +115,7 @@ class Trainer {
   void join_measure(std::int64_t s, bool eval_due);
   void join_weight_metrics(std::int64_t s);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);
-  gc::rt::anchor::Scores anchor_accuracies();
+  gc::rt::anchor::Scores anchor_accuracies(std::size_t stand_in = 0);
   void write_anchor_record(std::int64_t s, gc::rt::MetricsWriter& log);
   void write_summary(gc::rt::MetricsWriter& log, double elapsed);
   std::int64_t planned_gradient_slots(int zero_ranks) const;

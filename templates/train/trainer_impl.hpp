@@ -316,14 +316,18 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
 }
 
 // A rank other than 0, at step s. When the engine splits the experts' weights every forward is
-// a collective of a group, so the other ranks of rank 0's group run the forwards of rank 0's
-// measure() beside it (the same batches; the results are discarded); then the weight metrics.
+// a collective of a group, so the other ranks of rank 0's group run as many forwards as rank 0's
+// measure() beside it (the results are discarded); then the weight metrics. Group rank r starts
+// r validation batches on, so that an owner receives rows of different batches, as in
+// training, rather than G copies of one batch's skew (which a tight expert_exchange_factor
+// would stop on).
 inline void Trainer::join_measure(std::int64_t s, bool eval_due) {
   if (engine_->expert_weights_split() && comm_.rank() < opt_.expert_parallel) {
     const MeasureParts parts = measure_parts(s, eval_due);
-    if (parts.evaluation) evaluate();
+    const std::size_t group_rank = std::size_t(comm_.rank());
+    if (parts.evaluation) evaluate(nullptr, group_rank);
     if constexpr (kAnchorTask) {
-      if (parts.anchor) anchor_accuracies();
+      if (parts.anchor) anchor_accuracies(group_rank);
     }
   }
   join_weight_metrics(s);

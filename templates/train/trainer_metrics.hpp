@@ -18,12 +18,12 @@
 
 namespace gc::tree {
 
-inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
+inline double Trainer::evaluate(metrics::ActivationMetrics* metrics, std::size_t shift) {
   double total = 0.0;
   engine_->track_logit_moments(metrics != nullptr && metrics->needs_logit_moments());
-  for (const auto& batch : val_batches_) {
+  for (std::size_t k = 0; k < val_batches_.size(); ++k) {
     beat("evaluation");  // each batch is progress
-    batch.split(inputs_, targets_);
+    val_batches_[(k + shift) % val_batches_.size()].split(inputs_, targets_);
     total += engine_->forward_loss(inputs_.data(), targets_.data());
     if (metrics) engine_->measure_activations(*metrics);
   }
@@ -31,9 +31,16 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics) {
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
 }
 
-// The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward.
-inline gc::rt::anchor::Scores Trainer::anchor_accuracies() {
+// The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward. With
+// `stand_in` (a rank that only joins rank 0's forwards: join_measure) each forward runs on a
+// validation batch instead, from the stand_in-th on, and the scores mean nothing.
+inline gc::rt::anchor::Scores Trainer::anchor_accuracies(std::size_t stand_in) {
   return anchor_scores([&](const std::int32_t* inputs, const std::int32_t* targets) {
+    if (stand_in > 0 && !val_batches_.empty()) {
+      val_batches_[stand_in++ % val_batches_.size()].split(inputs_, targets_);
+      inputs = inputs_.data();
+      targets = targets_.data();
+    }
     engine_->forward_loss(inputs, targets);
     return engine_->logits_on_host(anchor_logits_);
   });
