@@ -74,7 +74,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // join and split_experts have decided how much of them this rank holds (so the allocation peak
   // is the rank's own: the whole gradient array never exists first).
   CudaEngine(int micro_batch, int seq_len)
-      : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::Gradients::defer), shard_(StateLayout::whole(), 0, 1) {
+      : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::State::defer), shard_(StateLayout::whole(), 0, 1) {
     upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
     readout_.squares.resize(std::size_t(kNumParams));
@@ -209,9 +209,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     nccl_ = std::make_unique<gc::rt::cuda::NcclComm>(comm);
     if (zero_stage == 1) {
       zero1_ = true;
-      shard_ = ZeroShards(StateLayout::whole(), comm.rank(), comm.size());
-      model_.params.resize(std::size_t(shard_.padded()));  // the gradients follow (allocate_state)
-      model_.params.zero();  // the alignment gaps and the tail stay zero
+      shard_ = ZeroShards(StateLayout::whole(), comm.rank(), comm.size());  // allocate_state pads the arrays
       upload_tensor_table();
     }
     plan_buckets();
@@ -461,8 +459,13 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     update_tensors_.upload(table.data(), table.size());
     update_mask_ = mask;
   }
-  // fp32 masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
+  // The working weights (unless split_experts allocated its block's), the gradients, and the fp32
+  // masters (bf16) and AdamW moments for this rank's shard (all of them without ZeRO-1).
   void allocate_state() {
+    if (model_.params.empty()) {  // whole, under ZeRO-1 padded (split_experts allocated an expert block's)
+      model_.params.resize(std::size_t(zero1_ ? shard_.padded() : kOffsets.at[kNumParams]));
+      model_.params.zero();  // the alignment gaps and the tail stay zero
+    }
     if (model_.grads.empty()) {  // under ZeRO-1 padded to equal shards (NCCL moves equal blocks)
       model_.grads.resize(std::size_t(zero1_ ? shard_.padded() : layout().total()));
       model_.grads.zero();

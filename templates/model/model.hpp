@@ -77,13 +77,14 @@ class BasicModel {
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
-  // Whether the constructor allocates the gradient array: an engine that may still change where
-  // a rank keeps its gradients (ZeRO-1's padding, an expert block) defers it to its first
-  // initialize or upload (allocate_gradients), so the whole array never exists beside the final one.
-  enum class Gradients { allocate, defer };
+  // Whether the constructor allocates the weight and gradient arrays: an engine that may still
+  // change where a rank keeps them (ZeRO-1's padding, an expert block) defers them to its first
+  // initialize or upload (allocate_gradients; the weights the engine itself or use_weight_layout),
+  // so the whole arrays never exist beside the final ones.
+  enum class State { allocate, defer };
   // head_rows: rows of LM-head logits held at once (the plan's kHeadChunkRows; clamped to
   // [1, N]; kKeepLogits keeps them all).
-  BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows, Gradients gradients = Gradients::allocate);
+  BasicModel(int batch, int seq_len, int head_rows = kHeadChunkRows, State state = State::allocate);
 
   Buffer<Act> params;  // flat, in weight_layout() (kOffsets' unless an engine splits the experts)
   Buffer<Grad> grads;  // flat, in state_layout()
@@ -133,7 +134,7 @@ class BasicModel {
     allocate_gradients();
   }
   // The gradient array in state_layout(), zero, unless it exists (a model built with
-  // Gradients::defer has none until this or use_state_layout).
+  // State::defer has none until this or use_state_layout).
   void allocate_gradients() {
     if (grads.size() == 0) Backend::allocate(grads, state_.total());
   }

@@ -58,7 +58,7 @@ using profile::kFwd;
 }  // namespace detail
 
 template <typename Backend>
-BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows, Gradients gradients)
+BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows, State state)
     : B_(batch),
       T_(seq_len),
       N_(batch * seq_len),
@@ -66,8 +66,10 @@ BasicModel<Backend>::BasicModel(int batch, int seq_len, int head_rows, Gradients
       dims_{batch, seq_len, kHeads, kKvHeads, kHeadDim} {
   const std::int64_t N = N_, D = kDModel, F = kDff;
   ops_.prepare(batch, seq_len);
-  Backend::allocate(params, kOffsets.at[kNumParams]);  // state, not counted in buffer_bytes()
-  if (gradients == Gradients::allocate) Backend::allocate(grads, state_.total());
+  if (state == State::allocate) {  // state, not counted in buffer_bytes()
+    Backend::allocate(params, kOffsets.at[kNumParams]);
+    Backend::allocate(grads, state_.total());
+  }
   allocate(e_, N * D);
   allocate(e_norm_, N * D);
   if constexpr (kEmbeddingNorm) {
