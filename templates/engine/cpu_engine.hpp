@@ -147,7 +147,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
       experts_->exchange().route = route;
       model_.attach_expert_exchange(&experts_->exchange());
       model_.use_state_layout(experts_->layout());
-      model_.use_weight_layout(experts_->layout(), /*keep_values=*/false);  // initialize or upload fills it
+      model_.use_weight_layout(experts_->layout());  // initialize or upload fills it
       if (zero_) {
         zero_ = std::make_unique<ZeroOneOptimizer>(experts_->owners(), experts_->layout());
         return;
@@ -199,7 +199,7 @@ class CpuEngine final : public ModelEngine<Model<float>, cpu::MetricOps> {
         out[std::size_t(i)][1] += double(old[j]) * double(old[j]);
       }
     }
-    if (experts_) experts_->complete_pair_sums(out);
+    if (experts_) experts_->complete_host_sums(out.front().data(), 2);  // the [Σ Δθ², Σ θ²] pairs, contiguous
     return out;
   }
   std::int64_t optimizer_bytes() const override {

@@ -246,7 +246,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
     experts_->exchange().before_collective = [this] { buckets_.order_before_collective(); };
     expert_blocks_ = true;
     model_.use_state_layout(experts_->layout());
-    model_.use_weight_layout(experts_->layout(), false);  // unpadded; initialize or upload fills it
+    model_.use_weight_layout(experts_->layout());  // unpadded; initialize or upload fills it
     shard_ = ZeroShards(layout(), 0, 1);
     if (zero1_) {  // the gradients are padded to equal shards
       shard_ = ZeroShards(layout(), experts_->owners_host().rank(), experts_->owners_host().size());

@@ -88,10 +88,9 @@ class EngineState {
   // Engine → host state. m and v may be null (parameters only). When expert_weights_split(), a
   // collective of every rank that fills rank 0's params only (nullptr elsewhere).
   virtual void download(float* params, float* m, float* v) = 0;
-  // Whether a rank holds its own experts' weights only (expert parallelism on the CPU backend):
-  // the host's whole parameters are then a copy that download gathers to rank 0, and every
-  // forward, evaluation included, exchanges the experts inside a group (so rank 0's group
-  // evaluates together).
+  // Whether a rank holds its own experts' weights only (expert parallelism, both engines): download
+  // then gathers the whole parameters to rank 0, and every forward, evaluation included,
+  // exchanges the experts inside a group (so rank 0's group evaluates together).
   virtual bool expert_weights_split() const { return false; }
   // Under ZeRO-1: the moments reach rank 0 (m and v whole arrays there, nullptr elsewhere).
   virtual void gather_moments(float*, float*) {}

@@ -23,7 +23,6 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <utility>
@@ -181,14 +180,9 @@ class ExpertGroups {
   }
   // Each expert tensor's Σ g² (its own block's) added over the group.
   void complete_squares(double* squares) { add_expert_sums_over_group(exchange_.group(), squares, 1, expert_squares_); }
-  // The update ratio's per-tensor [Σ Δθ², Σ θ²] (an expert tensor's over its own block) with the
-  // expert tensors' added over the group.
-  void complete_pair_sums(std::vector<std::array<double, 2>>& sums) {
-    pair_sums_.resize(2 * sums.size());
-    for (std::size_t i = 0; i < sums.size(); ++i) std::copy(sums[i].begin(), sums[i].end(), pair_sums_.begin() + 2 * i);
-    add_expert_sums_over_group(exchange_.group(), pair_sums_.data(), 2, expert_squares_);
-    for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = {pair_sums_[2 * i], pair_sums_[2 * i + 1]};
-  }
+  // Per-tensor host sums, `per` doubles each (the update ratio's [Σ Δθ², Σ θ²]; an expert tensor's
+  // over its own block), with the expert tensors' added over the group (as DeviceExpertGroups').
+  void complete_host_sums(double* sums, int per) { add_expert_sums_over_group(exchange_.group(), sums, per, expert_squares_); }
   // The replica check's fingerprint of this rank's parameters (expert_parallel_fingerprint).
   std::uint64_t fingerprint(const float* params) {
     return expert_parallel_fingerprint(exchange_.group(), layout_, [&](std::int64_t a, std::int64_t n) {
@@ -209,7 +203,7 @@ class ExpertGroups {
   std::pair<int, int> block_;   // this rank's experts [lo, hi)
   StateLayout layout_;          // its gradients and moments
   std::vector<std::pair<std::int64_t, std::int64_t>> shared_runs_;
-  std::vector<double> expert_squares_, pair_sums_;
+  std::vector<double> expert_squares_;
   std::vector<std::int64_t> group_values_;
 };
 

@@ -93,20 +93,13 @@ class BasicModel {
   Act* param(int i) { return params.data() + weights_.at(i); }
   const Act* param(int i) const { return params.data() + weights_.at(i); }
   // Tensor i from its element `from` on, which this rank must hold.
-  Act* param_from(int i, std::int64_t from) {
-    if (from < weights_.first(i) || from > weights_.first(i) + weights_.held(i)) {
-      throw std::logic_error(std::string("the weights of ") + kParams[i].name + " from element " +
-                             std::to_string(from) + " are not held on this rank");
-    }
-    return params.data() + weights_.at(i) + (from - weights_.first(i));
-  }
+  Act* param_from(int i, std::int64_t from) { return params.data() + weights_.slot_of(i, from, "weights"); }
   // Where this rank keeps the weights (model/state_layout.hpp). Expert parallelism sets its
-  // expert block (both engines, before their initialize or upload): the buffer is reallocated
-  // (with the block's part of the current weights when keep_values; else the old array is
-  // released first, so that the two never exist together), and from then on every forward runs
-  // the experts on their owners (attach_expert_exchange first).
+  // expert block (both engines, before their initialize or upload fill it): the old array is
+  // released, then the new one allocated, zero, so that the two never exist together; from then
+  // on every forward runs the experts on their owners (attach_expert_exchange first).
   const StateLayout& weight_layout() const { return weights_; }
-  void use_weight_layout(const StateLayout& layout, bool keep_values = true);
+  void use_weight_layout(const StateLayout& layout);
   // The MoE block's view of the weights (model/moe_block.hpp): W(i) is param(i), W(i, from)
   // param_from(i, from) (an owner's block of an expert tensor, from its first expert's element).
   struct ModelWeights {
@@ -118,13 +111,7 @@ class BasicModel {
   // expert tensor's own block under an expert-block layout).
   Grad* grad(int i) { return grads.data() + state_.at(i); }
   // Tensor i's gradients from its element `from` on, which this rank must hold.
-  Grad* grad_from(int i, std::int64_t from) {
-    if (from < state_.first(i) || from > state_.first(i) + state_.held(i)) {
-      throw std::logic_error(std::string("the gradients of ") + kParams[i].name + " from element " +
-                             std::to_string(from) + " are not held on this rank");
-    }
-    return grads.data() + state_.at(i) + (from - state_.first(i));
-  }
+  Grad* grad_from(int i, std::int64_t from) { return grads.data() + state_.slot_of(i, from, "gradients"); }
   // Where this rank keeps the gradients (model/state_layout.hpp; whole unless an engine under
   // expert parallelism sets its expert block): the buffer is reallocated, zero.
   const StateLayout& state_layout() const { return state_; }

@@ -363,24 +363,14 @@ void BasicModel<Backend>::head_chunk_backward(int r0, int rows, double loss_scal
 }
 
 template <typename Backend>
-void BasicModel<Backend>::use_weight_layout(const StateLayout& layout, bool keep_values) {
+void BasicModel<Backend>::use_weight_layout(const StateLayout& layout) {
   if constexpr (kMoe) {
     if (!layout.is_whole() && expert_exchange_ == nullptr) {
       throw std::logic_error("an expert-block weight layout needs the expert exchange (attach_expert_exchange first)");
     }
   }
-  Buffer<Act> kept;
-  if (!keep_values) params = Buffer<Act>();  // released before the new array exists
-  Backend::allocate(kept, layout.total());  // zero: the alignment gaps stay so
-  if (keep_values) {  // this layout's part of the current weights
-    for (int i = 0; i < kNumParams; ++i) {
-      if (layout.first(i) + layout.held(i) > weights_.first(i) + weights_.held(i)) {
-        throw std::logic_error(std::string("the weights of ") + kParams[i].name + " are not all held on this rank");
-      }
-      Backend::copy(kept.data() + layout.at(i), param_from(i, layout.first(i)), layout.held(i));
-    }
-  }
-  params = std::move(kept);
+  params = Buffer<Act>();                   // released before the new array exists
+  Backend::allocate(params, layout.total());  // zero: the alignment gaps stay so
   weights_ = layout;
 }
 

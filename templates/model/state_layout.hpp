@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "config.hpp"
@@ -57,6 +59,15 @@ class StateLayout {
   std::int64_t total() const { return at_[std::size_t(kNumParams)]; }  // slots, alignment gaps included
   bool is_whole() const { return block_.first == 0 && block_.second == kExperts; }
   std::pair<int, int> expert_block() const { return block_; }
+  // The slot of tensor i's element `from` (from the first held up to one past the last), which
+  // this layout must hold; `what` names the array in the error ("weights", "gradients").
+  std::int64_t slot_of(int i, std::int64_t from, const char* what) const {
+    if (from < first(i) || from > first(i) + held(i)) {
+      throw std::logic_error(std::string("the ") + what + " of " + kParams[i].name + " from element " +
+                             std::to_string(from) + " are not held on this rank");
+    }
+    return at(i) + (from - first(i));
+  }
   // Tensor i's held elements in the whole flat array (kOffsets layout): [a, b).
   std::pair<std::int64_t, std::int64_t> whole_part(int i) const {
     const std::int64_t a = kOffsets.at[i] + first(i);
