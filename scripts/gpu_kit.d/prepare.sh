@@ -32,8 +32,10 @@ log=$scratch/prepare.log
 step() {  # DESCRIPTION CMD... : runs CMD with its output in the log; dies naming the step
   local what=$1
   shift
+  local start=$SECONDS
   echo "\$ $*" >> "$log"
   "$@" >> "$log" 2>&1 || { tail -n 15 "$log" >&2; die "$what failed (log: $log)"; }
+  echo "($what: $((SECONDS - start)) s)" >> "$log"
 }
 
 if [ "$mode" = gpu ] && ! command -v nvcc > /dev/null; then
