@@ -102,6 +102,10 @@ class Trainer {
   // steps (s = 0: at initialization).
   // shift: start at the shift-th batch (join_measure; each batch once, in a rotated order).
   double evaluate(metrics::ActivationMetrics* metrics = nullptr, std::size_t shift = 0);
+  // The same mean with the batches split over the world's ranks (every rank calls it); used
+  // where no activation metric needs every batch on rank 0 (splits_validation).
+  double evaluate_split();
+  bool splits_validation(const metrics::MetricsDue& due) const { return comm_.distributed() && !due.any_activation(); }
   // What a measurement after s steps runs: the validation pass (for the loss, the initial loss or
   // the activation metrics), the anchor task, the weight metrics.
   struct MeasureParts {
@@ -129,6 +133,8 @@ class Trainer {
   StepRecordSchedule records_;
   gc::rt::ShardSet train_;
   std::vector<gc::rt::Batch> val_batches_;
+  std::vector<double> val_losses_;  // evaluate_split: one loss per validation batch
+  std::int64_t validation_forwards_ = 0;  // this rank's in the last evaluation (its measurement record)
   std::int64_t start_step_ = 0;
   const StepReadout* readout_ = nullptr;  // the engine's values of the last step read
   double last_aux_loss_ = 0.0;  // MoE balancing loss of the last step (mean over micro-batches)

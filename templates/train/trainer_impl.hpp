@@ -315,17 +315,21 @@ inline void Trainer::report(std::int64_t step, double loss, double lr, double gr
   }
 }
 
-// A rank other than 0, at step s. When the engine splits the experts' weights every forward is
-// a collective of a group, so the other ranks of rank 0's group run as many forwards as rank 0's
-// measure() beside it (the results are discarded); then the weight metrics. Group rank r starts
-// r validation batches on, so that an owner receives rows of different batches, as in
-// training, rather than G copies of one batch's skew (which a tight expert_exchange_factor
-// would stop on).
+// A rank other than 0, at step s. The validation loss alone is split over the world
+// (evaluate_split: every rank runs its share of the batches). When the engine splits the
+// experts' weights every forward is a collective of a group, so the other ranks of rank 0's group
+// run as many forwards as rank 0's measure() runs on its own: a validation pass that feeds the
+// activation metrics (every batch on rank 0), and the anchor task's (the results are discarded);
+// then the weight metrics. Group rank r starts r validation batches on, so that an owner receives
+// rows of different batches, as in training, rather than G copies of one batch's skew (which a
+// tight expert_exchange_factor would stop on).
 inline void Trainer::join_measure(std::int64_t s, bool eval_due) {
+  const MeasureParts parts = measure_parts(s, eval_due);
+  const bool split = parts.evaluation && splits_validation(parts.due);
+  if (split) evaluate_split();
   if (engine_->expert_weights_split() && comm_.rank() < opt_.expert_parallel) {
-    const MeasureParts parts = measure_parts(s, eval_due);
     const std::size_t group_rank = std::size_t(comm_.rank());
-    if (parts.evaluation) evaluate(nullptr, group_rank);
+    if (parts.evaluation && !split) evaluate(nullptr, group_rank);
     if constexpr (kAnchorTask) {
       if (parts.anchor) anchor_accuracies(group_rank);
     }

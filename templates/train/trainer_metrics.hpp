@@ -28,7 +28,32 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics, std::size_t
     if (metrics) engine_->measure_activations(*metrics);
   }
   engine_->track_logit_moments(false);
+  validation_forwards_ = std::int64_t(val_batches_.size());
   return val_batches_.empty() ? 0.0 : total / double(val_batches_.size());
+}
+
+// Rank w of W runs batches w, w + W, ... : every rank ceil(n / W) forwards, as under expert
+// parallelism each forward is a collective of the rank's group (a rank past the last batch runs
+// one again and discards it). Each batch's loss lands in its own place of a vector summed over
+// the world, where every other rank adds zero (exact), and the places are added in batch order
+// as evaluate() adds them: the mean one rank running every batch computes, in 1/W of the time.
+inline double Trainer::evaluate_split() {
+  const std::size_t n = val_batches_.size(), W = std::size_t(comm_.size()), w = std::size_t(comm_.rank());
+  if (n == 0) return 0.0;
+  val_losses_.assign(n, 0.0);
+  const std::size_t rounds = (n + W - 1) / W;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    beat("evaluation");
+    const std::size_t b = k * W + w;
+    val_batches_[b % n].split(inputs_, targets_);
+    const double loss = engine_->forward_loss(inputs_.data(), targets_.data());
+    if (b < n) val_losses_[b] = loss;
+  }
+  validation_forwards_ = std::int64_t(rounds);
+  comm_.allreduce_sum(val_losses_.data(), std::int64_t(n));
+  double total = 0.0;
+  for (const double loss : val_losses_) total += loss;
+  return total / double(n);
 }
 
 // The anchor task's accuracies (analysis/anchor_eval.hpp), from the engine's own forward. With
@@ -83,7 +108,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
   metrics::ActivationMetrics activations(due);
   if (parts.evaluation) {
     const auto tv = Clock::now();
-    const double val = evaluate(due.any_activation() ? &activations : nullptr);
+    const double val = splits_validation(due) ? evaluate_split() : evaluate(due.any_activation() ? &activations : nullptr);
     validation_s = seconds_since(tv);
     if (eval_due) {
       log.write({{"step", s}, {"val_loss", val}});
@@ -137,6 +162,7 @@ inline void Trainer::measure(std::int64_t s, bool eval_due, gc::rt::MetricsWrite
              {"weights_parts", weight_parts},
              {"activation_parts", activations.seconds()},
              {"activation_metrics", due.any_activation()},
+             {"validation_forwards", parts.evaluation ? validation_forwards_ : 0},
              {"stable_rank", due.stable_rank},
              {"cosine_similarity", due.cosine_similarity},
              {"cosine_images", due.cosine_images},

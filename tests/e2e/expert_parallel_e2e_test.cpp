@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -92,6 +93,18 @@ std::vector<std::pair<std::string, double>> measured(const fs::path& run) {
     for (const auto& [cls, v] : r["values"].items()) {
       if (v.is_number()) out.emplace_back(metric + "." + cls + "@" + step, v.get<double>());
     }
+  }
+  return out;
+}
+
+// The validation forwards rank 0 ran in each measurement that evaluated without activation
+// metrics (train splits those over the world's ranks), by step.
+std::map<std::int64_t, std::int64_t> split_validation_forwards(const fs::path& run) {
+  std::map<std::int64_t, std::int64_t> out;
+  for (const auto& r : read_jsonl(run / "metrics.jsonl")) {
+    if (r.value("event", "") != "measurement" || r.value("activation_metrics", true)) continue;
+    const std::int64_t forwards = r.value("validation_forwards", std::int64_t(0));
+    if (forwards > 0) out[r["step"].get<std::int64_t>()] = forwards;
   }
   return out;
 }
@@ -257,6 +270,15 @@ TEST_F(ExpertParallel, LayoutsEqualOneProcess) {
     for (std::size_t k = 0; k < val.size(); ++k) {
       EXPECT_EQ(val[k].first, val_one[k].first);
       EXPECT_NEAR(val[k].second, val_one[k].second, 1e-5 * std::max(1.0, std::abs(val_one[k].second))) << val[k].first;
+    }
+    // Those validation losses came from 1/ranks of the batches on each rank (a batch's loss summed
+    // into its place over the world, added in batch order): ceil(n / ranks) forwards where one
+    // process runs n, at steps 10 and 20 at least.
+    const auto forwards_one = split_validation_forwards(dir_ / "one"), forwards = split_validation_forwards(run);
+    EXPECT_GE(forwards.size(), 2u);
+    EXPECT_EQ(forwards.size(), forwards_one.size());
+    for (const auto& [step, n] : forwards_one) {
+      EXPECT_EQ(forwards.count(step) ? forwards.at(step) : -1, (n + l.ranks - 1) / l.ranks) << "step " << step;
     }
     // With a capacity the route is slotted (model/expert_parallel.hpp): a rank sends each group
     // rank 2 sequences x capacity 8 x its 8/G experts rows, padded; the same training as above.
