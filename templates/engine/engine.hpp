@@ -90,7 +90,7 @@ class EngineState {
   virtual void download(float* params, float* m, float* v) = 0;
   // Whether a rank holds its own experts' weights only (expert parallelism, both engines): download
   // then gathers the whole parameters to rank 0, and every forward, evaluation included,
-  // exchanges the experts inside a group (so rank 0's group evaluates together).
+  // exchanges the experts inside a group (so a group's ranks evaluate together).
   virtual bool expert_weights_split() const { return false; }
   // Under ZeRO-1: the moments reach rank 0 (m and v whole arrays there, nullptr elsewhere).
   virtual void gather_moments(float*, float*) {}

@@ -113,9 +113,10 @@ class Trainer {
     bool initial_loss = false, anchor = false, evaluation = false;
   };
   MeasureParts measure_parts(std::int64_t s, bool eval_due) const;
-  // A rank that measures nothing itself joins rank 0's collectives (trainer_impl.hpp): its
-  // group's forwards when the engine splits the experts' weights, the weight metrics' when
-  // they are assembled from shards.
+  // A rank that measures nothing itself joins rank 0's collectives (trainer_impl.hpp): its share
+  // of the validation loss (evaluate_split), its group's forwards where rank 0 runs them alone
+  // and the engine splits the experts' weights, the weight metrics' when they are assembled
+  // from shards.
   void join_measure(std::int64_t s, bool eval_due);
   void join_weight_metrics(std::int64_t s);
   void measure(std::int64_t s, bool eval_due, gc::rt::MetricsWriter& log);

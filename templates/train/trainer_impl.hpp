@@ -363,7 +363,8 @@ inline int Trainer::run() {
   namespace fs = std::filesystem;
   using Clock = std::chrono::steady_clock;
   start_watchdog();
-  // Only rank 0 writes (the others log to /dev/null) and measures.
+  // Only rank 0 writes (the others log to /dev/null) and measures; the others join its
+  // collectives (join_measure), the validation loss's batches split over every rank.
   const bool root = comm_.root();
   gc::rt::MetricsWriter log(root ? (fs::path(opt_.run_dir) / "metrics.jsonl").string() : std::string("/dev/null"),
                             opt_.resume ? gc::rt::MetricsWriter::Mode::Append : gc::rt::MetricsWriter::Mode::Truncate,
@@ -448,7 +449,7 @@ inline int Trainer::run() {
     // A profiled step ends after the metrics due at it, except for the run's closing evaluation.
     if (profiler_ && last) profiler_->after_step(step);
     const bool eval_due = (kEvalEvery > 0 && (step + 1) % kEvalEvery == 0) || last;
-    if (root) {  // the parameters are the same on every rank: rank 0 measures and saves
+    if (root) {  // the parameters are the same on every rank: rank 0 measures (with the others) and saves
       for (const Json& r : step_records_) log.write(r);
       report(step, loss, lr, grad_norm, tokens_per_step / dt, elapsed);
       profile::timed(recorder(), profile::memory(profile::Category::measuring, "measure", profile::Pass::step, 0.0),
@@ -458,7 +459,8 @@ inline int Trainer::run() {
         host_.release_sharded_moments(*engine_);
       }
     } else {
-      join_measure(step + 1, eval_due);
+      profile::timed(recorder(), profile::memory(profile::Category::measuring, "measure", profile::Pass::step, 0.0),
+                     [&] { join_measure(step + 1, eval_due); });
     }
     if (!last) host_.release_split_weights();  // every rank alike (the next sync is a collective); the sample reads the last
     if (profiler_ && !last) profiler_->after_step(step);

@@ -36,9 +36,12 @@ inline double Trainer::evaluate(metrics::ActivationMetrics* metrics, std::size_t
 // parallelism each forward is a collective of the rank's group (a rank past the last batch runs
 // one again and discards it). Each batch's loss lands in its own place of a vector summed over
 // the world, where every other rank adds zero (exact), and the places are added in batch order
-// as evaluate() adds them: the mean one rank running every batch computes, in 1/W of the time.
+// as evaluate() adds them: in data parallelism the mean one rank running every batch computes
+// (under expert parallelism within rounding: an owner's expert GEMMs see other batches' rows
+// beside a batch's own), in 1/W of the forwards.
 inline double Trainer::evaluate_split() {
   const std::size_t n = val_batches_.size(), W = std::size_t(comm_.size()), w = std::size_t(comm_.rank());
+  validation_forwards_ = 0;
   if (n == 0) return 0.0;
   val_losses_.assign(n, 0.0);
   const std::size_t rounds = (n + W - 1) / W;

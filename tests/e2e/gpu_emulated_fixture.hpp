@@ -89,7 +89,7 @@ class GpuDataParallelEmulated : public gc::test::TreeTest {
                             std::string(gpu_per_rank ? "1" : "0") + " GC_CUDA_EMULATOR_DEVICES=" +
                             std::to_string(gpus > 0 ? gpus : std::max(ranks, 1)) + " ";
     if (ranks == 0) return sh(env + program);
-    return sh(env + "timeout 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -x "
+    return sh(env + "timeout -k 10 600 mpirun --allow-run-as-root --oversubscribe -x GC_BLASLT_CACHE -x "
                     "GC_CUDA_EMULATOR_DEVICES -x GC_CUDA_EMULATOR_GPU_PER_RANK -np " + std::to_string(ranks) + " " +
                     program);
   }
