@@ -459,12 +459,35 @@ def projected_share(records, plain, step_ms):
     return cost / (cost + 500 * step_ms / 1e3)
 
 
+# The wgmma kernels' outputs against the tensor-core kernels' at the bench shapes: both round P
+# and dS to bf16, as the kernel tests' 1e-2 bound allows (attention_sm90_test.cu).
+ATTENTION_CHECK_TOLERANCE = 1e-2
+
+
+def attention_checks(rows):
+    """The wgmma kernels' check lines (attention_bench's *_check rows): a detail per shape and
+    whether every one agrees with the tensor-core kernels and repeats bit for bit."""
+    parts, ok = [], True
+    for r in rows:
+        if "max_rel_error_vs_tensor_core" not in r:
+            continue
+        err, bitwise = float(r["max_rel_error_vs_tensor_core"]), r.get("repeats_bitwise") is True
+        good = err < ATTENTION_CHECK_TOLERANCE and bitwise
+        ok = ok and good
+        parts.append(f"{r.get('shape')} {str(r.get('impl', '?')).removeprefix('gcompile_')}: "
+                     f"{err:.2g} from tensor_core, " + ("repeats bitwise" if bitwise else "REPEATS DIFFER")
+                     + ("" if good else " (FAIL)"))
+    return parts, ok
+
+
 def attention_rows(ours, torch_jsonl):
     """One detail line: each gcompile kernel's times and its speed against every SDPA backend that
-    ran (flash, cuDNN, efficient), naming the fastest; a backend that could not run is a note."""
+    ran (flash, cuDNN, efficient), naming the fastest; a backend that could not run is a note; the
+    wgmma kernels' agreement with the tensor-core kernels, which fails the row when off."""
     rows = read_jsonl(ours) + read_jsonl(torch_jsonl)
     if not rows:
         fail("no results")
+    checks, checks_ok = attention_checks(rows)
     sdpa = {}  # shape -> {backend: fwd+bwd ms}
     for r in rows:
         if str(r.get("impl", "")).startswith("torch_sdpa_") and r.get("fwd_bwd_ms"):
@@ -480,8 +503,8 @@ def attention_rows(ours, torch_jsonl):
         parts.append(f"{r['shape']} {impl}: fwd {r['fwd_ms']:.3f} ms, fwd+bwd {r['fwd_bwd_ms']:.3f} ms{ratio}"
                      + (f" (fastest SDPA: {best})" if best else ""))
     errors = [f"{r.get('shape')} {r.get('impl')}: {r['error']}" for r in rows if r.get("error")]
-    detail = "; ".join(parts + [f"note: {e}" for e in errors])
-    fail(detail or "no gcompile rows") if not parts or not sdpa else print(detail)
+    detail = "; ".join(parts + checks + [f"note: {e}" for e in errors])
+    fail(detail or "no gcompile rows") if not parts or not sdpa or not checks_ok else print(detail)
 
 
 # ---------------------------------------------------------------------------------------------

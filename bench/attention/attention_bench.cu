@@ -1,15 +1,18 @@
 // Times gcompile's causal attention kernels on the GPU: the tensor-core kernels
-// (cuda/flash_attention.cuh), Hopper's warpgroup-MMA forward (cuda/attention_sm90.cuh; its
-// forward + backward row pairs it with the tensor-core backward) and the fp32-math reference
-// kernels (cuda/attention.cuh), bf16,
-// forward and forward + backward, for the attention shapes of the seed-000 0.1B and 1.5B specs
-// (batch 8, seq_len 2048). One JSON object per line; bench/attention_vs_sdpa runs it beside
-// PyTorch's flash SDPA (bench/attention/sdpa_bench.py) and prints the table.
+// (cuda/flash_attention.cuh), Hopper's warpgroup-MMA kernels (cuda/attention_sm90.cuh forward,
+// cuda/attention_sm90_backward.cuh backward) and the fp32-math reference kernels
+// (cuda/attention.cuh), bf16, forward and forward + backward, for the attention shapes of the
+// seed-000 0.1B and 1.5B specs (batch 8, seq_len 2048). The wgmma row also says how far its
+// outputs (out, lse, dq, dk, dv) are from the tensor-core kernels' on the same inputs (largest
+// relative error of the five; both round P and dS to bf16) and whether a second forward +
+// backward repeats its outputs bit for bit. One JSON object per line; bench/attention_vs_sdpa
+// runs it beside PyTorch's SDPA (bench/attention/sdpa_bench.py) and prints the table.
 //
 //   attention_bench [--iters N] [--warmup N] [--skip-reference]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include "bench/cuda_timing.hpp"
 #include "cuda/attention.cuh"
 #include "cuda/attention_sm90.cuh"
+#include "cuda/attention_sm90_backward.cuh"
 #include "cuda/flash_attention.cuh"
 #include "runtime/cuda/check.hpp"
 
@@ -45,6 +49,26 @@ struct Options {
 template <class F>
 double median_ms(const Options& opt, F&& run) {
   return gc::tree::bench::median_ms(opt.iters, opt.warmup, run);
+}
+
+// A device buffer's contents as doubles (bf16 or fp32).
+template <typename T>
+std::vector<double> download(const gc::rt::cuda::DeviceBuffer<T>& buf, std::size_t n) {
+  std::vector<T> host(n);
+  buf.download(host.data(), n);
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = double(gc::tree::cuda::to_float(host[i]));
+  return out;
+}
+
+// ‖a − b‖ / ‖b‖ (the kernel tests' measure).
+double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 template <class S>
@@ -83,16 +107,33 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
     };
     report("gcompile_tensor_core", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }
+  // The tensor-core kernels' outputs of the last timed forward + backward, to check the wgmma
+  // kernels against at this shape.
+  const std::size_t lse_n = std::size_t(batch) * S::kHeads * seq_len;
+  const auto outputs = [&] {
+    return std::vector<std::vector<double>>{download(out, q_n), download(lse, lse_n), download(dq, q_n),
+                                            download(dk, kv_n), download(dv, kv_n)};
+  };
+  const auto tensor_core = outputs();
   {
     const auto fwd = [&] {
       gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     const auto fwd_bwd = [&] {
       fwd();
-      gc::tree::cuda::flash_attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
-                                                  out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::attention_sm90_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
+                                                 out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
-    report("gcompile_sm90_wgmma_fwd", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
+    const double fwd_ms = median_ms(opt, fwd), fwd_bwd_ms = median_ms(opt, fwd_bwd);
+    const auto first = outputs();
+    fwd_bwd();
+    const auto second = outputs();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < first.size(); ++i) worst = std::max(worst, rel_error(first[i], tensor_core[i]));
+    std::printf("{\"shape\": \"%s\", \"impl\": \"gcompile_sm90_wgmma_check\", \"max_rel_error_vs_tensor_core\": %.3g, "
+                "\"repeats_bitwise\": %s}\n",
+                name, worst, first == second ? "true" : "false");
+    report("gcompile_sm90_wgmma", fwd_ms, fwd_bwd_ms);
   }
   if (opt.reference) {
     const auto fwd = [&] {

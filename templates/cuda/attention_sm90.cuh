@@ -176,19 +176,23 @@ __global__ void __launch_bounds__(kThreads)
       m[r] = m_new;
     }
 
-    // O += P·V: 4 k-steps of 16 keys, P from registers (bf16 pairs), V MN-major.
-    wgmma::fence();
+    // O += P·V: 4 k-steps of 16 keys, P from registers (bf16 pairs, all packed before the fence: a
+    // register defined between two wgmmas makes ptxas serialize them), V MN-major.
+    std::uint32_t p_a[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t a[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
-        a[r] = mma::pack_bf16x2(s[i], s[i + 1]);
+        p_a[kk][r] = mma::pack_bf16x2(s[i], s[i + 1]);
       }
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
       wgmma::mma_bf16_rs<D, true>(
-          o, a, wgmma::descriptor(v_s + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore),
-          true);
+          o, p_a[kk],
+          wgmma::descriptor(v_s + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore), true);
     }
     wgmma::commit();
     wgmma::wait<0>();

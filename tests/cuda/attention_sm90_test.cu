@@ -1,9 +1,12 @@
-// The Hopper attention forward (cuda/attention_sm90.cuh, warpgroup MMAs) against the reference
-// kernels (cuda/attention.cuh, checked against the CPU backend in attention_test.cu) on the same
-// random bf16 inputs: head_dim 64 and 128, GQA and MHA, sequence lengths that are not multiples of
-// the 64-row tiles, several batches, peaked softmax rows; bit-identical reruns. Under the emulator
-// this checks the kernel against our reading of wgmma; on a GPU (the kit's kernels row) the real one.
+// The Hopper attention (cuda/attention_sm90.cuh forward, cuda/attention_sm90_backward.cuh backward,
+// warpgroup MMAs) against the reference kernels (cuda/attention.cuh, checked against the CPU backend
+// in attention_test.cu) on the same random bf16 inputs: head_dim 64 and 128, GQA and MHA, sequence
+// lengths that are not multiples of the 64-row tiles, several batches, peaked softmax rows;
+// bit-identical reruns. Under the emulator this checks the kernels against our reading of wgmma; on
+// a GPU (the kit's kernels row) the real instructions.
 #include "cuda/attention_sm90.cuh"
+
+#include "cuda/attention_sm90_backward.cuh"
 
 #include <gtest/gtest.h>
 
@@ -76,6 +79,69 @@ TEST(CudaAttentionSm90, ForwardMatchesTheReferenceKernels) {
   check_against_reference<Gqa64>(2, 37, 30);
   check_against_reference<Gqa64>(1, 150, 31, 1.5);  // peaked rows: the online rescaling matters
   check_against_reference<Mha128>(1, 130, 32);
+}
+
+// The backward of both implementations from the same forward outputs (the reference forward's, so
+// that only the backward differs) and the same upstream gradient.
+struct Backward {
+  std::vector<bf16> dq, dk, dv;
+};
+
+template <class S, bool kSm90>
+Backward run_backward(const std::vector<bf16>& q, const std::vector<bf16>& k, const std::vector<bf16>& v,
+                      const std::vector<bf16>& dout, int batch, int seq_len) {
+  auto q_d = ct::upload(q), k_d = ct::upload(k), v_d = ct::upload(v), do_d = ct::upload(dout);
+  ct::DeviceBuffer<bf16> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  ct::DeviceBuffer<float> lse(std::size_t(batch) * S::kHeads * seq_len),
+      scratch(gc::tree::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
+  gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+  if constexpr (kSm90) {
+    gc::tree::cuda::attention_sm90_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(),
+                                               out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                               seq_len);
+  } else {
+    gc::tree::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(), out.data(),
+                                          lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
+  }
+  return {ct::download(dq), ct::download(dk), ct::download(dv)};
+}
+
+template <class S>
+void check_backward_against_reference(int batch, int seq_len, unsigned seed, double qk_std = 1.0) {
+  const std::size_t q_size = std::size_t(batch) * seq_len * S::kHeads * S::kHeadDim;
+  const std::size_t kv_size = std::size_t(batch) * seq_len * S::kKvHeads * S::kHeadDim;
+  const auto q = ct::convert<bf16>(kt::random_normal(q_size, seed, qk_std));
+  const auto k = ct::convert<bf16>(kt::random_normal(kv_size, seed + 1, qk_std));
+  const auto v = ct::convert<bf16>(kt::random_normal(kv_size, seed + 2));
+  const auto dout = ct::convert<bf16>(kt::random_normal(q_size, seed + 3));
+  const Backward fast = run_backward<S, true>(q, k, v, dout, batch, seq_len);
+  const Backward ref = run_backward<S, false>(q, k, v, dout, batch, seq_len);
+  const std::string tag = " B=" + std::to_string(batch) + " T=" + std::to_string(seq_len) +
+                          " H=" + std::to_string(S::kHeads) + " KV=" + std::to_string(S::kKvHeads) +
+                          " hd=" + std::to_string(S::kHeadDim);
+  const auto check = [&](const char* name, const std::vector<bf16>& got, const std::vector<bf16>& want) {
+    const double err = kt::rel_error(ct::to_double(got), ct::to_double(want));
+    kt::report(std::string("sm90 attention ") + name + tag, err);
+    // As the mma.sync backward (flash_attention_test.cu): bf16 outputs from bf16-rounded P and dS;
+    // a wrong layout, mask or scale gives O(1).
+    EXPECT_LT(err, 1e-2) << name << tag;
+  };
+  check("dq", fast.dq, ref.dq);
+  check("dk", fast.dk, ref.dk);
+  check("dv", fast.dv, ref.dv);
+  const Backward again = run_backward<S, true>(q, k, v, dout, batch, seq_len);
+  EXPECT_TRUE(ct::bitwise_equal(again.dq, fast.dq)) << "rerun dq" << tag;
+  EXPECT_TRUE(ct::bitwise_equal(again.dk, fast.dk)) << "rerun dk" << tag;
+  EXPECT_TRUE(ct::bitwise_equal(again.dv, fast.dv)) << "rerun dv" << tag;
+}
+
+TEST(CudaAttentionSm90, BackwardMatchesTheReferenceKernels) {
+  GC_REQUIRE_GPU();
+  // GQA (two query heads per kv head: the dK/dV block walks both), a partial last tile.
+  check_backward_against_reference<Gqa64>(2, 37, 40);
+  // Several 64-row tiles on both sides, peaked rows, a partial last tile.
+  check_backward_against_reference<Gqa64>(1, 150, 41, 1.5);
+  check_backward_against_reference<Mha128>(1, 130, 42);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@ synthetic files.
 
     python3 tests/gpu_kit/kit_units_test.py
 """
+import contextlib
+import io
 import json
 import os
 import re
@@ -376,6 +378,46 @@ class Moe(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("permutation differs", line)
         self.assertEqual(self.run_route([self.ROUTE_HEAD, {"impl": "slotted", "ms": 0.05}])[0], 1)
+
+
+class AttentionRows(unittest.TestCase):
+    """gpu_kit.py attention-rows: times against SDPA, and the wgmma kernels' check against the
+    tensor-core kernels (attention_bench's *_check lines), which fails the row when off."""
+    OURS = [{"shape": "1.5b", "impl": "gcompile_tensor_core", "fwd_ms": 1.0, "fwd_bwd_ms": 4.0},
+            {"shape": "1.5b", "impl": "gcompile_sm90_wgmma", "fwd_ms": 0.5, "fwd_bwd_ms": 2.0}]
+    TORCH = [{"shape": "1.5b", "impl": "torch_sdpa_cudnn", "fwd_ms": 0.4, "fwd_bwd_ms": 1.8},
+             {"shape": "1.5b", "impl": "torch_sdpa_flash", "fwd_ms": 0.7, "fwd_bwd_ms": 3.2}]
+
+    def run_rows(self, check):
+        with tempfile.TemporaryDirectory() as d:
+            write(f"{d}/ours.jsonl", "".join(json.dumps(r) + "\n" for r in self.OURS + [check]))
+            write(f"{d}/torch.jsonl", "".join(json.dumps(r) + "\n" for r in self.TORCH))
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    gpu_kit.attention_rows(f"{d}/ours.jsonl", f"{d}/torch.jsonl")
+                return True, out.getvalue()
+            except SystemExit:
+                return False, out.getvalue()
+
+    def test_agreeing_kernels_pass(self):
+        ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
+                                    "max_rel_error_vs_tensor_core": 0.003, "repeats_bitwise": True})
+        self.assertTrue(ok, detail)
+        for words in ("1.5b sm90_wgmma: fwd 0.500 ms, fwd+bwd 2.000 ms, 1.60x flash, 0.90x cudnn (fastest SDPA: cudnn)",
+                      "1.5b sm90_wgmma_check: 0.003 from tensor_core, repeats bitwise"):
+            self.assertIn(words, detail)
+        self.assertNotIn("FAIL", detail)
+
+    def test_a_wrong_or_unrepeatable_kernel_fails_the_row(self):
+        ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
+                                    "max_rel_error_vs_tensor_core": 0.9, "repeats_bitwise": True})
+        self.assertFalse(ok, detail)
+        self.assertIn("0.9 from tensor_core, repeats bitwise (FAIL)", detail)
+        ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
+                                    "max_rel_error_vs_tensor_core": 0.003, "repeats_bitwise": False})
+        self.assertFalse(ok, detail)
+        self.assertIn("REPEATS DIFFER (FAIL)", detail)
 
 
 if __name__ == "__main__":

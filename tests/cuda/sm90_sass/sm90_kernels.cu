@@ -1,7 +1,9 @@
 // The sm_90a kernels whose machine code tests/cuda/sm90_sass/sass_test checks (HGMMA present, no
-// spills): the Hopper attention forward at head_dim 64 and 128, as the bench shapes use them, and
-// the experts' forward, dX and dW GEMMs at moe_3b's two projection shapes (768 -> 512, 512 -> 768).
+// spills, no serialized wgmma): the Hopper attention forward and the backward's dK/dV and dQ
+// kernels at head_dim 64 and 128, as the bench shapes use them, and the experts' forward, dX and dW
+// GEMMs at moe_3b's two projection shapes (768 -> 512, 512 -> 768).
 #include "cuda/attention_sm90.cuh"
+#include "cuda/attention_sm90_backward.cuh"
 #include "cuda/grouped_gemm_sm90.cuh"
 
 namespace {
@@ -15,6 +17,8 @@ struct Shape128 {
 };
 }  // namespace
 
+using gc::tree::cuda::bf16;
+
 template __global__ void gc::tree::cuda::sm90::forward_kernel<Shape64>(gc::tree::cuda::bf16*, float*,
                                                                        const gc::tree::cuda::bf16*,
                                                                        const gc::tree::cuda::bf16*,
@@ -23,6 +27,19 @@ template __global__ void gc::tree::cuda::sm90::forward_kernel<Shape128>(gc::tree
                                                                         const gc::tree::cuda::bf16*,
                                                                         const gc::tree::cuda::bf16*,
                                                                         const gc::tree::cuda::bf16*, int);
+
+template __global__ void gc::tree::cuda::sm90::backward_dkdv_kernel<Shape64>(bf16*, bf16*, const bf16*, const float*,
+                                                                             const float*, const bf16*, const bf16*,
+                                                                             const bf16*, int);
+template __global__ void gc::tree::cuda::sm90::backward_dkdv_kernel<Shape128>(bf16*, bf16*, const bf16*, const float*,
+                                                                              const float*, const bf16*, const bf16*,
+                                                                              const bf16*, int);
+template __global__ void gc::tree::cuda::sm90::backward_dq_kernel<Shape64>(bf16*, const bf16*, const float*,
+                                                                           const float*, const bf16*, const bf16*,
+                                                                           const bf16*, int);
+template __global__ void gc::tree::cuda::sm90::backward_dq_kernel<Shape128>(bf16*, const bf16*, const float*,
+                                                                            const float*, const bf16*, const bf16*,
+                                                                            const bf16*, int);
 
 template __global__ void gc::tree::cuda::grouped::sm90::forward_kernel<768, 512>(gc::tree::cuda::bf16*,
                                                                                  const gc::tree::cuda::bf16*,

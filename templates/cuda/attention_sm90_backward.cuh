@@ -1,0 +1,306 @@
+// Causal GQA attention backward for Hopper (sm_90a) on warpgroup MMAs (cuda/wgmma.cuh), issue 38's
+// item 3: the semantics, inputs (lse, D_i = rowsum(dO ∘ O)) and outputs of flash_attention_backward
+// (cuda/flash_attention.cuh), with every tile product a wgmma of one warpgroup.
+//
+// Two kernels, as the mma.sync backward, so that every result is written by one block in a fixed
+// order (no atomics, bit-identical reruns): seven tile products per (query tile, key tile) pair,
+// where FlashAttention-2 runs five and adds dQ with atomics.
+//   dK/dV, block (x, g, b): keys k0 .. k0+63 of kv head g (K and V held in shared memory); for each
+//     query head of the group in order and each 64-query tile at or after k0 (two cp.async stages):
+//       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                     (shared × shared, m64n64k16)
+//       Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (masked entries chosen 0)
+//       dV += Pᵀ·dO, dK += dSᵀ·Q                   (Pᵀ, dSᵀ from registers, m64nDk16)
+//   dQ, block (x, h, b): queries q0 .. q0+63 of head h (Q and dO held), the longest rows first;
+//     for each 64-key tile up to the diagonal: S = Q·Kᵀ, dP = dO·Vᵀ, P, dS, then dQ += dS·K.
+// dK and dQ are scaled by the softmax scale once, at the store.
+//
+// Shared tiles: [64 rows][D] bf16 in 8×16-byte core matrices, core matrix (row/8, d/8) at
+// (D/8)·128·(row/8) + 128·(d/8) (cuda/attention_sm90.cuh's load_tile). The same bytes serve as a
+// K-major operand (rows = M or N, k = d: LBO 128, SBO (D/8)·128) and as an MN-major B operand
+// (n = d, k = row: LBO (D/8)·128, SBO 128), since both read core matrices of 8 rows × 8 contiguous
+// d; so Q, dO and K are each stored once for the two products that read them.
+//
+// Built for sm_90a only (wgmma): elsewhere the kernel bodies trap; attention_sm90_supported says
+// which shapes they take (head_dim 64 or 128, bf16).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention.cuh"
+#include "cuda/attention_sm90.cuh"
+#include "cuda/common.cuh"
+#include "cuda/hopper.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace gc::tree::cuda {
+
+namespace sm90 {
+
+// The backward's dynamic shared memory: two held tiles, two stages of two streamed tiles and, for
+// dK/dV, each stage's lse (log2 units) and D_i of its 64 queries.
+template <class S>
+struct BackwardLayout {
+  static constexpr std::size_t kTile = Config<S>::kTileBytes;
+  static constexpr std::size_t kHeld = 0, kStream = 2 * kTile, kRowStats = 6 * kTile;
+  static constexpr std::size_t kBytes = kRowStats + 2 * 2 * kRows * sizeof(float);
+};
+
+// A 64×64 accumulator x as the A operand (bf16 pairs, registers) of the four k-steps of 16 columns
+// that multiply it: a[kk] in the layout wgmma::mma_bf16_rs documents, read from the accumulator
+// layout of wgmma::mma_bf16<64>. Packed before the wgmma::fence that opens the products: a register
+// defined between two wgmmas makes ptxas insert a warpgroup.arrive there and serialize them.
+using AFragments = std::uint32_t[kRows / 16][4];
+__device__ __forceinline__ void accumulator_as_a(AFragments& a, const float (&x)[kRows / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
+      a[kk][r] = mma::pack_bf16x2(x[i], x[i + 1]);
+    }
+  }
+}
+
+// acc += X·B over 64 k-rows: X given as accumulator_as_a's fragments, B [64 rows][D] the MN-major
+// operand of the tile at `tile` (n = d, k = row).
+template <class Cfg>
+__device__ __forceinline__ void product_with_rows(float (&acc)[Cfg::kD / 2], const AFragments& x,
+                                                  const unsigned char* tile) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    wgmma::mma_bf16_rs<Cfg::kD, true>(
+        acc, x[kk],
+        wgmma::descriptor(tile + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore), true);
+  }
+}
+
+// x = A·Bᵀ over d: A and B [64 rows][D] K-major tiles (rows of A: M, rows of B: N = 64).
+template <class Cfg>
+__device__ __forceinline__ void product_over_d(float (&x)[kRows / 2], const unsigned char* a_tile,
+                                               const unsigned char* b_tile) {
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kD / 16; ++ks) {
+    wgmma::mma_bf16<kRows>(
+        x, wgmma::descriptor(a_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
+        wgmma::descriptor(b_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup), ks > 0);
+  }
+}
+
+// A warpgroup's [64][D] accumulator times `scale` into rows row0 .. row0+63 of a head (row stride
+// STRIDE) as bf16 pairs; rows ≥ seq_len are not stored. acc[i]: row row0 + 16w + g + 8·((i/2)%2),
+// column 8·(i/4) + 2q + i%2.
+template <class Cfg, std::int64_t STRIDE>
+__device__ __forceinline__ void store_rows(bf16* __restrict__ head, const float (&acc)[Cfg::kD / 2], int row0,
+                                           float scale, int seq_len) {
+  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 16 * w + g + 8 * r;
+    if (row >= seq_len) continue;
+#pragma unroll
+    for (int j = 0; j < Cfg::kD / 8; ++j) {
+      detail::store_pair(head, STRIDE, row, 8 * j + 2 * qd, acc[4 * j + 2 * r] * scale, acc[4 * j + 2 * r + 1] * scale);
+    }
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
+                         const float* __restrict__ lse, const float* __restrict__ delta, const bf16* __restrict__ q,
+                         const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  using Cfg = Config<S>;
+  using L = BackwardLayout<S>;
+  constexpr int D = Cfg::kD;
+  unsigned char* smem = hopper::dynamic_shared();
+  unsigned char* k_s = smem + L::kHeld;
+  unsigned char* v_s = k_s + L::kTile;
+  const auto q_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
+  const auto do_stage = [&](int i) { return q_stage(i) + L::kTile; };
+  float* row_stats = reinterpret_cast<float*>(smem + L::kRowStats);  // [stage][lse2 | delta][64]
+  const auto lse2_stage = [&](int i) { return row_stats + (i % 2) * 2 * kRows; };
+  const auto delta_stage = [&](int i) { return lse2_stage(i) + kRows; };
+
+  const int b = blockIdx.z, g_kv = blockIdx.y, k0 = int(blockIdx.x) * kRows;
+  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+  const int keys[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};  // this thread's accumulator rows
+
+  const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
+  load_tile<Cfg, Cfg::kKvStride, true>(k_s, k + kv_head, k0, seq_len);
+  load_tile<Cfg, Cfg::kKvStride, true>(v_s, v + kv_head, k0, seq_len);
+
+  // Streamed tile i: query head g·G + i / tiles_per_head, queries i0 .. i0 + 63 (i0 ≥ k0: earlier
+  // queries see none of these keys).
+  const int tiles_per_head = (seq_len - k0 + kRows - 1) / kRows, tiles = Cfg::kGroup * tiles_per_head;
+  const auto first_query = [&](int i) { return k0 + (i % tiles_per_head) * kRows; };
+  const auto load_stage = [&](int i) {  // one cp.async group per tile (Q and dO); lse and D_i stored
+    const int h = g_kv * Cfg::kGroup + i / tiles_per_head, i0 = first_query(i);
+    const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
+    const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
+    load_tile_async<Cfg, Cfg::kQStride, true>(q_stage(i), q + q_head, i0, seq_len);
+    load_tile_async<Cfg, Cfg::kQStride, true>(do_stage(i), dout + q_head, i0, seq_len);
+    mma::cp_async_commit();
+    for (int c = t; c < kRows; c += kThreads) {
+      const bool valid = i0 + c < seq_len;
+      lse2_stage(i)[c] = valid ? lse[lse_head + i0 + c] * detail::kLog2e : 0.0f;
+      delta_stage(i)[c] = valid ? delta[lse_head + i0 + c] : 0.0f;
+    }
+  };
+
+  float dk_acc[D / 2], dv_acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
+
+  load_stage(0);
+  for (int i = 0; i < tiles; ++i) {
+    // The previous iteration's closing barrier freed the other stage: prefetch into it, then wait
+    // for this tile's group only.
+    mma::prefetch_next_then_wait<1>(i, tiles, load_stage);
+    hopper::fence_proxy_async();  // the copies and stores are visible to wgmma's async proxy
+    __syncthreads();
+    const int i0 = first_query(i);
+    const unsigned char* q_s = q_stage(i);
+    const unsigned char* do_s = do_stage(i);
+    const float* lse2 = lse2_stage(i);
+    const float* delta_s = delta_stage(i);
+
+    float p[kRows / 2], ds[kRows / 2];  // Pᵀ and dSᵀ: rows = keys, columns = queries
+    wgmma::fence();
+    product_over_d<Cfg>(p, k_s, q_s);    // Sᵀ = K·Qᵀ
+    product_over_d<Cfg>(ds, v_s, do_s);  // dPᵀ = V·dOᵀ
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int e = 0; e < kRows / 2; ++e) {
+      const int col = 8 * (e / 4) + 2 * qd + (e % 2), query = i0 + col;
+      // Chosen, not multiplied: an overflowing exp2 of a masked entry cannot leak in.
+      const bool valid = query < seq_len && keys[(e / 2) % 2] <= query;
+      p[e] = valid ? exp2f(p[e] * Cfg::kScaleLog2 - lse2[col]) : 0.0f;
+      ds[e] = p[e] * (ds[e] - delta_s[col]);
+    }
+    AFragments p_a, ds_a;
+    accumulator_as_a(p_a, p);
+    accumulator_as_a(ds_a, ds);
+    wgmma::fence();
+    product_with_rows<Cfg>(dv_acc, p_a, do_s);  // dV += Pᵀ·dO
+    product_with_rows<Cfg>(dk_acc, ds_a, q_s);  // dK += dSᵀ·Q
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every thread's products are done before this stage is refilled
+  }
+
+  store_rows<Cfg, Cfg::kKvStride>(dk + kv_head, dk_acc, k0, S::kScale, seq_len);
+  store_rows<Cfg, Cfg::kKvStride>(dv + kv_head, dv_acc, k0, 1.0f, seq_len);
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
+                       const float* __restrict__ delta, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                       const bf16* __restrict__ v, int seq_len) {
+#if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
+  using Cfg = Config<S>;
+  using L = BackwardLayout<S>;
+  constexpr int D = Cfg::kD;
+  unsigned char* smem = hopper::dynamic_shared();
+  unsigned char* q_s = smem + L::kHeld;
+  unsigned char* do_s = q_s + L::kTile;
+  const auto k_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
+  const auto v_stage = [&](int i) { return k_stage(i) + L::kTile; };
+
+  const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
+  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+  const int rows[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
+
+  const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
+  const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
+  const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
+  load_tile<Cfg, Cfg::kQStride, true>(q_s, q + q_head, q0, seq_len);
+  load_tile<Cfg, Cfg::kQStride, true>(do_s, dout + q_head, q0, seq_len);
+  float lse2[2], delta_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool valid = rows[r] < seq_len;
+    lse2[r] = valid ? lse[lse_head + rows[r]] * detail::kLog2e : 0.0f;
+    delta_row[r] = valid ? delta[lse_head + rows[r]] : 0.0f;
+  }
+
+  float dq_acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
+
+  const int last_query = min(q0 + kRows, seq_len) - 1;  // q0 < seq_len by the grid size
+  const int tiles = last_query / kRows + 1;
+  const auto load_stage = [&](int i) {  // one cp.async group per tile (K and V)
+    load_tile_async<Cfg, Cfg::kKvStride, true>(k_stage(i), k + kv_head, i * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, true>(v_stage(i), v + kv_head, i * kRows, seq_len);
+    mma::cp_async_commit();
+  };
+  load_stage(0);
+  for (int i = 0; i < tiles; ++i) {
+    mma::prefetch_next_then_wait<1>(i, tiles, load_stage);  // as in the dK/dV kernel
+    hopper::fence_proxy_async();
+    __syncthreads();
+    const int k0 = i * kRows;
+    const unsigned char* k_s = k_stage(i);
+
+    float p[kRows / 2], ds[kRows / 2];
+    wgmma::fence();
+    product_over_d<Cfg>(p, q_s, k_s);           // S = Q·Kᵀ
+    product_over_d<Cfg>(ds, do_s, v_stage(i));  // dP = dO·Vᵀ
+    wgmma::commit();
+    wgmma::wait<0>();
+#pragma unroll
+    for (int e = 0; e < kRows / 2; ++e) {
+      const int r = (e / 2) % 2, key = k0 + 8 * (e / 4) + 2 * qd + (e % 2);
+      const bool valid = rows[r] < seq_len && key <= rows[r];
+      p[e] = valid ? exp2f(p[e] * Cfg::kScaleLog2 - lse2[r]) : 0.0f;
+      ds[e] = p[e] * (ds[e] - delta_row[r]);
+    }
+    AFragments ds_a;
+    accumulator_as_a(ds_a, ds);
+    wgmma::fence();
+    product_with_rows<Cfg>(dq_acc, ds_a, k_s);  // dQ += dS·K
+    wgmma::commit();
+    wgmma::wait<0>();
+    __syncthreads();  // every thread's products are done before this stage is refilled
+  }
+
+  store_rows<Cfg, Cfg::kQStride>(dq + q_head, dq_acc, q0, S::kScale, seq_len);
+#else
+  __trap();  // built for an architecture without wgmma
+#endif
+}
+
+}  // namespace sm90
+
+// As flash_attention_backward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a
+// code). `scratch` holds attention_backward_scratch_floats<S>(batch, seq_len) floats (D_i).
+template <class S>
+void attention_sm90_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const bf16* out,
+                             const float* lse, const bf16* q, const bf16* k, const bf16* v, int batch, int seq_len) {
+  static_assert(attention_sm90_supported<S, bf16>(), "attention_sm90_backward: head_dim 64 or 128");
+  detail::check_attention_batch(batch, seq_len, "attention_sm90_backward");
+  if (batch == 0 || seq_len == 0) return;
+  check_pack_aligned<8, bf16>("attention_sm90_backward", dq, dk, dv, dout, q, k, v);
+  const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
+  constexpr int kDeltaThreads = 256;
+  launch(detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp), kDeltaThreads,
+         0, scratch, dout, out, seq_len, rows);
+  constexpr std::size_t kSmem = sm90::BackwardLayout<S>::kBytes;
+  const dim3 kv_grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kKvHeads), unsigned(batch));
+  launch_with_dynamic_shared<sm90::backward_dkdv_kernel<S>>(kv_grid, sm90::kThreads, kSmem, dk, dv, dout, lse,
+                                                            scratch, q, k, v, seq_len);
+  const dim3 q_grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kHeads), unsigned(batch));
+  launch_with_dynamic_shared<sm90::backward_dq_kernel<S>>(q_grid, sm90::kThreads, kSmem, dq, dout, lse, scratch, q, k,
+                                                          v, seq_len);
+}
+
+}  // namespace gc::tree::cuda
