@@ -25,6 +25,21 @@ KernelChoice attention(const Spec& spec) {
                : "fp32"};
 }
 
+// templates/cuda/attention_sm90.cuh, wgmma_attention_chosen<S, T>(): the Hopper kernels, where
+// train --attention picks them (a compute capability 9.0 GPU and a tree with sm_90a code).
+bool hopper_attention(const Spec& spec, KernelChoice& choice) {
+  const ModelSpec& m = spec.model;
+  if (!tree::core::sm90_attention_takes(spec.train.precision == Precision::bf16, m.head_dim, m.n_heads,
+                                        m.n_kv_heads)) {
+    return false;
+  }
+  choice = {"sm_90a attn",
+            "cuda/attention_sm90.cuh, cuda/attention_sm90_backward.cuh: warpgroup MMAs (wgmma), forward and backward",
+            "bf16, head_dim " + str(m.head_dim) + ": on a compute capability 9.0 GPU with train --attention wgmma" +
+                (tree::core::kWgmmaAttentionByDefault ? " or auto" : "; auto keeps mma.sync until the GPU kit times these faster")};
+  return true;
+}
+
 KernelChoice projections(const Spec& spec) {
   const std::vector<std::string> padded = unaligned_widths(spec);
   std::string why = spec.train.precision == Precision::bf16 ? "bf16" : "fp32";
@@ -72,7 +87,10 @@ std::vector<std::string> unaligned_widths(const Spec& spec) {
 }
 
 std::vector<KernelChoice> cuda_kernels(const Spec& spec) {
-  std::vector<KernelChoice> out = {attention(spec), projections(spec)};
+  std::vector<KernelChoice> out = {attention(spec)};
+  KernelChoice hopper;
+  if (hopper_attention(spec, hopper)) out.push_back(hopper);
+  out.push_back(projections(spec));
   if (spec.model.arch == Arch::moe) out.push_back(experts(spec));
   return out;
 }

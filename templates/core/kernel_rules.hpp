@@ -33,6 +33,22 @@ constexpr bool flash_attention_takes(bool bf16, std::int64_t head_dim) {
   return bf16 && head_dim % kFlashHeadDimStep == 0 && head_dim <= kFlashMaxHeadDim;
 }
 
+// The Hopper attention kernels (cuda/attention_sm90.cuh forward, cuda/attention_sm90_backward.cuh
+// backward: warpgroup MMAs, sm_90a code, compute capability 9.0 only) take bf16 with head_dim 64
+// or 128 (their [64][head_dim] shared tiles and m64nDk16 products) and whole GQA groups.
+constexpr bool sm90_attention_takes(bool bf16, std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads) {
+  return bf16 && (head_dim == 64 || head_dim == 128) && kv_heads > 0 && heads % kv_heads == 0;
+}
+// Which attention kernels a run uses (train --attention): automatic, or the tensor-core (mma.sync)
+// kernels, or the Hopper (wgmma) kernels, which only a tree with sm_90a code on a compute
+// capability 9.0 GPU can run.
+enum class AttentionKernels { automatic, mma, wgmma };
+// Whether automatic picks the wgmma kernels where they can run. Not yet: they have passed the
+// emulator and (the forward) a device self-test, but no GPU has timed them against the mma.sync
+// kernels since their last change (docs/performance.md); the kit's attention and bench rows do,
+// and this flips when they show them faster.
+inline constexpr bool kWgmmaAttentionByDefault = false;
+
 // The grouped expert GEMM (cuda/grouped_gemm.cuh) takes bf16 projections in -> out in whole
 // 64-column tiles on both sides.
 inline constexpr int kGroupedGemmTile = 64;

@@ -19,6 +19,8 @@
 #include "config.hpp"
 #include "cuda/aligned_linear.cuh"
 #include "cuda/attention.cuh"
+#include "cuda/attention_sm90.cuh"
+#include "cuda/attention_sm90_backward.cuh"
 #include "cuda/common.cuh"
 #include "cuda/cross_entropy.cuh"
 #include "cuda/device_check.cuh"
@@ -213,11 +215,24 @@ class Backend {
   // The attention kernels are specialized for the spec's heads, head_dim and scale
   // (AttentionShape); the model's dims must be those. bf16 with a head_dim that is a multiple of
   // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the
-  // reference kernels (cuda/attention.cuh).
+  // reference kernels (cuda/attention.cuh). bf16 at head_dim 64 or 128 may run on Hopper's
+  // warpgroup MMAs instead (cuda/attention_sm90*.cuh), as choose_attention decided.
   static constexpr bool kFlashAttention = cuda::flash_attention_supported<AttentionShape, T>();
+  static constexpr bool kSm90Attention = cuda::attention_sm90_supported<AttentionShape, T>();
+  // train --attention, before the first step; throws when the wgmma kernels are asked for and
+  // cannot run here.
+  void choose_attention(core::AttentionKernels want) {
+    wgmma_attention_ = cuda::wgmma_attention_chosen<AttentionShape, T>(want);
+  }
+  const char* attention_kernels() const {
+    return wgmma_attention_ ? "wgmma attention" : kFlashAttention ? "mma.sync attention" : "reference attention";
+  }
   void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
                          double scale) {
     check_attention_shape(d, scale);
+    if constexpr (kSm90Attention) {
+      if (wgmma_attention_) return cuda::attention_sm90_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
+    }
     if constexpr (kFlashAttention) {
       cuda::flash_attention_forward<AttentionShape>(out, lse, q, k, v, d.batch, d.seq_len);
     } else {
@@ -227,6 +242,12 @@ class Backend {
   void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* out, const float* lse, const T* q, const T* k,
                           const T* v, const AttentionDims& d, double scale) {
     check_attention_shape(d, scale);
+    if constexpr (kSm90Attention) {
+      if (wgmma_attention_) {
+        return cuda::attention_sm90_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q,
+                                                             k, v, d.batch, d.seq_len);
+      }
+    }
     if constexpr (kFlashAttention) {
       cuda::flash_attention_backward<AttentionShape>(dq, dk, dv, attention_scratch_.data(), dout, out, lse, q, k, v,
                                                      d.batch, d.seq_len);
@@ -544,6 +565,7 @@ class Backend {
     }
   }
   int batch_ = 0, seq_len_ = 0, num_unique_ = 0;
+  bool wgmma_attention_ = false;  // choose_attention
   std::int64_t scored_ = 0;  // targets ≥ 0 of the last stage_targets (the loss divisor)
   BlasLt blas_;
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;

@@ -43,12 +43,19 @@ struct HostEngineState {
 
 // The CUDA engine for kMicroBatch × kSeqLen rows when `on_gpu` (runs_on_gpu), else the CPU
 // engine over host_state(), which is called only then (it may allocate the host model).
-inline std::unique_ptr<Engine> make_engine(bool on_gpu, const std::function<HostEngineState()>& host_state) {
+// `attention` (train --attention) picks the CUDA engine's attention kernels; the CPU has one kind,
+// so asking it for wgmma is an error.
+inline std::unique_ptr<Engine> make_engine(bool on_gpu, const std::function<HostEngineState()>& host_state,
+                                           core::AttentionKernels attention = core::AttentionKernels::automatic) {
 #ifdef GC_HAVE_CUDA
-  if (on_gpu) return make_cuda_engine(kMicroBatch, kSeqLen);
+  if (on_gpu) return make_cuda_engine(kMicroBatch, kSeqLen, attention);
 #else
   (void)on_gpu;  // runs_on_gpu is false in a tree without the CUDA backend
 #endif
+  if (attention == core::AttentionKernels::wgmma) {
+    throw gc::rt::RuntimeError("--attention wgmma: the Hopper attention kernels run on the CUDA backend, and this "
+                               "run trains on the CPU (--device cpu, or no usable GPU)");
+  }
   const HostEngineState state = host_state();
   return std::make_unique<CpuEngine>(*state.model, *state.m, *state.v);
 }

@@ -183,6 +183,7 @@ class BasicModel {
   }
   // The backend instance (its device state: the CUDA engine defers the loss through it).
   Backend& backend() { return ops_; }
+  const Backend& backend() const { return ops_; }
   void zero_grads() { Backend::zero(grads); }
 
   // Backend memory: host pointers on the CPU, device pointers on CUDA. logits(): every row's

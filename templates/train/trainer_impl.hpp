@@ -150,10 +150,13 @@ inline void check_host_memory() {
 
 inline void Trainer::choose_engine() {
   const bool on_gpu = runs_on_gpu(opt_.device);
-  engine_ = make_engine(on_gpu, [&] {
-    check_host_memory();
-    return HostEngineState{&host_.host_model(), &host_.m(), &host_.v()};
-  });
+  engine_ = make_engine(
+      on_gpu,
+      [&] {
+        check_host_memory();
+        return HostEngineState{&host_.host_model(), &host_.m(), &host_.v()};
+      },
+      opt_.attention);
   if (on_gpu) host_.use_device();
 }
 

@@ -394,7 +394,7 @@ TEST(Plan, ProjectionsWithWidthsNotAMultipleOf8GetPaddedScratchInBf16Only) {
 
 // gcompile explain's kernels section (plan/cuda_kernels.hpp) follows the templates' compile-time
 // choices: tensor-core attention for bf16 and head_dim a multiple of 16 up to 128
-// (flash_attention_supported), grouped expert GEMMs for bf16 and whole 64-column tiles
+// (flash_attention_supported), the Hopper kernels beside it for bf16 at head_dim 64 or 128, grouped expert GEMMs for bf16 and whole 64-column tiles
 // (core::grouped_gemm_takes), zero-padded projections for widths not a multiple of 8 (bf16 only).
 TEST(Plan, CudaKernelsFollowThePrecisionAndTheShapes) {
   const auto chosen = [](const std::string& text, const std::string& op) {
@@ -412,6 +412,12 @@ TEST(Plan, CudaKernelsFollowThePrecisionAndTheShapes) {
   EXPECT_EQ(chosen(fp32, "attention"), "cuda/attention.cuh");
   EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 24"), "attention"), "cuda/attention.cuh");
   EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 144"), "attention"), "cuda/attention.cuh");
+  // The Hopper kernels (core::sm90_attention_takes): bf16 at head_dim 64 or 128 only.
+  const std::string hopper = "cuda/attention_sm90.cuh, cuda/attention_sm90_backward.cuh";
+  EXPECT_EQ(chosen(kFullDense, "sm_90a attn"), "none");  // head_dim 32
+  EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 64"), "sm_90a attn"), hopper);
+  EXPECT_EQ(chosen(with(kFullDense, "head_dim = 32", "head_dim = 128"), "sm_90a attn"), hopper);
+  EXPECT_EQ(chosen(with(fp32, "head_dim = 32", "head_dim = 64"), "sm_90a attn"), "none");
   EXPECT_EQ(chosen(kFullDense, "experts"), "none");  // a dense model
   EXPECT_EQ(chosen(kMoe, "experts"), "cuda/expert_linear.cuh");  // expert_d_ff 32: half a tile
   EXPECT_EQ(chosen(with(kMoe, "expert_d_ff = 32", "expert_d_ff = 128"), "experts"), "cuda/grouped_gemm.cuh");
