@@ -227,6 +227,23 @@ def build_rows(results, warmup):
                          "peak_bytes": ours["peak_device_bytes"], "plan_bytes": ours["planned_device_bytes"],
                          "ratio": vs_fastest, "flops_per_token": fpt, **{k: v for k, v in specs[label].items()
                                                                          if k != "profile_compare"}})
+        # Ours again on other attention kernels (gpu_vs_torch --attention-rows): metrics_attention_K.jsonl.
+        for name in sorted(os.listdir(d)):
+            if not (name.startswith("metrics_attention_") and name.endswith(".jsonl")):
+                continue
+            kernels = name[len("metrics_attention_"):-len(".jsonl")]
+            alt = summarize_ours(os.path.join(d, name), cfg.tokens_per_step, warmup)
+            tps = alt["tokens_per_s_median"]
+            if not alt["timed_records"]:
+                notes.append(f"{label}: gcompile --attention {kernels}: no timed steps; "
+                             f"{last_line(os.path.join(d, f'ours_attention_{kernels}.log'))}")
+            m = mfu(tps)
+            rows.append({"spec": label, "impl": f"gcompile_{kernels}", "sdpa": f"ours, {kernels} attention",
+                         "attention": kernels, "tokens_per_s": tps, "step_ms": alt["step_ms_median"], "mfu_989": m[0],
+                         "mfu_ceiling": m[1], "peak_bytes": alt["peak_device_bytes"],
+                         "plan_bytes": alt["planned_device_bytes"],
+                         "ratio": tps / fastest["tokens_per_s"] if (tps and fastest) else None,
+                         "vs_default": tps / ours_tps if (tps and ours_tps) else None, "flops_per_token": fpt})
         for t in torch_list:
             m = mfu(t["tokens_per_s"])
             rows.append({"spec": label, "impl": "torch", "sdpa": t["label"], "sdpa_backend": t["sdpa_backend"],
@@ -251,7 +268,8 @@ def header_lines(env, steps, warmup):
         f"bf16 GEMM ceiling ({tb.GEMM_N}^3, median): "
         + (f"{ceiling:.0f} TFLOP/s" if ceiling else "n/a")
         + f"; MFU@989 against 989 TFLOP/s; {warmup} warm-up + {steps} timed steps, medians",
-        "ours/torch: the gcompile row against the fastest torch row of its spec; a torch row: ours against it",
+        "ours/torch: the gcompile row against the fastest torch row of its spec; a torch row: ours against it; "
+        "a gcompile_K row (ours on attention kernels K, train --attention K) against the fastest torch row",
         f"date: {env.get('date', 'n/a')}",
     ]
 

@@ -168,6 +168,11 @@ def _is_ours(r):
     return str(r.get("impl", "")).lower() in ("gcompile", "ours")
 
 
+def _is_ours_variant(r):
+    """Ours on other attention kernels (gpu_vs_torch --attention-rows: impl gcompile_K)."""
+    return str(r.get("impl", "")).lower().startswith("gcompile_")
+
+
 def bench_specs(doc):
     """rows.json -> one dict per spec, in its order: ours, torch (one per backend), auto_picked,
     fastest (backend, tokens/s), ratio (ours / fastest torch)."""
@@ -191,7 +196,7 @@ def bench_specs(doc):
             fields.update({k: src[k] for k in SPEC_KEYS if src.get(k) is not None})
         ours_row = next((r for r in rows if _is_ours(r)), None)
         torch_src = fields.get("torch_rows") if isinstance(fields.get("torch_rows"), list) else \
-            [r for r in rows if not _is_ours(r)]
+            [r for r in rows if not _is_ours(r) and not _is_ours_variant(r)]
         torch = []
         for r in torch_src:
             if isinstance(r, dict):
@@ -225,12 +230,22 @@ def bench_specs(doc):
         if ratio is None and ours and ours["tokens_per_s"] and fastest and fastest["tokens_per_s"]:
             ratio = ours["tokens_per_s"] / fastest["tokens_per_s"]
         out.append({"spec": label, "ours": ours, "torch": torch, "auto_picked": auto, "fastest": fastest,
-                    "ratio_vs_fastest": ratio})
+                    "ratio_vs_fastest": ratio, "variants": [r for r in rows if _is_ours_variant(r)]})
     return out
 
 
 def _k(x):
     return f"{x:,.0f}" if x else "no time"
+
+
+def _variant_text(v):
+    """One ours-on-other-attention-kernels row: its speed, against ours and the fastest torch row."""
+    text = f"ours with {v.get('attention', '?')} attention "
+    if not _tps(v):
+        return text + "no time"
+    against = [f"{_num(v.get(k)):.2f}x {what}" for k, what in (("vs_default", "the default"), ("ratio", "fastest torch"))
+               if _num(v.get(k))]
+    return text + _k(_tps(v)) + " tok/s" + (f" ({', '.join(against)})" if against else "")
 
 
 def bench_detail(rows_json):
@@ -261,6 +276,7 @@ def bench_detail(rows_json):
             ok = ok and any(t["tokens_per_s"] for t in s["torch"])
         if s["ratio_vs_fastest"] and s["fastest"]:
             text += f"; ours / fastest torch ({s['fastest']['label']}) {s['ratio_vs_fastest']:.2f}"
+        text += "".join(f"; {_variant_text(v)}" for v in s["variants"])
         parts.append(text)
     notes = doc.get("notes") if isinstance(doc.get("notes"), list) else []
     return ok, "; ".join(parts + [f"note: {n}" for n in notes]) or "no rows"

@@ -29,9 +29,10 @@ STEPS_TINY=$(py kit-value "$kit" steps.tiny)
 STEPS_MOE=$(py kit-value "$kit" steps.moe_tiny)
 STEPS_MEMCHECK=$(py kit-value "$kit" steps.memcheck)
 TOL_PARITY=$(py kit-value "$kit" tolerances.parity)
+TOL_PARITY_BF16=$(py kit-value "$kit" tolerances.parity_bf16)
 TOL_CURVE=$(py kit-value "$kit" tolerances.cpu_cuda)
 TOL_BF16=$(py kit-value "$kit" tolerances.bf16)
-PARITY_TREES=(parity_plain parity_headwise parity_elementwise parity_moe parity_hd128)
+PARITY_TREES=(parity_plain parity_headwise parity_elementwise parity_moe parity_hd128 parity_wgmma_hd64 parity_wgmma_hd128)
 
 mkdir -p "$out_dir" || die "cannot create $out_dir"
 rm -f "$out_dir/summary.md" "$out_dir/summary.json" "$out_dir/results.tgz"
@@ -248,16 +249,19 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# parity: the whole model, fp32, CUDA against CPU (logits, loss, every gradient)
+# parity: the whole model, CUDA against CPU (logits, loss, every gradient): fp32, and bf16 on
+# Hopper's wgmma attention kernels (parity_wgmma_*: --attention wgmma, bf16's tolerance)
 # ---------------------------------------------------------------------------------------------
 for t in "${PARITY_TREES[@]}"; do
   wanted "$t" || continue
   limit=$(cap "$([ "$emulate" = 1 ] && echo 120 || echo 45)")
   if ! built "$t" parity; then row "$t" SKIP "$t/parity not built"; continue; fi
   [ "$limit" -gt 0 ] || { row "$t" SKIP "out of time"; continue; }
-  timed "$limit" "$logs/$t.log" "$trees/$t/parity" --tolerance "$TOL_PARITY"
+  tol=$TOL_PARITY kernels=(--attention auto) named=""
+  case "$t" in parity_wgmma_*) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma) named="wgmma attention" ;; esac
+  timed "$limit" "$logs/$t.log" "$trees/$t/parity" --tolerance "$tol" "${kernels[@]}"
   rc=$?
-  if detail=$(py parity "$logs/$t.log" "$TOL_PARITY") && [ "$rc" -eq 0 ]; then row "$t" PASS "$detail" "$took"
+  if detail=$(py parity "$logs/$t.log" "$tol" "$named") && [ "$rc" -eq 0 ]; then row "$t" PASS "$detail" "$took"
   else row "$t" FAIL "$detail ($(why "$rc" "$logs/$t.log"))" "$took"; fi
 done
 
@@ -509,6 +513,9 @@ if wanted bench; then
   bench_args=(--trees "$trees" --no-build --results "$logs/bench" --log "$logs/bench.log" --json "$logs/bench.json")
   if [ "$emulate" = 1 ]; then bench_args+=(--only ours --steps 2 --warmup 1)
   else bench_args+=(--steps 15 --warmup 5 --sdpa-backends "${GC_KIT_SDPA_BACKENDS:-auto,cudnn}"); fi
+  # On Hopper each spec also trains on the wgmma attention kernels (train --attention wgmma): the
+  # whole-step effect of issue 38's kernels, beside the default's.
+  [ "$arch" != 90a ] || bench_args+=(--attention-rows wgmma)
   if [ ${#bench_trees[@]} -eq 0 ]; then row bench FAIL "the kit has no bench trees ($trees/bench_*)"
   elif [ "$limit" -le 0 ]; then row bench SKIP "out of time"
   else

@@ -195,6 +195,20 @@ class Bench(unittest.TestCase):
         self.assertIn("auto picked cudnn", detail)
         self.assertIn("fastest torch (cudnn) 1.18", detail)
 
+    def test_ours_on_other_attention_kernels(self):
+        doc = json.loads(json.dumps(NEW_ROWS))
+        doc["rows"].insert(1, {"spec": "dense_0.1b", "impl": "gcompile_wgmma", "attention": "wgmma",
+                               "tokens_per_s": 440000.0, "vs_default": 1.1, "ratio": 440000 / 340000})
+        ok, detail = self.detail(doc)
+        self.assertTrue(ok, detail)
+        self.assertIn("ours / fastest torch (cudnn) 1.18", detail)  # the default's row still heads the spec
+        self.assertIn("ours with wgmma attention 440,000 tok/s (1.10x the default, 1.29x fastest torch)", detail)
+        self.assertNotIn("gcompile_wgmma 440", detail)  # not listed among the torch rows
+        doc["rows"][1]["tokens_per_s"] = None
+        ok, detail = self.detail(doc)
+        self.assertTrue(ok, detail)  # a variant without time is named, not failed
+        self.assertIn("ours with wgmma attention no time", detail)
+
     def test_per_spec_fields_under_specs(self):
         ok, detail = self.detail(SPECS_ROWS)
         self.assertTrue(ok, detail)  # cudnn did not run: listed, not failed
