@@ -132,4 +132,13 @@ inline int device_count() {
   return n;
 }
 
+// The properties of the device this thread's CUDA calls go to.
+inline cudaDeviceProp current_device_properties() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  GC_CUDA_CHECK(cudaGetDevice(&device));
+  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop;
+}
+
 }  // namespace gc::rt::cuda

@@ -28,10 +28,10 @@
 
 #include "core/kernel_rules.hpp"
 #include "cuda/common.cuh"
-#include "cuda/device_check.cuh"
 #include "cuda/flash_attention.cuh"
 #include "cuda/hopper.cuh"
 #include "cuda/wgmma.cuh"
+#include "runtime/cuda/check.hpp"
 #include "runtime/error.hpp"
 
 namespace gc::tree::cuda {
@@ -244,7 +244,7 @@ bool wgmma_attention_chosen(core::AttentionKernels want) {
     refusal = std::string("they take bf16 with head_dim 64 or 128; this tree computes in ") +
               (std::is_same_v<T, bf16> ? "bf16" : "fp32") + " with head_dim " + std::to_string(S::kHeadDim);
   } else {
-    const cudaDeviceProp prop = current_device_properties();
+    const cudaDeviceProp prop = gc::rt::cuda::current_device_properties();
     if (prop.major != 9 || prop.minor != 0) {
       refusal = std::string("they need a compute capability 9.0 GPU (H100, H200); this is ") + prop.name + " (" +
                 std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";

@@ -18,15 +18,6 @@ __global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
   }
 }
 
-// The properties of the device this thread's CUDA calls go to.
-inline cudaDeviceProp current_device_properties() {
-  int device = 0;
-  cudaDeviceProp prop{};
-  GC_CUDA_CHECK(cudaGetDevice(&device));
-  GC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return prop;
-}
-
 // "" when a device of compute capability MAJOR.MINOR named NAME can run this
 // tree's kernels, else why not; IMAGE_ERROR is the error of the kernel-image
 // probe (nullptr when the probe found this build's kernels). The kernels need

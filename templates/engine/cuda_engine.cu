@@ -85,7 +85,7 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   }
 
   std::string describe() const override {
-    const cudaDeviceProp prop = cuda::current_device_properties();
+    const cudaDeviceProp prop = gc::rt::cuda::current_device_properties();
     return std::string("CUDA backend (") + prop.name + ", " + (kSeparateMaster ? "bf16" : "fp32") + ", " +
            model_.backend().attention_kernels() + ")";
   }
