@@ -78,6 +78,9 @@ const char* const kUsage =
     "  --attention K    the CUDA backend's attention kernels: auto (default: the mma.sync tensor-core\n"
     "                   kernels; docs/architecture.md), mma, or wgmma (Hopper's warpgroup MMAs: bf16,\n"
     "                   head_dim 64 or 128, a compute capability 9.0 GPU, a tree with sm_90a code)\n"
+    "  --experts K      the CUDA backend's expert GEMMs: auto (default: the mma.sync grouped kernels),\n"
+    "                   mma, or wgmma (Hopper's warpgroup MMAs: bf16, d_model and expert_d_ff multiples\n"
+    "                   of 128, a compute capability 9.0 GPU, a tree with sm_90a code)\n"
     "  --expert-route R expert parallelism's route: auto (default: slotted on GPUs where\n"
     "                   moe.capacity_factor allows, so a step waits for no host plan; planned on the\n"
     "                   host on the CPU, without padding), slotted, or host (docs/distributed.md)\n"
@@ -218,10 +221,12 @@ int main(int argc, char** argv) {
         return usage_error("--expert-exchange-factor needs 0 (the dropless worst case) or a number of at least 1");
       }
       options.expert_exchange_factor = f;
-    } else if (arg == "--attention") {
-      if (!value(v) || (v != "auto" && v != "mma" && v != "wgmma")) return usage_error("--attention needs auto, mma or wgmma");
-      using gc::tree::core::AttentionKernels;
-      options.attention = v == "mma" ? AttentionKernels::mma : v == "wgmma" ? AttentionKernels::wgmma : AttentionKernels::automatic;
+    } else if (arg == "--attention" || arg == "--experts") {
+      if (!value(v) || (v != "auto" && v != "mma" && v != "wgmma")) return usage_error(arg + " needs auto, mma or wgmma");
+      using gc::tree::core::TensorCoreKernels;
+      const TensorCoreKernels k =
+          v == "mma" ? TensorCoreKernels::mma : v == "wgmma" ? TensorCoreKernels::wgmma : TensorCoreKernels::automatic;
+      (arg == "--attention" ? options.kernels.attention : options.kernels.experts) = k;
     } else if (arg == "--expert-route") {
       if (!value(v) || (v != "auto" && v != "slotted" && v != "host")) {
         return usage_error("--expert-route needs auto, slotted or host");

@@ -206,16 +206,11 @@ void schedule_section(std::ostringstream& o, const Plan& plan) {
 }
 
 // The CUDA kernels this spec gets (plan/cuda_kernels.hpp): for every GPU architecture the tree is
-// built for, and the Hopper attention kernels a run may pick (train --attention); the experts'
-// sm_90a warpgroup kernels are built and tested but no tree runs them yet.
+// built for, and the Hopper kernels a run may pick (train --attention, --experts).
 void kernels_section(std::ostringstream& o, const Plan& plan) {
   o << "Kernels (CUDA backend, sm_80 and newer)\n";
   for (const KernelChoice& k : cuda_kernels(plan.spec)) {
     o << "  " << pad(k.op, 13) << k.kernel << "\n" << std::string(15, ' ') << "(" << k.why << ")\n";
-  }
-  if (plan.spec.model.arch == Arch::moe) {
-    o << "  sm_90a       cuda/grouped_gemm_sm90.cuh (the experts on warpgroup MMAs)\n"
-         "               (built and tested under the emulator; no tree runs it until measured on a GPU)\n";
   }
   o << "\n";
 }

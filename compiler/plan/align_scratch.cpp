@@ -34,6 +34,8 @@ AlignScratch align_scratch(const Spec& spec, std::int64_t head_rows) {
   std::vector<Projection> calls = {{N, D, q + 2 * kv}, {N, D, q}, {N, D, kv}, {N, q, D}, {head_rows, D, m.vocab_size}};
   if (m.gated_attention == GatedAttention::headwise) calls.push_back({N, D, m.n_heads});
   if (m.gated_attention == GatedAttention::elementwise) calls.push_back({N, D, q});
+  // The router's backward (Backend::router_backward: linear_backward, out = n_experts).
+  if (m.arch == Arch::moe) calls.push_back({N, D, spec.moe.n_experts});
   const std::int64_t F = m.arch == Arch::moe ? spec.moe.dense_d_ff : m.d_ff;
   const std::int64_t S = m.arch == Arch::moe ? spec.moe.n_shared_experts * spec.moe.shared_d_ff : 0;
   for (const std::int64_t f : {F, S}) {

@@ -64,6 +64,21 @@ KernelChoice experts(const Spec& spec) {
           bf16 ? "d_model " + str(d) + " or expert_d_ff " + str(f) + " is not a multiple of " + tile : "fp32"};
 }
 
+// templates/cuda/expert_linear.cuh, wgmma_experts_chosen<T>(): the experts' Hopper GEMMs, where
+// train --experts picks them.
+bool hopper_experts(const Spec& spec, KernelChoice& choice) {
+  const std::int64_t d = spec.model.d_model, f = spec.moe.expert_d_ff;
+  if (spec.model.arch != Arch::moe ||
+      !tree::core::sm90_grouped_gemm_takes(spec.train.precision == Precision::bf16, d, f)) {
+    return false;
+  }
+  choice = {"sm_90a exp", "cuda/grouped_gemm_sm90.cuh: the experts' forward, dX and dW on warpgroup MMAs (wgmma)",
+            "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of " +
+                str(tree::core::kSm90GroupedGemmTile) + ": on a compute capability 9.0 GPU with train --experts wgmma" +
+                (tree::core::kWgmmaExpertsByDefault ? " or auto" : "; auto keeps mma.sync until the GPU kit times these faster")};
+  return true;
+}
+
 }  // namespace
 
 std::vector<std::string> unaligned_widths(const Spec& spec) {
@@ -76,6 +91,7 @@ std::vector<std::string> unaligned_widths(const Spec& spec) {
       {"n_kv_heads·head_dim", m.n_kv_heads * m.head_dim},
       {"vocab_size", m.vocab_size},
       {"n_heads (headwise gate)", m.gated_attention == GatedAttention::headwise ? m.n_heads : 0},
+      {"n_experts (router)", m.arch == Arch::moe ? spec.moe.n_experts : 0},
       {"d_ff", m.arch == Arch::moe ? spec.moe.dense_d_ff : m.d_ff},
       {"shared experts' d_ff", m.arch == Arch::moe ? spec.moe.n_shared_experts * spec.moe.shared_d_ff : 0},
   };
@@ -92,6 +108,7 @@ std::vector<KernelChoice> cuda_kernels(const Spec& spec) {
   if (hopper_attention(spec, hopper)) out.push_back(hopper);
   out.push_back(projections(spec));
   if (spec.model.arch == Arch::moe) out.push_back(experts(spec));
+  if (hopper_experts(spec, hopper)) out.push_back(hopper);
   return out;
 }
 

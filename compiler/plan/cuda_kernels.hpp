@@ -11,7 +11,7 @@
 namespace gc {
 
 struct KernelChoice {
-  std::string op;      // "attention", "sm_90a attn", "projections", "experts"
+  std::string op;      // "attention", "sm_90a attn", "projections", "experts", "sm_90a exp"
   std::string kernel;  // the template file and the instructions it runs on
   std::string why;     // the spec values that decide it
 };

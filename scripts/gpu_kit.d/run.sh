@@ -147,7 +147,7 @@ wanted moe_train && add_need moe_tiny:train
 metrics_tree=metrics_0.1b
 [ "$emulate" = 0 ] || metrics_tree=tiny  # a 0.1B step takes minutes under the emulator
 wanted metrics_overhead && add_need "$metrics_tree:train"
-{ wanted moe_3b || wanted moe_3b_profile; } && [ "$emulate" = 0 ] && add_need moe_3b:train  # 57 GiB of state: a GPU only
+{ wanted moe_3b || wanted moe_3b_profile || wanted moe_3b_wgmma; } && [ "$emulate" = 0 ] && add_need moe_3b:train  # 57 GiB of state: a GPU only
 mapfile -t bench_trees < <(py bench-trees "$kit")                    # the bench row's
 mapfile -t moe_bench_trees < <(py bench-trees "$kit" moe_bench_specs)  # the moe_bench row's
 # GC_KIT_BENCH_SPECS=PATTERN: the bench row runs (and builds) only the specs whose name contains it.
@@ -385,6 +385,24 @@ if wanted moe_3b; then
   else
     # Its tokens: the 0.1B bench tree's synthetic ones (scripts/gpu_kit.py, TREES).
     TOL="" train_row moe_3b moe_3b "${bench_trees[0]:-none}" moe_3b "$(py kit-value "$kit" steps.moe_3b)" 150 moe-3b
+  fi
+fi
+
+# moe_3b_wgmma: the same run on Hopper's wgmma kernels (train --attention wgmma --experts wgmma):
+# the whole-step effect of the warpgroup-MMA attention and expert GEMMs, beside moe_3b's row
+if wanted moe_3b_wgmma; then
+  limit=$(cap 150)
+  steps=$(py kit-value "$kit" steps.moe_3b)
+  if [ "$emulate" = 1 ]; then row moe_3b_wgmma SKIP "needs a GPU (57 GiB of model state)"
+  elif [ "$arch" != 90a ]; then row moe_3b_wgmma SKIP "needs a compute capability 9.0 GPU (wgmma; this is ${cc:-?})"
+  elif ! built moe_3b train; then row moe_3b_wgmma SKIP "moe_3b/train not built"
+  elif [ "$limit" -le 0 ]; then row moe_3b_wgmma SKIP "out of time"
+  else
+    cuda_train moe_3b "${bench_trees[0]:-none}" moe_3b_wgmma "$steps" "$limit" --attention wgmma --experts wgmma
+    rc=$?
+    if [ "$rc" -ne 0 ]; then row moe_3b_wgmma FAIL "$(why "$rc" "$logs/moe_3b_wgmma.log")" "$took"
+    elif detail=$(py moe-3b "$logs/runs/moe_3b_wgmma.metrics.jsonl" "$steps"); then row moe_3b_wgmma PASS "$detail" "$took"
+    else row moe_3b_wgmma FAIL "$detail" "$took"; fi
   fi
 fi
 

@@ -39,21 +39,33 @@ constexpr bool flash_attention_takes(bool bf16, std::int64_t head_dim) {
 constexpr bool sm90_attention_takes(bool bf16, std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads) {
   return bf16 && (head_dim == 64 || head_dim == 128) && kv_heads > 0 && heads % kv_heads == 0;
 }
-// Which attention kernels a run uses (train --attention): automatic, or the tensor-core (mma.sync)
-// kernels, or the Hopper (wgmma) kernels, which only a tree with sm_90a code on a compute
-// capability 9.0 GPU can run.
-enum class AttentionKernels { automatic, mma, wgmma };
+// Which tensor-core kernels a run uses for attention and for the experts (train --attention,
+// --experts): automatic, the mma.sync kernels (compute capability 8.0+), or the Hopper (wgmma)
+// kernels, which only a tree with sm_90a code on a compute capability 9.0 GPU can run.
+enum class TensorCoreKernels { automatic, mma, wgmma };
+struct KernelChoices {
+  TensorCoreKernels attention = TensorCoreKernels::automatic;  // --attention
+  TensorCoreKernels experts = TensorCoreKernels::automatic;    // --experts
+};
 // Whether automatic picks the wgmma kernels where they can run. Not yet: they have passed the
-// emulator and (the forward) a device self-test, but no GPU has timed them against the mma.sync
-// kernels since their last change (docs/performance.md); the kit's attention and bench rows do,
-// and this flips when they show them faster.
+// emulator and device self-tests, but no GPU has timed them against the mma.sync kernels since
+// their last change (docs/performance.md); the kit's attention, moe_experts and bench rows do,
+// and these flip when they show them faster.
 inline constexpr bool kWgmmaAttentionByDefault = false;
+inline constexpr bool kWgmmaExpertsByDefault = false;
 
 // The grouped expert GEMM (cuda/grouped_gemm.cuh) takes bf16 projections in -> out in whole
 // 64-column tiles on both sides.
 inline constexpr int kGroupedGemmTile = 64;
 constexpr bool grouped_gemm_takes(bool bf16, std::int64_t in, std::int64_t out) {
   return bf16 && in % kGroupedGemmTile == 0 && out % kGroupedGemmTile == 0;
+}
+// Its Hopper version (cuda/grouped_gemm_sm90.cuh: warpgroup MMAs, sm_90a) takes the experts'
+// projections d_model -> expert_d_ff and back, forward, dX and dW, when both are whole 128-column
+// tiles (its output tiles are 128 wide; its K stages 64 deep).
+inline constexpr int kSm90GroupedGemmTile = 128;
+constexpr bool sm90_grouped_gemm_takes(bool bf16, std::int64_t d_model, std::int64_t expert_d_ff) {
+  return bf16 && d_model % kSm90GroupedGemmTile == 0 && expert_d_ff % kSm90GroupedGemmTile == 0;
 }
 
 }  // namespace gc::tree::core

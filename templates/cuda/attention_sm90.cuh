@@ -31,8 +31,7 @@
 #include "cuda/flash_attention.cuh"
 #include "cuda/hopper.cuh"
 #include "cuda/wgmma.cuh"
-#include "runtime/cuda/check.hpp"
-#include "runtime/error.hpp"
+#include "cuda/wgmma_choice.cuh"
 
 namespace gc::tree::cuda {
 
@@ -225,38 +224,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace sm90
 
-// Whether this binary holds sm_90a code for the wgmma kernels: the emulator runs their bodies;
-// a tree has it when GC_CUDA_ARCHITECTURES lists 90a (its CMakeLists defines GC_CUDA_SM90A).
-#if defined(GC_CUDA_EMULATOR) || defined(GC_CUDA_SM90A)
-inline constexpr bool kSm90aBuilt = true;
-#else
-inline constexpr bool kSm90aBuilt = false;
-#endif
-
 // Whether this process runs attention shape S in T on the wgmma kernels, for the choice `want`
-// (train --attention): automatic takes them where they can run and core::kWgmmaAttentionByDefault
-// says so; wgmma insists, and throws naming what stops them (the shape, the GPU, the build).
+// (train --attention; cuda/wgmma_choice.cuh).
 template <class S, typename T>
-bool wgmma_attention_chosen(core::AttentionKernels want) {
-  if (want == core::AttentionKernels::mma) return false;
-  std::string refusal;
+bool wgmma_attention_chosen(core::TensorCoreKernels want) {
+  std::string shape;
   if constexpr (!attention_sm90_supported<S, T>()) {
-    refusal = std::string("they take bf16 with head_dim 64 or 128; this tree computes in ") +
-              (std::is_same_v<T, bf16> ? "bf16" : "fp32") + " with head_dim " + std::to_string(S::kHeadDim);
-  } else {
-    const cudaDeviceProp prop = gc::rt::cuda::current_device_properties();
-    if (prop.major != 9 || prop.minor != 0) {
-      refusal = std::string("they need a compute capability 9.0 GPU (H100, H200); this is ") + prop.name + " (" +
-                std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
-    } else if (!kSm90aBuilt) {
-      refusal = "this build has no sm_90a code (rebuild the tree with -DGC_CUDA_ARCHITECTURES listing 90a: "
-                "gcompile SPEC --cuda-arch 90a)";
-    }
+    shape = std::string("they take bf16 with head_dim 64 or 128; this tree computes in ") +
+            (std::is_same_v<T, bf16> ? "bf16" : "fp32") + " with head_dim " + std::to_string(S::kHeadDim);
   }
-  if (want == core::AttentionKernels::wgmma && !refusal.empty()) {
-    throw gc::rt::RuntimeError("--attention wgmma: the Hopper attention kernels cannot run: " + refusal);
-  }
-  return refusal.empty() && (want == core::AttentionKernels::wgmma || core::kWgmmaAttentionByDefault);
+  return wgmma_chosen(want, "--attention", "attention", shape, core::kWgmmaAttentionByDefault);
 }
 
 // As flash_attention_forward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a code).

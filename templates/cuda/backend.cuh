@@ -216,16 +216,23 @@ class Backend {
   // (AttentionShape); the model's dims must be those. bf16 with a head_dim that is a multiple of
   // 16 runs on tensor cores (cuda/flash_attention.cuh); fp32 and other head dims on the
   // reference kernels (cuda/attention.cuh). bf16 at head_dim 64 or 128 may run on Hopper's
-  // warpgroup MMAs instead (cuda/attention_sm90*.cuh), as choose_attention decided.
+  // warpgroup MMAs instead (cuda/attention_sm90*.cuh), as choose_kernels decided.
   static constexpr bool kFlashAttention = cuda::flash_attention_supported<AttentionShape, T>();
   static constexpr bool kSm90Attention = cuda::attention_sm90_supported<AttentionShape, T>();
-  // train --attention, before the first step; throws when the wgmma kernels are asked for and
-  // cannot run here.
-  void choose_attention(core::AttentionKernels want) {
-    wgmma_attention_ = cuda::wgmma_attention_chosen<AttentionShape, T>(want);
+  // train --attention and --experts, before the first step; each throws when the wgmma kernels
+  // are asked for and cannot run here.
+  void choose_kernels(const core::KernelChoices& want) {
+    wgmma_attention_ = cuda::wgmma_attention_chosen<AttentionShape, T>(want.attention);
+    wgmma_experts_ = cuda::wgmma_experts_chosen<T>(want.experts);
   }
   const char* attention_kernels() const {
     return wgmma_attention_ ? "wgmma attention" : kFlashAttention ? "mma.sync attention" : "reference attention";
+  }
+  // "" in a dense tree.
+  const char* expert_kernels() const {
+    if (!kMoe) return "";
+    if (wgmma_experts_) return "wgmma experts";
+    return core::grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff) ? "mma.sync experts" : "plain experts";
   }
   void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
                          double scale) {
@@ -367,11 +374,11 @@ class Backend {
   // offsets on the device; rows: a bound on offsets[experts] (the launch's size).
   void grouped_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts,
                               std::int64_t rows, int in, int out) {
-    cuda::expert_linear_forward(y, x, W, offsets, experts, rows, in, out);
+    cuda::expert_linear_forward(y, x, W, offsets, experts, rows, in, out, wgmma_experts_);
   }
   void grouped_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
                                int experts, std::int64_t rows, int in, int out, bool accumulate_dx = false) {
-    cuda::expert_linear_backward(dx, dW, dy, x, W, offsets, experts, rows, in, out, accumulate_dx);
+    cuda::expert_linear_backward(dx, dW, dy, x, W, offsets, experts, rows, in, out, accumulate_dx, wgmma_experts_);
   }
 
   // n values are rows of one of the spec's MLP widths (SwigluShape); any width that divides n
@@ -565,7 +572,7 @@ class Backend {
     }
   }
   int batch_ = 0, seq_len_ = 0, num_unique_ = 0;
-  bool wgmma_attention_ = false;  // choose_attention
+  bool wgmma_attention_ = false, wgmma_experts_ = false;  // choose_kernels
   std::int64_t scored_ = 0;  // targets ≥ 0 of the last stage_targets (the loss divisor)
   BlasLt blas_;
   DeviceBuffer<float> cos_, sin_, dg_scratch_, attention_scratch_;

@@ -11,16 +11,21 @@
 //
 // fp32 accumulation in a fixed order (deterministic, no atomics); an expert without rows leaves
 // its dW untouched. They are the reference-speed path: the shapes of the specs that train at
-// scale take the grouped kernels.
+// scale take the grouped kernels. On Hopper a run may take the grouped kernels' warpgroup-MMA
+// version instead (cuda/grouped_gemm_sm90.cuh; train --experts wgmma, wgmma_experts_chosen), with
+// the same contract.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "config.hpp"
 #include "core/kernel_rules.hpp"
 #include "cuda/common.cuh"
 #include "cuda/grouped_gemm.cuh"
+#include "cuda/grouped_gemm_sm90.cuh"
+#include "cuda/wgmma_choice.cuh"
 
 namespace gc::tree::cuda {
 
@@ -132,14 +137,38 @@ void expert_rows_backward(T* dx, float* dW, const T* dy, const T* x, const T* W,
          detail::kRowsThreads, 0, dW, dy, x, offsets, experts, in, out);
 }
 
-// `experts` experts (all kExperts, or a rank's own block under expert parallelism).
+// Whether the tree's expert projections fit the wgmma grouped kernels (core/kernel_rules.hpp).
+template <typename T>
+inline constexpr bool kSm90Experts = kMoe && core::sm90_grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff);
+
+// Whether this process runs the experts' projections on the wgmma grouped kernels, for the choice
+// `want` (train --experts; cuda/wgmma_choice.cuh).
+template <typename T>
+bool wgmma_experts_chosen(core::TensorCoreKernels want) {
+  std::string shape;
+  if constexpr (!kMoe) {
+    shape = "this tree has no experts";
+  } else if constexpr (!kSm90Experts<T>) {
+    shape = std::string("they take bf16 with d_model and expert_d_ff multiples of 128; this tree computes in ") +
+            (std::is_same_v<T, bf16> ? "bf16" : "fp32") + " with d_model " + std::to_string(kDModel) +
+            " and expert_d_ff " + std::to_string(kExpertDff);
+  }
+  return wgmma_chosen(want, "--experts", "expert GEMM", shape, core::kWgmmaExpertsByDefault);
+}
+
+// `experts` experts (all kExperts, or a rank's own block under expert parallelism); `wgmma`: on
+// the warpgroup-MMA grouped kernels (as wgmma_experts_chosen decided).
 template <typename T>
 void expert_linear_forward(T* y, const T* x, const T* W, const std::int64_t* offsets, int experts, std::int64_t rows,
-                           int in, int out) {
+                           int in, int out, bool wgmma = false) {
   if (rows <= 0 || experts <= 0) return;
   if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
-        grouped::forward<decltype(in_c)::value, decltype(out_c)::value>(y, x, W, offsets, experts,
-                                                                        grouped::max_row_tiles(rows, experts));
+        constexpr int IN = decltype(in_c)::value, OUT = decltype(out_c)::value;
+        const std::int64_t tiles = grouped::max_row_tiles(rows, experts);
+        if constexpr (kSm90Experts<T>) {
+          if (wgmma) return grouped::sm90::forward<IN, OUT>(y, x, W, offsets, experts, tiles);
+        }
+        grouped::forward<IN, OUT>(y, x, W, offsets, experts, tiles);
       })) {
     return;
   }
@@ -148,11 +177,18 @@ void expert_linear_forward(T* y, const T* x, const T* W, const std::int64_t* off
 
 template <typename T>
 void expert_linear_backward(T* dx, float* dW, const T* dy, const T* x, const T* W, const std::int64_t* offsets,
-                            int experts, std::int64_t rows, int in, int out, bool accumulate_dx) {
+                            int experts, std::int64_t rows, int in, int out, bool accumulate_dx, bool wgmma = false) {
   if (experts <= 0) return;
   if (detail::with_grouped_shape<T>(in, out, [&](auto in_c, auto out_c) {
-        grouped::backward<decltype(in_c)::value, decltype(out_c)::value>(
-            dx, dW, dy, x, W, offsets, experts, grouped::max_row_tiles(rows, experts), accumulate_dx);
+        constexpr int IN = decltype(in_c)::value, OUT = decltype(out_c)::value;
+        const std::int64_t tiles = grouped::max_row_tiles(rows, experts);
+        if constexpr (kSm90Experts<T>) {
+          if (wgmma) {
+            grouped::sm90::backward_dx<IN, OUT>(dx, dy, W, offsets, experts, tiles, accumulate_dx);
+            return grouped::sm90::backward_dw<IN, OUT>(dW, dy, x, offsets, experts);
+          }
+        }
+        grouped::backward<IN, OUT>(dx, dW, dy, x, W, offsets, experts, tiles, accumulate_dx);
       })) {
     return;
   }

@@ -73,9 +73,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
   // The gradients and the optimizer state are allocated by the first initialize or upload, after
   // join and split_experts have decided how much of them this rank holds (so the allocation peak
   // is the rank's own: the whole gradient array never exists first).
-  CudaEngine(int micro_batch, int seq_len, core::AttentionKernels attention)
+  CudaEngine(int micro_batch, int seq_len, const core::KernelChoices& kernels)
       : model_(micro_batch, seq_len, kHeadChunkRows, CudaModel::State::defer), shard_(StateLayout::whole(), 0, 1) {
-    model_.backend().choose_attention(attention);
+    model_.backend().choose_kernels(kernels);
     upload_tensor_table();
     squares_.resize(std::size_t(kNumParams));
     readout_.squares.resize(std::size_t(kNumParams));
@@ -86,8 +86,9 @@ class CudaEngine final : public ModelEngine<CudaModel, cuda::MetricOps> {
 
   std::string describe() const override {
     const cudaDeviceProp prop = gc::rt::cuda::current_device_properties();
+    const std::string experts = model_.backend().expert_kernels();
     return std::string("CUDA backend (") + prop.name + ", " + (kSeparateMaster ? "bf16" : "fp32") + ", " +
-           model_.backend().attention_kernels() + ")";
+           model_.backend().attention_kernels() + (experts.empty() ? "" : ", " + experts) + ")";
   }
   std::unique_ptr<profile::Clock> make_profile_clock() override { return std::make_unique<cuda::EventClock>(); }
 
@@ -587,13 +588,13 @@ bool cuda_has_nccl() {
 #endif
 }
 
-std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len, core::AttentionKernels attention) {
+std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len, const core::KernelChoices& kernels) {
   // One GPU per rank of a multi-process job, chosen before any allocation (engine/device_choice.cuh).
   const gc::rt::Comm& comm = gc::rt::Comm::world();
   if (comm.distributed()) choose_device(comm);
   const std::string reason = cuda::unusable_device_reason();
   if (!reason.empty()) throw gc::rt::RuntimeError("--device cuda: " + reason);
-  return std::make_unique<CudaEngine>(micro_batch, seq_len, attention);
+  return std::make_unique<CudaEngine>(micro_batch, seq_len, kernels);
 }
 
 }  // namespace gc::tree

@@ -280,9 +280,8 @@ class ModelEngine : public Engine {
 
 // Defined in engine/cuda_engine.cu, so only in a tree built with the CUDA backend
 // (GC_HAVE_CUDA; callers guard on it). make_cuda_engine throws, naming the
-// reason, when no GPU is usable, or when `attention` asks for kernels that cannot run there.
-std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len,
-                                         core::AttentionKernels attention = core::AttentionKernels::automatic);
+// reason, when no GPU is usable, or when `kernels` asks for kernels that cannot run there.
+std::unique_ptr<Engine> make_cuda_engine(int micro_batch, int seq_len, const core::KernelChoices& kernels = {});
 // Whether the tree's CUDA backend was built with NCCL (multi-process training on GPUs).
 bool cuda_has_nccl();
 // Whether a GPU that can run this tree's kernels (compute capability 8.0 or

@@ -43,18 +43,20 @@ struct HostEngineState {
 
 // The CUDA engine for kMicroBatch × kSeqLen rows when `on_gpu` (runs_on_gpu), else the CPU
 // engine over host_state(), which is called only then (it may allocate the host model).
-// `attention` (train --attention) picks the CUDA engine's attention kernels; the CPU has one kind,
-// so asking it for wgmma is an error.
+// `kernels` (train --attention, --experts) picks the CUDA engine's tensor-core kernels; the CPU
+// has one kind of each, so asking it for wgmma is an error.
 inline std::unique_ptr<Engine> make_engine(bool on_gpu, const std::function<HostEngineState()>& host_state,
-                                           core::AttentionKernels attention = core::AttentionKernels::automatic) {
+                                           const core::KernelChoices& kernels = {}) {
 #ifdef GC_HAVE_CUDA
-  if (on_gpu) return make_cuda_engine(kMicroBatch, kSeqLen, attention);
+  if (on_gpu) return make_cuda_engine(kMicroBatch, kSeqLen, kernels);
 #else
   (void)on_gpu;  // runs_on_gpu is false in a tree without the CUDA backend
 #endif
-  if (attention == core::AttentionKernels::wgmma) {
-    throw gc::rt::RuntimeError("--attention wgmma: the Hopper attention kernels run on the CUDA backend, and this "
-                               "run trains on the CPU (--device cpu, or no usable GPU)");
+  for (const auto& [flag, choice] : {std::pair{"--attention", kernels.attention}, std::pair{"--experts", kernels.experts}}) {
+    if (choice == core::TensorCoreKernels::wgmma) {
+      throw gc::rt::RuntimeError(std::string(flag) + " wgmma: the Hopper kernels run on the CUDA backend, and this "
+                                 "run trains on the CPU (--device cpu, or no usable GPU)");
+    }
   }
   const HostEngineState state = host_state();
   return std::make_unique<CpuEngine>(*state.model, *state.m, *state.v);

@@ -30,6 +30,7 @@ namespace gc::tree::cuda {
 struct ParityReport {
   const char* precision = "";   // "fp32" or "bf16"
   const char* attention = "";   // the CUDA models' attention kernels (Backend::attention_kernels)
+  const char* experts = "";     // their expert GEMMs (Backend::expert_kernels; "" in a dense model)
   double loss_cpu = 0.0, loss_cuda = 0.0;
   double loss_cuda_chunked = 0.0;  // the CUDA model with its LM head in chunks of rows / 3 (forward_backward)
   double rel_logits = 0.0;
@@ -98,10 +99,11 @@ std::vector<double> fetch(const T* device, std::size_t n) {
 }  // namespace detail
 
 // One forward and backward of the whole model on both backends (T = float or bf16), batch ×
-// seq_len tokens, the CUDA models' attention on the kernels `attention` picks (parity --attention).
+// seq_len tokens, the CUDA models' attention and experts on the kernels `kernels` picks (parity
+// --attention, --experts).
 // Needs a CUDA device.
 template <typename T>
-ParityReport model_parity(int batch, int seq_len, core::AttentionKernels attention = core::AttentionKernels::automatic) {
+ParityReport model_parity(int batch, int seq_len, const core::KernelChoices& kernels = {}) {
   using detail::fetch;
   using detail::relative_error;
   const std::int64_t total = kOffsets.at[kNumParams];
@@ -121,7 +123,7 @@ ParityReport model_parity(int batch, int seq_len, core::AttentionKernels attenti
   }
 
   BasicModel<Backend<T>> gpu(batch, seq_len, kKeepLogits);
-  gpu.backend().choose_attention(attention);
+  gpu.backend().choose_kernels(kernels);
   std::vector<T> weights(static_cast<std::size_t>(total));
   for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = from_float<T>(cpu.params[i]);
   gpu.params.upload(weights.data(), weights.size());
@@ -131,6 +133,7 @@ ParityReport model_parity(int batch, int seq_len, core::AttentionKernels attenti
   ParityReport report;
   report.precision = std::is_same_v<T, float> ? "fp32" : "bf16";
   report.attention = gpu.backend().attention_kernels();
+  report.experts = gpu.backend().expert_kernels();
   cpu.zero_grads();
   gpu.zero_grads();
   cpu.track_logit_moments(true);  // logit_std of a model whose LM head runs in chunks
@@ -155,7 +158,7 @@ ParityReport model_parity(int batch, int seq_len, core::AttentionKernels attenti
   gpu.backward();
   // The chunked head (what training runs when N×V is large), in three chunks of rows.
   BasicModel<Backend<T>> chunked(batch, seq_len, std::max(1, cpu.rows() / 3));
-  chunked.backend().choose_attention(attention);
+  chunked.backend().choose_kernels(kernels);
   chunked.params.upload(weights.data(), weights.size());
   chunked.zero_grads();
   report.loss_cuda_chunked = chunked.forward_backward(tokens.data(), targets.data(), 1.0);

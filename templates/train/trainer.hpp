@@ -54,7 +54,7 @@ struct TrainOptions {
   // case; --expert-exchange-factor).
   double expert_exchange_factor = kExpertExchangeFactor;
   RouteChoice expert_route = RouteChoice::automatic;  // --expert-route
-  core::AttentionKernels attention = core::AttentionKernels::automatic;  // --attention
+  core::KernelChoices kernels;  // --attention, --experts
   int profile_steps = 0;  // --profile N: time N steps after StepProfiler::kWarmup (0: no profile)
   double profile_ceiling_tflops = 0.0, profile_ceiling_gbps = 0.0;  // --profile-ceilings (0: unknown)
   double watchdog_s = kDefaultWatchdogSeconds;  // --watchdog-s: stop when no progress for this long (0: off)

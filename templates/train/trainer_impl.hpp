@@ -156,7 +156,7 @@ inline void Trainer::choose_engine() {
         check_host_memory();
         return HostEngineState{&host_.host_model(), &host_.m(), &host_.v()};
       },
-      opt_.attention);
+      opt_.kernels);
   if (on_gpu) host_.use_device();
 }
 

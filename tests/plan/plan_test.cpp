@@ -390,6 +390,17 @@ TEST(Plan, ProjectionsWithWidthsNotAMultipleOf8GetPaddedScratchInBf16Only) {
   text.replace(text.find("tokens = 5000"), 13, "tokens = 5000\nprecision = \"fp32\"");
   EXPECT_EQ(must_plan(text).align_scratch.act_elems, 0);
   EXPECT_EQ(must_plan(text).align_scratch.grad_elems, 0);
+  // A MoE's router backward runs through the same padded projection (64 -> n_experts): with every
+  // other width aligned, 4 experts (padded to 8) still need ŷ 32·8 + Ŵ 8·64 (32 rows: 2 × 16).
+  std::string moe = kMoe;
+  moe.replace(moe.find("vocab_size = 500"), 16, "vocab_size = 512");
+  moe.replace(moe.find("expert_d_ff = 32"), 16, "expert_d_ff = 32\nn_shared_experts = 0");
+  moe.replace(moe.find("n_shared_experts = 2\n"), 21, "");
+  EXPECT_EQ(must_plan(moe).align_scratch.act_elems, 0);  // 8 experts
+  moe.replace(moe.find("n_experts = 8"), 13, "n_experts = 4");
+  EXPECT_EQ(must_plan(moe).align_scratch.act_elems, 32 * 8 + 8 * 64);
+  EXPECT_EQ(must_plan(moe).align_scratch.grad_elems, 8 * 64);
+  EXPECT_EQ(unaligned_widths(must_plan(moe).spec), (std::vector<std::string>{"n_experts (router) 4"}));
 }
 
 // gcompile explain's kernels section (plan/cuda_kernels.hpp) follows the templates' compile-time
@@ -421,6 +432,11 @@ TEST(Plan, CudaKernelsFollowThePrecisionAndTheShapes) {
   EXPECT_EQ(chosen(kFullDense, "experts"), "none");  // a dense model
   EXPECT_EQ(chosen(kMoe, "experts"), "cuda/expert_linear.cuh");  // expert_d_ff 32: half a tile
   EXPECT_EQ(chosen(with(kMoe, "expert_d_ff = 32", "expert_d_ff = 128"), "experts"), "cuda/grouped_gemm.cuh");
+  // Their Hopper version: d_model and expert_d_ff whole 128-column tiles (core::sm90_grouped_gemm_takes).
+  EXPECT_EQ(chosen(with(kMoe, "expert_d_ff = 32", "expert_d_ff = 128"), "sm_90a exp"), "none");  // d_model 64
+  EXPECT_EQ(chosen(with(with(kMoe, "expert_d_ff = 32", "expert_d_ff = 128"), "d_model = 64", "d_model = 128"),
+                   "sm_90a exp"),
+            "cuda/grouped_gemm_sm90.cuh");
   EXPECT_TRUE(unaligned_widths(must_plan(kFullDense).spec).empty());
   const std::string odd = with(with(kFullDense, "vocab_size = 1000", "vocab_size = 1001"), "d_ff = 160", "d_ff = 150");
   EXPECT_EQ(unaligned_widths(must_plan(odd).spec), (std::vector<std::string>{"vocab_size 1001", "d_ff 150"}));
