@@ -30,9 +30,11 @@ TREES = [
     ("parity_elementwise", "tests/cuda/specs/parity_elementwise.toml", "parity", ""),
     ("parity_moe", "tests/cuda/specs/parity_moe.toml", "parity", ""),
     ("parity_hd128", "tests/cuda/specs/parity_hd128.toml", "parity", ""),
-    # bf16 on Hopper's wgmma attention kernels (run.sh: parity --attention wgmma, bf16's tolerance).
+    # bf16 on Hopper's wgmma kernels (run.sh: parity --attention wgmma, and --experts wgmma for the
+    # MoE, at bf16's tolerance).
     ("parity_wgmma_hd64", "tests/cuda/specs/parity_wgmma_hd64.toml", "parity", ""),
     ("parity_wgmma_hd128", "tests/cuda/specs/parity_wgmma_hd128.toml", "parity", ""),
+    ("parity_wgmma_moe", "tests/cuda/specs/parity_wgmma_moe.toml", "parity", ""),  # and --experts wgmma
     # On a GPU only (an emulated kit runs the row on tiny: a 0.1B step takes minutes there).
     ("metrics_0.1b", "tests/cuda/specs/metrics_0.1b.toml", "metrics", ""),
     # The committed moe_3b with 4 micro-batches a step (57 GiB of model state: a GPU only), on the
@@ -292,21 +294,23 @@ def gtest(path, emulated="0"):
     fail(detail) if (failed or not passed or (skipped and emulated != "1")) else print(detail)
 
 
-def parity(path, tol, attention=""):
-    """parity's JSON within `tol`; with `attention`, the kernels its CUDA models must have run
-    (e.g. "wgmma attention")."""
+def parity(path, tol, kernels=""):
+    """parity's JSON within `tol`; `kernels`, a comma list of what its CUDA models must have run
+    (e.g. "wgmma attention,wgmma experts"), each matched against the JSON's attention or experts."""
     tol = float(tol)
     r = next((x for x in reversed(json_objects(path)) if "max_rel_logits" in x), None)
     if r is None:
         fail("parity printed no JSON result")
-    if attention and r.get("attention") != attention:
-        fail(f"parity ran {r.get('attention', 'unnamed')} kernels, not {attention}")
+    ran = {r.get("attention"), r.get("experts")}
+    missing = [k for k in kernels.split(",") if k and k not in ran]
+    if missing:
+        fail(f"parity ran {r.get('attention', 'unnamed')}, {r.get('experts') or 'no experts'}, not {', '.join(missing)}")
     lg, row, gr = r.get("max_rel_logits"), r.get("worst_row_logits"), r.get("max_rel_grad")
     if not all(isinstance(v, (int, float)) for v in (lg, row, gr)):
         fail(f"bad result {r}")
     detail = (f"logits {lg:.2e} (worst row {row:.2e}), grads {gr:.2e} (worst {r.get('worst_tensor', '?')}), "
               f"loss cpu {r.get('loss_cpu')} cuda {r.get('loss_cuda')}, tol {tol:g}"
-              + (f", {r['attention']}" if r.get("attention") else ""))
+              + "".join(f", {r[k]}" for k in ("attention", "experts") if r.get(k)))
     ok = all(math.isfinite(v) and v < tol for v in (lg, row, gr))
     metrics, level = r.get("metrics_worst"), r.get("heatmap_worst_level")
     if isinstance(metrics, (int, float)):

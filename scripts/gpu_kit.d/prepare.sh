@@ -18,12 +18,15 @@ done
 [[ $budget_s =~ ^[0-9]+$ ]] && [ "$budget_s" -ge 60 ] && [ "$budget_s" -le 570 ] ||
   die "--budget-s must be 60 to 570 seconds (one device call is at most 600)"
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive integer"
-# The kit is ours to replace, but a folder that is not a kit (no kit.json) is the user's.
-if [ -e "$kit" ] && [ ! -f "$kit/kit.json" ] && [ -n "$(ls -A "$kit" 2> /dev/null)" ]; then
+# The kit is ours to replace, but a folder that is not a kit (no kit.json, and not a prepare of
+# ours that stopped before writing it: .prepare_incomplete) is the user's.
+if [ -e "$kit" ] && [ ! -f "$kit/kit.json" ] && [ ! -f "$kit/.prepare_incomplete" ] &&
+  [ -n "$(ls -A "$kit" 2> /dev/null)" ]; then
   die "$kit exists and is not a GPU kit (no kit.json); choose another --kit"
 fi
 rm -rf "$kit"
 mkdir -p "$kit/trees" "$kit/reference" "$kit/bin" "$kit/specs" || die "cannot create $kit"
+touch "$kit/.prepare_incomplete"  # until the end: a failed prepare's folder may be replaced
 scratch=$build/gpu-kit-scratch/$(basename "$kit")
 rm -rf "$scratch"
 mkdir -p "$scratch"
@@ -151,6 +154,7 @@ EOF
 chmod +x "$kit/run"
 cmd=$(py command "$kit" "$budget_s" "$timeout_s") || die "$cmd"
 size=$(py check-kit "$kit") || die "$size"
+rm -f "$kit/.prepare_incomplete"
 note "prepared $kit ($size, $mode): $(grep -c . < <(py trees "$mode")) trees + ${#bench[@]} bench tree(s), references, kernel tests"
 note "on the GPU machine: $cmd   (carry [\"$kit\"], timeout_s $timeout_s; $kit/command.txt)"
 exit 0

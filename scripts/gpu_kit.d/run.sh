@@ -32,7 +32,8 @@ TOL_PARITY=$(py kit-value "$kit" tolerances.parity)
 TOL_PARITY_BF16=$(py kit-value "$kit" tolerances.parity_bf16)
 TOL_CURVE=$(py kit-value "$kit" tolerances.cpu_cuda)
 TOL_BF16=$(py kit-value "$kit" tolerances.bf16)
-PARITY_TREES=(parity_plain parity_headwise parity_elementwise parity_moe parity_hd128 parity_wgmma_hd64 parity_wgmma_hd128)
+PARITY_TREES=(parity_plain parity_headwise parity_elementwise parity_moe parity_hd128 parity_wgmma_hd64 parity_wgmma_hd128
+  parity_wgmma_moe)
 
 mkdir -p "$out_dir" || die "cannot create $out_dir"
 rm -f "$out_dir/summary.md" "$out_dir/summary.json" "$out_dir/results.tgz"
@@ -258,7 +259,10 @@ for t in "${PARITY_TREES[@]}"; do
   if ! built "$t" parity; then row "$t" SKIP "$t/parity not built"; continue; fi
   [ "$limit" -gt 0 ] || { row "$t" SKIP "out of time"; continue; }
   tol=$TOL_PARITY kernels=(--attention auto) named=""
-  case "$t" in parity_wgmma_*) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma) named="wgmma attention" ;; esac
+  case "$t" in
+    parity_wgmma_moe) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma --experts wgmma) named="wgmma attention,wgmma experts" ;;
+    parity_wgmma_*) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma) named="wgmma attention" ;;
+  esac
   timed "$limit" "$logs/$t.log" "$trees/$t/parity" --tolerance "$tol" "${kernels[@]}"
   rc=$?
   if detail=$(py parity "$logs/$t.log" "$tol" "$named") && [ "$rc" -eq 0 ]; then row "$t" PASS "$detail" "$took"

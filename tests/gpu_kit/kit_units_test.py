@@ -394,6 +394,32 @@ class Moe(unittest.TestCase):
         self.assertEqual(self.run_route([self.ROUTE_HEAD, {"impl": "slotted", "ms": 0.05}])[0], 1)
 
 
+class ParityKernels(unittest.TestCase):
+    """gpu_kit.py parity TOL KERNELS: the row fails when parity ran other kernels than asked."""
+    RESULT = {"precision": "bf16", "attention": "wgmma attention", "experts": "mma.sync experts",
+              "max_rel_logits": 3e-3, "worst_row_logits": 4e-3, "max_rel_grad": 7e-3, "pass": True}
+
+    def verdict(self, kernels):
+        with tempfile.TemporaryDirectory() as d:
+            write(f"{d}/parity.log", "parity: building\n" + json.dumps(self.RESULT) + "\n")
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    gpu_kit.parity(f"{d}/parity.log", "3e-2", kernels)
+                return True, out.getvalue()
+            except SystemExit:
+                return False, out.getvalue()
+
+    def test_the_kernels_asked_for(self):
+        ok, detail = self.verdict("wgmma attention")
+        self.assertTrue(ok, detail)
+        self.assertIn("wgmma attention, mma.sync experts", detail)
+        ok, detail = self.verdict("wgmma attention,wgmma experts")
+        self.assertFalse(ok, detail)
+        self.assertIn("not wgmma experts", detail)
+        self.assertTrue(self.verdict("")[0])
+
+
 class AttentionRows(unittest.TestCase):
     """gpu_kit.py attention-rows: times against SDPA, and the wgmma kernels' check against the
     tensor-core kernels (attention_bench's *_check lines), which fails the row when off."""
