@@ -227,7 +227,13 @@ def build_rows(results, warmup):
                          "peak_bytes": ours["peak_device_bytes"], "plan_bytes": ours["planned_device_bytes"],
                          "ratio": vs_fastest, "flops_per_token": fpt, **{k: v for k, v in specs[label].items()
                                                                          if k != "profile_compare"}})
-        # Ours again on other attention kernels (gpu_vs_torch --attention-rows): metrics_attention_K.jsonl.
+        # Ours again on other attention kernels (gpu_vs_torch --attention-rows): metrics_attention_K.jsonl;
+        # a run that stopped before writing one (e.g. its kernels refused this GPU) is a note.
+        for name in sorted(os.listdir(d)):
+            if name.startswith("ours_attention_") and name.endswith(".log"):
+                kernels = name[len("ours_attention_"):-len(".log")]
+                if not os.path.exists(os.path.join(d, f"metrics_attention_{kernels}.jsonl")):
+                    notes.append(f"{label}: gcompile --attention {kernels}: no metrics; {last_line(os.path.join(d, name))}")
         for name in sorted(os.listdir(d)):
             if not (name.startswith("metrics_attention_") and name.endswith(".jsonl")):
                 continue

@@ -478,8 +478,11 @@ ATTENTION_CHECK_TOLERANCE = 1e-2
 
 def attention_checks(rows):
     """The wgmma kernels' check lines (attention_bench's *_check rows): a detail per shape and
-    whether every one agrees with the tensor-core kernels and repeats bit for bit."""
-    parts, ok = [], True
+    whether every one agrees with the tensor-core kernels and repeats bit for bit (attention_bench
+    writes one per shape, so none at all fails too)."""
+    parts, ok = [], any("max_rel_error_vs_tensor_core" in r for r in rows)
+    if not ok:
+        parts.append("no wgmma check line (attention_bench's gcompile_sm90_wgmma_check)")
     for r in rows:
         if "max_rel_error_vs_tensor_core" not in r:
             continue

@@ -141,7 +141,12 @@ done
 # build: the trees each row needs, in the background (kernels run meanwhile)
 # ---------------------------------------------------------------------------------------------
 add_need() { local n; for n in "${need[@]}"; do [ "$n" != "$1" ] || return 0; done; need+=("$1"); }
-for t in "${PARITY_TREES[@]}"; do wanted "$t" && add_need "$t:parity"; done
+# The wgmma parity trees run on Hopper only (sm_90a); under the emulator everywhere.
+hopper_or_emulated() { [ "$emulate" = 1 ] || [ "$arch" = 90a ]; }
+for t in "${PARITY_TREES[@]}"; do
+  case "$t" in parity_wgmma_*) hopper_or_emulated || continue ;; esac
+  wanted "$t" && add_need "$t:parity"
+done
 { wanted train_fp32 || wanted repeat || wanted memcheck || wanted profile; } && add_need tiny:train
 wanted train_bf16 && add_need tiny_bf16:train
 wanted moe_train && add_need moe_tiny:train
@@ -256,6 +261,9 @@ fi
 for t in "${PARITY_TREES[@]}"; do
   wanted "$t" || continue
   limit=$(cap "$([ "$emulate" = 1 ] && echo 120 || echo 45)")
+  case "$t" in
+    parity_wgmma_*) hopper_or_emulated || { row "$t" SKIP "needs a compute capability 9.0 GPU (wgmma; this is ${cc:-?})"; continue; } ;;
+  esac
   if ! built "$t" parity; then row "$t" SKIP "$t/parity not built"; continue; fi
   [ "$limit" -gt 0 ] || { row "$t" SKIP "out of time"; continue; }
   tol=$TOL_PARITY kernels=(--attention auto) named=""

@@ -47,10 +47,11 @@ struct KernelChoices {
   TensorCoreKernels attention = TensorCoreKernels::automatic;  // --attention
   TensorCoreKernels experts = TensorCoreKernels::automatic;    // --experts
 };
-// Whether automatic picks the wgmma kernels where they can run. Not yet: they have passed the
-// emulator and device self-tests, but no GPU has timed them against the mma.sync kernels since
-// their last change (docs/performance.md); the kit's attention, moe_experts and bench rows do,
-// and these flip when they show them faster.
+// Whether automatic picks the wgmma kernels where they can run. Not yet: they pass the emulator's
+// tests (on a GPU only the attention forward's and the grouped GEMMs' self-tests have run, and the
+// attention backward and the trees' wgmma paths never), and no GPU has timed them against the
+// mma.sync kernels since their last change (docs/performance.md); the kit's attention,
+// moe_experts, bench and moe_3b_wgmma rows do, and these flip when they show them faster.
 inline constexpr bool kWgmmaAttentionByDefault = false;
 inline constexpr bool kWgmmaExpertsByDefault = false;
 

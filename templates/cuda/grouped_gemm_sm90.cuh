@@ -19,9 +19,10 @@
 // zeros. The copies are generic-proxy writes that wgmma reads through the async proxy:
 // fence.proxy.async, then the block barrier, before each stage's MMAs.
 //
-// Not in the trees yet: bench/moe/expert_gemm_bench.cu (the kit's moe_experts row) times them
-// against the mma.sync kernels and torch._grouped_mm first. Built for sm_90a only (wgmma): elsewhere
-// the kernel body traps.
+// A run takes them with train --experts wgmma (cuda/expert_linear.cuh, wgmma_experts_chosen); auto
+// keeps the mma.sync kernels until bench/moe/expert_gemm_bench.cu (the kit's moe_experts row) and
+// the moe_3b_wgmma row time them faster. Built for sm_90a only (wgmma): elsewhere the kernel body
+// traps.
 #pragma once
 
 #include <cstddef>

@@ -27,6 +27,7 @@ template <int H, int KV, int HD, int kScaleThousandths>
 using Shape = ct::AttentionShape<H, KV, HD, kScaleThousandths>;
 using Gqa64 = Shape<4, 2, 64, 125>;
 using Mha128 = Shape<2, 2, 128, 88>;
+using Gqa64x4 = Shape<8, 2, 64, 125>;  // four query heads per kv head
 
 static_assert(gc::tree::cuda::attention_sm90_supported<Gqa64, bf16>());
 static_assert(!gc::tree::cuda::attention_sm90_supported<Gqa64, float>());
@@ -142,6 +143,8 @@ TEST(CudaAttentionSm90, BackwardMatchesTheReferenceKernels) {
   // Several 64-row tiles on both sides, peaked rows, a partial last tile.
   check_backward_against_reference<Gqa64>(1, 150, 41, 1.5);
   check_backward_against_reference<Mha128>(1, 130, 42);
+  // Whole tiles only (128 = 2 × 64) and four query heads per kv head for the dK/dV block to walk.
+  check_backward_against_reference<Gqa64x4>(1, 128, 43);
 }
 
 }  // namespace

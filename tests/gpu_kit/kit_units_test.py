@@ -449,6 +449,15 @@ class AttentionRows(unittest.TestCase):
             self.assertIn(words, detail)
         self.assertNotIn("FAIL", detail)
 
+    def test_no_check_line_fails_the_row(self):
+        with tempfile.TemporaryDirectory() as d:
+            write(f"{d}/ours.jsonl", "".join(json.dumps(r) + "\n" for r in self.OURS))
+            write(f"{d}/torch.jsonl", "".join(json.dumps(r) + "\n" for r in self.TORCH))
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+                gpu_kit.attention_rows(f"{d}/ours.jsonl", f"{d}/torch.jsonl")
+        self.assertIn("no wgmma check line", out.getvalue())
+
     def test_a_wrong_or_unrepeatable_kernel_fails_the_row(self):
         ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
                                     "max_rel_error_vs_tensor_core": 0.9, "repeats_bitwise": True})
