@@ -241,6 +241,64 @@ __global__ void attention_backward_delta_kernel(float* __restrict__ delta, const
   }
 }
 
+// The same D_i read in 16-byte packs (issue 38: the tensor-core backwards' delta pass): kLanes =
+// head_dim / kVec lanes a row, a power of two of at most 32, so that a warp holds kRowsPerWarp
+// rows as aligned groups of lanes and each group's shuffle tree adds its products in a fixed order.
+template <typename T, class S>
+struct DeltaPacks {
+  static constexpr int kVec = row_pack<T>(S::kHeadDim);
+  static constexpr int kLanes = S::kHeadDim / kVec;
+  static constexpr bool kApplies = kVec > 1 && kLanes <= kWarp && (kLanes & (kLanes - 1)) == 0;
+  static constexpr int kRowsPerWarp = kApplies ? kWarp / kLanes : 1;
+};
+
+template <typename T, class S>
+__global__ void attention_backward_delta_packed_kernel(float* __restrict__ delta, const T* __restrict__ dout,
+                                                       const T* __restrict__ out, int seq_len, std::int64_t rows) {
+  using P = DeltaPacks<T, S>;
+  static_assert(P::kApplies, "attention_backward_delta_packed_kernel: head_dim / pack must be a power of two <= 32");
+  const int lane = threadIdx.x % kWarp, part = lane % P::kLanes;
+  const std::int64_t rows_per_block = std::int64_t(blockDim.x / kWarp) * P::kRowsPerWarp;
+  // The loop bound is the warp's first row, so that every lane of a warp runs every shuffle.
+  for (std::int64_t base = blockIdx.x * rows_per_block + (threadIdx.x / kWarp) * P::kRowsPerWarp; base < rows;
+       base += std::int64_t(gridDim.x) * rows_per_block) {
+    const std::int64_t r = base + lane / P::kLanes;
+    float sum = 0.0f;
+    if (r < rows) {
+      const int i = int(r % seq_len);
+      const int h = int((r / seq_len) % S::kHeads);
+      const std::int64_t b = r / (std::int64_t(seq_len) * S::kHeads);
+      const std::int64_t off = ((b * seq_len + i) * S::kHeads + h) * S::kHeadDim + std::int64_t(part) * P::kVec;
+      float d[P::kVec], o[P::kVec];
+      load_pack<P::kVec>(d, dout + off);
+      load_pack<P::kVec>(o, out + off);
+#pragma unroll
+      for (int e = 0; e < P::kVec; ++e) sum += d[e] * o[e];
+    }
+#pragma unroll
+    for (int width = P::kLanes / 2; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
+    if (r < rows && part == 0) delta[r] = sum;
+  }
+}
+
+// D_i of every query row into `delta` (attention_backward_scratch_floats<S> floats): in packs where
+// DeltaPacks applies and dout and out start on a pack's boundary, else one warp a row.
+template <typename T, class S>
+void attention_backward_delta(float* delta, const T* dout, const T* out, int batch, int seq_len) {
+  const std::int64_t rows = std::int64_t(batch) * S::kHeads * seq_len;
+  constexpr int kThreads = 256;
+  using P = DeltaPacks<T, S>;
+  if constexpr (P::kApplies) {
+    if (packs_aligned<P::kVec, T>(dout, out)) {
+      launch(attention_backward_delta_packed_kernel<T, S>, blocks_for(rows, kThreads / kWarp * P::kRowsPerWarp),
+             kThreads, 0, delta, dout, out, seq_len, rows);
+      return;
+    }
+  }
+  launch(attention_backward_delta_kernel<T, S>, blocks_for(rows, kThreads / kWarp), kThreads, 0, delta, dout, out,
+         seq_len, rows);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward 2: dk, dv. Block (x, g, b): keys k0 .. k0+63 of kv head g, k0 = 64·x. Each row group
 // holds k_j, v_j and accumulates dk_j, dv_j over the group's query heads (in order) and the

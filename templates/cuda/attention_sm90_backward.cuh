@@ -290,10 +290,7 @@ void attention_sm90_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const
   detail::check_attention_batch(batch, seq_len, "attention_sm90_backward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("attention_sm90_backward", dq, dk, dv, dout, q, k, v);
-  const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
-  constexpr int kDeltaThreads = 256;
-  launch(detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp), kDeltaThreads,
-         0, scratch, dout, out, seq_len, rows);
+  detail::attention_backward_delta<bf16, S>(scratch, dout, out, batch, seq_len);
   constexpr std::size_t kSmem = sm90::BackwardLayout<S>::kBytes;
   const dim3 kv_grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kKvHeads), unsigned(batch));
   launch_with_dynamic_shared<sm90::backward_dkdv_kernel<S>>(kv_grid, sm90::kThreads, kSmem, dk, dv, dout, lse,

@@ -474,10 +474,7 @@ void flash_attention_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, cons
   detail::check_attention_batch(batch, seq_len, "flash_attention_backward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("flash_attention_backward", dq, dk, dv, dout, q, k, v);
-  const std::int64_t rows = std::int64_t(attention_backward_scratch_floats<S>(batch, seq_len));
-  constexpr int kDeltaThreads = 256;
-  launch(detail::attention_backward_delta_kernel<bf16, S>, blocks_for(rows, kDeltaThreads / kWarp),
-         kDeltaThreads, 0, scratch, dout, out, seq_len, rows);
+  detail::attention_backward_delta<bf16, S>(scratch, dout, out, batch, seq_len);
   constexpr int R = FlashConfig<S>::kOwnRowsB, kThreads = FlashConfig<S>::kThreadsB;
   constexpr std::size_t kShared = sizeof(BackwardShared<S>);
   const dim3 kv_grid(row_tiles(seq_len, R), unsigned(S::kKvHeads), unsigned(batch));

@@ -135,6 +135,37 @@ TEST(CudaFlashAttention, IsBitwiseDeterministic) {
   EXPECT_TRUE(same_bits(a.dv, b.dv));
 }
 
+// The delta pass in 16-byte packs (attention_backward_delta, which both tensor-core backwards run)
+// against the warp-per-row kernel, on random dO and O: head_dim 16, 64 and 128 (2, 8 and 16
+// lanes a row), a row count no warp's rows divide, and head_dim 96 (12 lanes: the warp kernel).
+template <class S>
+void check_delta(int batch, int seq_len, unsigned seed) {
+  const std::size_t n = std::size_t(batch) * seq_len * S::kHeads * S::kHeadDim;
+  const std::size_t rows = gc::tree::cuda::attention_backward_scratch_floats<S>(batch, seq_len);
+  auto dout = ct::upload(ct::convert<bf16>(kt::random_normal(n, seed)));
+  auto out = ct::upload(ct::convert<bf16>(kt::random_normal(n, seed + 1)));
+  ct::DeviceBuffer<float> packed(rows), warp(rows);
+  gc::tree::cuda::detail::attention_backward_delta<bf16, S>(packed.data(), dout.data(), out.data(), batch, seq_len);
+  gc::tree::cuda::launch(gc::tree::cuda::detail::attention_backward_delta_kernel<bf16, S>,
+                         gc::tree::cuda::blocks_for(std::int64_t(rows), 8), 256, 0, warp.data(), dout.data(), out.data(),
+                         seq_len, std::int64_t(rows));
+  const auto got = ct::download(packed), want = ct::download(warp);
+  const double err = kt::rel_error(ct::to_double(got), ct::to_double(want));
+  kt::report("attention delta packed hd=" + std::to_string(S::kHeadDim), err);
+  EXPECT_LT(err, 1e-6) << "head_dim " << S::kHeadDim;  // the same products, summed in another order
+}
+
+TEST(CudaFlashAttention, PackedDeltaPassMatchesTheWarpPerRowPass) {
+  GC_REQUIRE_GPU();
+  static_assert(gc::tree::cuda::detail::DeltaPacks<bf16, Mha16>::kLanes == 2);
+  static_assert(gc::tree::cuda::detail::DeltaPacks<bf16, Gqa128>::kLanes == 16);
+  static_assert(!gc::tree::cuda::detail::DeltaPacks<bf16, Mqa96>::kApplies);
+  check_delta<Mha16>(3, 37, 60);
+  check_delta<Gqa64>(2, 29, 61);
+  check_delta<Gqa128>(1, 41, 62);
+  check_delta<Mqa96>(2, 19, 63);
+}
+
 TEST(CudaFlashAttention, RejectsBatchesTheGridCannotHold) {
   GC_REQUIRE_GPU();
   ct::DeviceBuffer<bf16> buf(64);
