@@ -1,11 +1,13 @@
 // Causal GQA attention forward for Hopper (sm_90a) on warpgroup MMAs (cuda/wgmma.cuh), issue 38's
 // first step: the semantics, layouts and lse of flash_forward_kernel (cuda/flash_attention.cuh),
 // with S = Q·Kᵀ and O += P·V as wgmma instructions of a whole warpgroup instead of mma.sync per
-// warp. Block (x, h, b): one warpgroup (128 threads) and 64 queries, q0 = 64·(gridDim.x − 1 − x)
-// (the longest rows first); key tiles of 64 up to the diagonal.
+// warp. Block (x, h, b): WG warpgroups of 128 threads (2 by default, as FlashAttention-3's 128-query
+// blocks), warpgroup j owning 64 queries from q0 + 64·j, q0 = 64·WG·(gridDim.x − 1 − x) (the
+// longest rows first); key tiles of 64 up to the block's diagonal, each loaded once for all WG
+// warpgroups (the one with the earlier queries multiplies a last tile its mask zeroes entirely).
 //
 // Shared memory (dynamic, no swizzle; core matrices of 8 rows × 16 bytes):
-//   Q [64 queries][D], K [64 keys][D]: K-major operands (A and B of S = Q·Kᵀ), core matrix
+//   Q [64 queries][D] per warpgroup, K [64 keys][D]: K-major operands (A and B of S = Q·Kᵀ), core matrix
 //     (row/8, d/8) at (D/8)·128·(row/8) + 128·(d/8): LBO 128, SBO (D/8)·128;
 //   V [64 keys][D]: the MN-major B of O += P·V (B[n = d][k = key], d contiguous), core matrix
 //     (d/8, key/8) at 128·(d/8) + (D/8)·128·(key/8): SBO 128, LBO (D/8)·128.
@@ -52,7 +54,8 @@ struct Config {
   static constexpr unsigned kCore = 128;                       // bytes of one core matrix
   static constexpr unsigned kRowGroup = unsigned(kD / 8) * kCore;  // one 8-row group of a [64][D] tile
   static constexpr unsigned kTileBytes = 8 * kRowGroup;       // [64][D] bf16
-  static constexpr std::size_t kSmemBytes = 5 * std::size_t(kTileBytes);  // Q, then K and V of two stages
+  // The forward's: a Q tile per warpgroup, then K and V of two stages.
+  static constexpr std::size_t forward_smem_bytes(int warpgroups) { return (warpgroups + 4) * std::size_t(kTileBytes); }
   static constexpr int kGroup = S::kHeads / S::kKvHeads;
   static constexpr std::int64_t kQStride = std::int64_t(S::kHeads) * kD;
   static constexpr std::int64_t kKvStride = std::int64_t(S::kKvHeads) * kD;
@@ -60,11 +63,11 @@ struct Config {
 };
 
 // Rows row0 .. row0+63 of a head (row stride STRIDE) into a K-major tile (K_MAJOR) or the V layout,
-// 16 bytes per thread and step; rows ≥ seq_len are zeros.
-template <class Cfg, std::int64_t STRIDE, bool K_MAJOR>
+// 16 bytes per thread and step, by the block's THREADS threads; rows ≥ seq_len are zeros.
+template <class Cfg, std::int64_t STRIDE, bool K_MAJOR, int THREADS = kThreads>
 __device__ __forceinline__ void load_tile(unsigned char* tile, const bf16* __restrict__ head, int row0, int seq_len) {
   constexpr int kChunks = Cfg::kD / 8;
-  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += THREADS) {
     const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
     const unsigned at = K_MAJOR ? Cfg::kRowGroup * unsigned(r / 8) + Cfg::kCore * unsigned(c) + 16u * unsigned(r % 8)
                                 : Cfg::kCore * unsigned(c) + Cfg::kRowGroup * unsigned(r / 8) + 16u * unsigned(r % 8);
@@ -76,11 +79,11 @@ __device__ __forceinline__ void load_tile(unsigned char* tile, const bf16* __res
 
 // load_tile with cp.async: rows < seq_len copied without a wait (this thread's copies join the
 // open cp.async group; the caller commits it), rows past it stored as zeros.
-template <class Cfg, std::int64_t STRIDE, bool K_MAJOR>
+template <class Cfg, std::int64_t STRIDE, bool K_MAJOR, int THREADS = kThreads>
 __device__ __forceinline__ void load_tile_async(unsigned char* tile, const bf16* __restrict__ head, int row0,
                                                 int seq_len) {
   constexpr int kChunks = Cfg::kD / 8;
-  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += kThreads) {
+  for (int idx = int(threadIdx.x); idx < kRows * kChunks; idx += THREADS) {
     const int r = idx / kChunks, c = idx % kChunks, row = row0 + r;
     const unsigned at = K_MAJOR ? Cfg::kRowGroup * unsigned(r / 8) + Cfg::kCore * unsigned(c) + 16u * unsigned(r % 8)
                                 : Cfg::kCore * unsigned(c) + Cfg::kRowGroup * unsigned(r / 8) + 16u * unsigned(r % 8);
@@ -92,26 +95,31 @@ __device__ __forceinline__ void load_tile_async(unsigned char* tile, const bf16*
   }
 }
 
-template <class S>
-__global__ void __launch_bounds__(kThreads)
+template <class S, int WG>
+__global__ void __launch_bounds__(WG * kThreads)
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
                    const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
 #if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
   using Cfg = Config<S>;
-  constexpr int D = Cfg::kD;
+  constexpr int D = Cfg::kD, kBlockThreads = WG * kThreads;
   unsigned char* smem = hopper::dynamic_shared();
-  unsigned char* q_s = smem;
-  const auto k_stage = [&](int tile) { return smem + (1 + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
-  const auto v_stage = [&](int tile) { return smem + (2 + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
+  const auto k_stage = [&](int tile) { return smem + (WG + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
+  const auto v_stage = [&](int tile) { return smem + (WG + 1 + 2 * (tile % 2)) * std::size_t(Cfg::kTileBytes); };
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
-  const int t = int(threadIdx.x), w = t / 32, lane = t % 32, g = lane / 4, qd = lane % 4;
+  const int block_q0 = int(gridDim.x - 1 - blockIdx.x) * WG * kRows;
+  const int t = int(threadIdx.x), wg = t / kThreads, w = (t % kThreads) / 32, lane = t % 32, g = lane / 4,
+            qd = lane % 4;
+  const int q0 = block_q0 + wg * kRows;                         // this warpgroup's first query
   const int rows[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};  // this thread's queries
+  unsigned char* q_s = smem + std::size_t(wg) * Cfg::kTileBytes;
 
   const std::int64_t q_off = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
   const std::int64_t kv_off = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
-  load_tile<Cfg, Cfg::kQStride, true>(q_s, q + q_off, q0, seq_len);
+  for (int j = 0; j < WG; ++j) {
+    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(smem + std::size_t(j) * Cfg::kTileBytes, q + q_off,
+                                                       block_q0 + j * kRows, seq_len);
+  }
 
   float o[D / 2];
 #pragma unroll
@@ -119,11 +127,11 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY};  // running row max of s·log2(e)
   float l[2] = {0.0f, 0.0f};            // this thread's part of the running Σ 2^(s·log2 e − m)
 
-  const int last_query = min(q0 + kRows, seq_len) - 1;
+  const int last_query = min(block_q0 + WG * kRows, seq_len) - 1;  // block_q0 < seq_len by the grid size
   const int key_tiles = last_query / kRows + 1;
   const auto load_kv = [&](int tile) {  // one cp.async group per tile (K and V)
-    load_tile_async<Cfg, Cfg::kKvStride, true>(k_stage(tile), k + kv_off, tile * kRows, seq_len);
-    load_tile_async<Cfg, Cfg::kKvStride, false>(v_stage(tile), v + kv_off, tile * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, true, kBlockThreads>(k_stage(tile), k + kv_off, tile * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, false, kBlockThreads>(v_stage(tile), v + kv_off, tile * kRows, seq_len);
     mma::cp_async_commit();
   };
   load_kv(0);
@@ -236,18 +244,21 @@ bool wgmma_attention_chosen(core::TensorCoreKernels want) {
   return wgmma_chosen(want, "--attention", "attention", shape, core::kWgmmaAttentionByDefault);
 }
 
-// As flash_attention_forward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a code).
-template <class S>
+// As flash_attention_forward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a code),
+// WG warpgroups (64 queries each) a block: 2, or 1 (what the first version ran; the kit's
+// attention row times both).
+template <class S, int WG = 2>
 void attention_sm90_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int batch,
                             int seq_len) {
   static_assert(attention_sm90_supported<S, bf16>(), "attention_sm90_forward: head_dim 64 or 128");
+  static_assert(WG == 1 || WG == 2, "attention_sm90_forward: 1 or 2 warpgroups a block");
   detail::check_attention_batch(batch, seq_len, "attention_sm90_forward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("attention_sm90_forward", out, q, k, v);
-  constexpr std::size_t kSmem = sm90::Config<S>::kSmemBytes;
-  GC_CUDA_CHECK(cudaFuncSetAttribute(sm90::forward_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-  const dim3 grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kHeads), unsigned(batch));
-  launch(sm90::forward_kernel<S>, grid, sm90::kThreads, kSmem, out, lse, q, k, v, seq_len);
+  constexpr std::size_t kSmem = sm90::Config<S>::forward_smem_bytes(WG);
+  const dim3 grid(detail::row_tiles(seq_len, WG * sm90::kRows), unsigned(S::kHeads), unsigned(batch));
+  launch_with_dynamic_shared<sm90::forward_kernel<S, WG>>(grid, WG * sm90::kThreads, kSmem, out, lse, q, k, v,
+                                                          seq_len);
 }
 
 }  // namespace gc::tree::cuda

@@ -38,15 +38,16 @@ struct Forward {
   std::vector<float> lse;
 };
 
-template <class S, bool kSm90>
+// kSm90: the wgmma forward with WG warpgroups a block; else the reference kernels.
+template <class S, bool kSm90, int WG = 2>
 Forward run(const std::vector<bf16>& q, const std::vector<bf16>& k, const std::vector<bf16>& v, int batch,
             int seq_len) {
   auto q_d = ct::upload(q), k_d = ct::upload(k), v_d = ct::upload(v);
   ct::DeviceBuffer<bf16> out(q.size());
   ct::DeviceBuffer<float> lse(std::size_t(batch) * S::kHeads * seq_len);
   if constexpr (kSm90) {
-    gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
-                                              seq_len);
+    gc::tree::cuda::attention_sm90_forward<S, WG>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                                  seq_len);
   } else {
     gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
   }
@@ -73,6 +74,10 @@ void check_against_reference(int batch, int seq_len, unsigned seed, double qk_st
   EXPECT_LT(lse_err, 1e-4) << tag;
   const Forward again = run<S, true>(q, k, v, batch, seq_len);
   EXPECT_TRUE(ct::bitwise_equal(again.out, fast.out)) << "rerun" << tag;
+  // One warpgroup a block: the same products and softmax per row, so the same bits.
+  const Forward one = run<S, true, 1>(q, k, v, batch, seq_len);
+  EXPECT_TRUE(ct::bitwise_equal(one.out, fast.out)) << "one warpgroup" << tag;
+  EXPECT_TRUE(ct::bitwise_equal(one.lse, fast.lse)) << "one warpgroup" << tag;
 }
 
 TEST(CudaAttentionSm90, ForwardMatchesTheReferenceKernels) {
