@@ -1,7 +1,7 @@
 // Times gcompile's causal attention kernels on the GPU: the tensor-core kernels
-// (cuda/flash_attention.cuh), Hopper's warpgroup-MMA kernels (cuda/attention_sm90.cuh forward, with
-// two warpgroups a block and, as gcompile_sm90_wgmma_1wg, one; cuda/attention_sm90_backward.cuh
-// backward) and the fp32-math reference kernels
+// (cuda/flash_attention.cuh), Hopper's warpgroup-MMA kernels (cuda/attention_sm90.cuh forward,
+// cuda/attention_sm90_backward.cuh backward; two warpgroups a block and, as gcompile_sm90_wgmma_1wg,
+// one) and the fp32-math reference kernels
 // (cuda/attention.cuh), bf16, forward and forward + backward, for the attention shapes of the
 // seed-000 0.1B and 1.5B specs (batch 8, seq_len 2048). The wgmma row also says how far its
 // outputs (out, lse, dq, dk, dv) are from the tensor-core kernels' on the same inputs (largest
@@ -136,15 +136,16 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                 name, worst, first == second ? "true" : "false");
     report("gcompile_sm90_wgmma", fwd_ms, fwd_bwd_ms);
   }
-  {  // The forward with one warpgroup a block (64 queries; the default runs two), same backward.
+  {  // One warpgroup a block (64 queries or keys; the default runs two), forward and backward.
     const auto fwd = [&] {
       gc::tree::cuda::attention_sm90_forward<S, 1>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch,
                                                    seq_len);
     };
     const auto fwd_bwd = [&] {
       fwd();
-      gc::tree::cuda::attention_sm90_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
-                                                 out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
+      gc::tree::cuda::attention_sm90_backward<S, 1>(dq.data(), dk.data(), dv.data(), scratch.data(), dout.data(),
+                                                    out.data(), lse.data(), q.data(), k.data(), v.data(), batch,
+                                                    seq_len);
     };
     report("gcompile_sm90_wgmma_1wg", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
   }

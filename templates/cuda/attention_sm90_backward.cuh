@@ -4,14 +4,16 @@
 //
 // Two kernels, as the mma.sync backward, so that every result is written by one block in a fixed
 // order (no atomics, bit-identical reruns): seven tile products per (query tile, key tile) pair,
-// where FlashAttention-2 runs five and adds dQ with atomics.
-//   dK/dV, block (x, g, b): keys k0 .. k0+63 of kv head g (K and V held in shared memory); for each
-//     query head of the group in order and each 64-query tile at or after k0 (two cp.async stages):
+// where FlashAttention-2 runs five and adds dQ with atomics. A block runs WG warpgroups (2 by
+// default, 1 as a variant the bench times), each owning 64 of the block's keys (dK/dV) or queries
+// (dQ) and all sharing the streamed tiles; the results do not depend on WG.
+//   dK/dV, block (x, g, b): keys k0 .. k0+64·WG−1 of kv head g (K and V held in shared memory); for
+//     each query head of the group in order and each 64-query tile at or after k0 (two cp.async stages):
 //       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ                     (shared × shared, m64n64k16)
 //       Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e), dSᵀ = Pᵀ ∘ (dPᵀ − D_i)   (masked entries chosen 0)
 //       dV += Pᵀ·dO, dK += dSᵀ·Q                   (Pᵀ, dSᵀ from registers, m64nDk16)
-//   dQ, block (x, h, b): queries q0 .. q0+63 of head h (Q and dO held), the longest rows first;
-//     for each 64-key tile up to the diagonal: S = Q·Kᵀ, dP = dO·Vᵀ, P, dS, then dQ += dS·K.
+//   dQ, block (x, h, b): queries q0 .. q0+64·WG−1 of head h (Q and dO held), the longest rows first;
+//     for each 64-key tile up to the block's diagonal: S = Q·Kᵀ, dP = dO·Vᵀ, P, dS, then dQ += dS·K.
 // dK and dQ are scaled by the softmax scale once, at the store.
 //
 // Shared tiles: [64 rows][D] bf16 in 8×16-byte core matrices, core matrix (row/8, d/8) at
@@ -38,12 +40,13 @@ namespace gc::tree::cuda {
 
 namespace sm90 {
 
-// The backward's dynamic shared memory: two held tiles, two stages of two streamed tiles and, for
-// dK/dV, each stage's lse (log2 units) and D_i of its 64 queries.
-template <class S>
+// The backward's dynamic shared memory: two held tiles per warpgroup (warpgroup j's at 2j and
+// 2j + 1), two stages of two streamed tiles and, for dK/dV, each stage's lse (log2 units) and D_i
+// of its 64 queries.
+template <class S, int WG>
 struct BackwardLayout {
   static constexpr std::size_t kTile = Config<S>::kTileBytes;
-  static constexpr std::size_t kHeld = 0, kStream = 2 * kTile, kRowStats = 6 * kTile;
+  static constexpr std::size_t kHeld = 0, kStream = 2 * WG * kTile, kRowStats = kStream + 4 * kTile;
   static constexpr std::size_t kBytes = kRowStats + 2 * 2 * kRows * sizeof(float);
 };
 
@@ -90,11 +93,11 @@ __device__ __forceinline__ void product_over_d(float (&x)[kRows / 2], const unsi
 
 // A warpgroup's [64][D] accumulator times `scale` into rows row0 .. row0+63 of a head (row stride
 // STRIDE) as bf16 pairs; rows ≥ seq_len are not stored. acc[i]: row row0 + 16w + g + 8·((i/2)%2),
-// column 8·(i/4) + 2q + i%2.
+// column 8·(i/4) + 2q + i%2 (w the warp within the warpgroup).
 template <class Cfg, std::int64_t STRIDE>
 __device__ __forceinline__ void store_rows(bf16* __restrict__ head, const float (&acc)[Cfg::kD / 2], int row0,
                                            float scale, int seq_len) {
-  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+  const int t = int(threadIdx.x) % kThreads, w = t / 32, g = (t % 32) / 4, qd = t % 4;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 16 * w + g + 8 * r;
@@ -106,17 +109,18 @@ __device__ __forceinline__ void store_rows(bf16* __restrict__ head, const float 
   }
 }
 
-template <class S>
-__global__ void __launch_bounds__(kThreads)
+template <class S, int WG>
+__global__ void __launch_bounds__(WG * kThreads)
     backward_dkdv_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv, const bf16* __restrict__ dout,
                          const float* __restrict__ lse, const float* __restrict__ delta, const bf16* __restrict__ q,
                          const bf16* __restrict__ k, const bf16* __restrict__ v, int seq_len) {
 #if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
   using Cfg = Config<S>;
-  using L = BackwardLayout<S>;
-  constexpr int D = Cfg::kD;
+  using L = BackwardLayout<S, WG>;
+  constexpr int D = Cfg::kD, kBlockThreads = WG * kThreads;
   unsigned char* smem = hopper::dynamic_shared();
-  unsigned char* k_s = smem + L::kHeld;
+  const int t = int(threadIdx.x), wg = t / kThreads, w = (t % kThreads) / 32, g = (t % 32) / 4, qd = t % 4;
+  unsigned char* k_s = smem + L::kHeld + std::size_t(2 * wg) * L::kTile;  // this warpgroup's keys
   unsigned char* v_s = k_s + L::kTile;
   const auto q_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
   const auto do_stage = [&](int i) { return q_stage(i) + L::kTile; };
@@ -124,26 +128,30 @@ __global__ void __launch_bounds__(kThreads)
   const auto lse2_stage = [&](int i) { return row_stats + (i % 2) * 2 * kRows; };
   const auto delta_stage = [&](int i) { return lse2_stage(i) + kRows; };
 
-  const int b = blockIdx.z, g_kv = blockIdx.y, k0 = int(blockIdx.x) * kRows;
-  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+  const int b = blockIdx.z, g_kv = blockIdx.y, block_k0 = int(blockIdx.x) * WG * kRows;
+  const int k0 = block_k0 + wg * kRows;                         // this warpgroup's first key
   const int keys[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};  // this thread's accumulator rows
 
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
-  load_tile<Cfg, Cfg::kKvStride, true>(k_s, k + kv_head, k0, seq_len);
-  load_tile<Cfg, Cfg::kKvStride, true>(v_s, v + kv_head, k0, seq_len);
+  for (int j = 0; j < WG; ++j) {
+    unsigned char* held = smem + L::kHeld + std::size_t(2 * j) * L::kTile;
+    load_tile<Cfg, Cfg::kKvStride, true, kBlockThreads>(held, k + kv_head, block_k0 + j * kRows, seq_len);
+    load_tile<Cfg, Cfg::kKvStride, true, kBlockThreads>(held + L::kTile, v + kv_head, block_k0 + j * kRows, seq_len);
+  }
 
-  // Streamed tile i: query head g·G + i / tiles_per_head, queries i0 .. i0 + 63 (i0 ≥ k0: earlier
-  // queries see none of these keys).
-  const int tiles_per_head = (seq_len - k0 + kRows - 1) / kRows, tiles = Cfg::kGroup * tiles_per_head;
-  const auto first_query = [&](int i) { return k0 + (i % tiles_per_head) * kRows; };
+  // Streamed tile i: query head g·G + i / tiles_per_head, queries i0 .. i0 + 63 (i0 ≥ block_k0:
+  // earlier queries see none of these keys; a warpgroup whose keys all come after a tile's last
+  // query multiplies it anyway, its mask zeroing every entry).
+  const int tiles_per_head = (seq_len - block_k0 + kRows - 1) / kRows, tiles = Cfg::kGroup * tiles_per_head;
+  const auto first_query = [&](int i) { return block_k0 + (i % tiles_per_head) * kRows; };
   const auto load_stage = [&](int i) {  // one cp.async group per tile (Q and dO); lse and D_i stored
     const int h = g_kv * Cfg::kGroup + i / tiles_per_head, i0 = first_query(i);
     const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
     const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-    load_tile_async<Cfg, Cfg::kQStride, true>(q_stage(i), q + q_head, i0, seq_len);
-    load_tile_async<Cfg, Cfg::kQStride, true>(do_stage(i), dout + q_head, i0, seq_len);
+    load_tile_async<Cfg, Cfg::kQStride, true, kBlockThreads>(q_stage(i), q + q_head, i0, seq_len);
+    load_tile_async<Cfg, Cfg::kQStride, true, kBlockThreads>(do_stage(i), dout + q_head, i0, seq_len);
     mma::cp_async_commit();
-    for (int c = t; c < kRows; c += kThreads) {
+    for (int c = t; c < kRows; c += kBlockThreads) {
       const bool valid = i0 + c < seq_len;
       lse2_stage(i)[c] = valid ? lse[lse_head + i0 + c] * detail::kLog2e : 0.0f;
       delta_stage(i)[c] = valid ? delta[lse_head + i0 + c] : 0.0f;
@@ -199,31 +207,35 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-template <class S>
-__global__ void __launch_bounds__(kThreads)
+template <class S, int WG>
+__global__ void __launch_bounds__(WG * kThreads)
     backward_dq_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout, const float* __restrict__ lse,
                        const float* __restrict__ delta, const bf16* __restrict__ q, const bf16* __restrict__ k,
                        const bf16* __restrict__ v, int seq_len) {
 #if defined(GC_CUDA_EMULATOR) || (defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
   using Cfg = Config<S>;
-  using L = BackwardLayout<S>;
-  constexpr int D = Cfg::kD;
+  using L = BackwardLayout<S, WG>;
+  constexpr int D = Cfg::kD, kBlockThreads = WG * kThreads;
   unsigned char* smem = hopper::dynamic_shared();
-  unsigned char* q_s = smem + L::kHeld;
+  const int t = int(threadIdx.x), wg = t / kThreads, w = (t % kThreads) / 32, g = (t % 32) / 4, qd = t % 4;
+  unsigned char* q_s = smem + L::kHeld + std::size_t(2 * wg) * L::kTile;  // this warpgroup's queries
   unsigned char* do_s = q_s + L::kTile;
   const auto k_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
   const auto v_stage = [&](int i) { return k_stage(i) + L::kTile; };
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
-  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows;
-  const int t = int(threadIdx.x), w = t / 32, g = (t % 32) / 4, qd = t % 4;
+  const int block_q0 = int(gridDim.x - 1 - blockIdx.x) * WG * kRows;
+  const int q0 = block_q0 + wg * kRows;
   const int rows[2] = {q0 + 16 * w + g, q0 + 16 * w + g + 8};
 
   const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
   const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-  load_tile<Cfg, Cfg::kQStride, true>(q_s, q + q_head, q0, seq_len);
-  load_tile<Cfg, Cfg::kQStride, true>(do_s, dout + q_head, q0, seq_len);
+  for (int j = 0; j < WG; ++j) {
+    unsigned char* held = smem + L::kHeld + std::size_t(2 * j) * L::kTile;
+    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(held, q + q_head, block_q0 + j * kRows, seq_len);
+    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(held + L::kTile, dout + q_head, block_q0 + j * kRows, seq_len);
+  }
   float lse2[2], delta_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -236,11 +248,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dq_acc[i] = 0.0f;
 
-  const int last_query = min(q0 + kRows, seq_len) - 1;  // q0 < seq_len by the grid size
+  const int last_query = min(block_q0 + WG * kRows, seq_len) - 1;  // block_q0 < seq_len by the grid size
   const int tiles = last_query / kRows + 1;
   const auto load_stage = [&](int i) {  // one cp.async group per tile (K and V)
-    load_tile_async<Cfg, Cfg::kKvStride, true>(k_stage(i), k + kv_head, i * kRows, seq_len);
-    load_tile_async<Cfg, Cfg::kKvStride, true>(v_stage(i), v + kv_head, i * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, true, kBlockThreads>(k_stage(i), k + kv_head, i * kRows, seq_len);
+    load_tile_async<Cfg, Cfg::kKvStride, true, kBlockThreads>(v_stage(i), v + kv_head, i * kRows, seq_len);
     mma::cp_async_commit();
   };
   load_stage(0);
@@ -282,22 +294,25 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace sm90
 
 // As flash_attention_backward<S>, on Hopper's warpgroup MMAs (the binary must contain sm_90a
-// code). `scratch` holds attention_backward_scratch_floats<S>(batch, seq_len) floats (D_i).
-template <class S>
+// code), WG warpgroups a block (2, or 1: the bench's variant). `scratch` holds
+// attention_backward_scratch_floats<S>(batch, seq_len) floats (D_i).
+template <class S, int WG = 2>
 void attention_sm90_backward(bf16* dq, bf16* dk, bf16* dv, float* scratch, const bf16* dout, const bf16* out,
                              const float* lse, const bf16* q, const bf16* k, const bf16* v, int batch, int seq_len) {
   static_assert(attention_sm90_supported<S, bf16>(), "attention_sm90_backward: head_dim 64 or 128");
+  static_assert(WG == 1 || WG == 2, "attention_sm90_backward: 1 or 2 warpgroups a block");
   detail::check_attention_batch(batch, seq_len, "attention_sm90_backward");
   if (batch == 0 || seq_len == 0) return;
   check_pack_aligned<8, bf16>("attention_sm90_backward", dq, dk, dv, dout, q, k, v);
   detail::attention_backward_delta<bf16, S>(scratch, dout, out, batch, seq_len);
-  constexpr std::size_t kSmem = sm90::BackwardLayout<S>::kBytes;
-  const dim3 kv_grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kKvHeads), unsigned(batch));
-  launch_with_dynamic_shared<sm90::backward_dkdv_kernel<S>>(kv_grid, sm90::kThreads, kSmem, dk, dv, dout, lse,
-                                                            scratch, q, k, v, seq_len);
-  const dim3 q_grid(detail::row_tiles(seq_len, sm90::kRows), unsigned(S::kHeads), unsigned(batch));
-  launch_with_dynamic_shared<sm90::backward_dq_kernel<S>>(q_grid, sm90::kThreads, kSmem, dq, dout, lse, scratch, q, k,
-                                                          v, seq_len);
+  constexpr std::size_t kSmem = sm90::BackwardLayout<S, WG>::kBytes;
+  constexpr int kRowsPerBlock = WG * sm90::kRows, kThreads = WG * sm90::kThreads;
+  const dim3 kv_grid(detail::row_tiles(seq_len, kRowsPerBlock), unsigned(S::kKvHeads), unsigned(batch));
+  launch_with_dynamic_shared<sm90::backward_dkdv_kernel<S, WG>>(kv_grid, kThreads, kSmem, dk, dv, dout, lse, scratch,
+                                                                q, k, v, seq_len);
+  const dim3 q_grid(detail::row_tiles(seq_len, kRowsPerBlock), unsigned(S::kHeads), unsigned(batch));
+  launch_with_dynamic_shared<sm90::backward_dq_kernel<S, WG>>(q_grid, kThreads, kSmem, dq, dout, lse, scratch, q, k,
+                                                              v, seq_len);
 }
 
 }  // namespace gc::tree::cuda

@@ -93,7 +93,8 @@ struct Backward {
   std::vector<bf16> dq, dk, dv;
 };
 
-template <class S, bool kSm90>
+// kSm90: the wgmma backward with WG warpgroups a block; else the reference kernels.
+template <class S, bool kSm90, int WG = 2>
 Backward run_backward(const std::vector<bf16>& q, const std::vector<bf16>& k, const std::vector<bf16>& v,
                       const std::vector<bf16>& dout, int batch, int seq_len) {
   auto q_d = ct::upload(q), k_d = ct::upload(k), v_d = ct::upload(v), do_d = ct::upload(dout);
@@ -102,9 +103,9 @@ Backward run_backward(const std::vector<bf16>& q, const std::vector<bf16>& k, co
       scratch(gc::tree::cuda::attention_backward_scratch_floats<S>(batch, seq_len));
   gc::tree::cuda::attention_forward<S>(out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
   if constexpr (kSm90) {
-    gc::tree::cuda::attention_sm90_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(),
-                                               out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
-                                               seq_len);
+    gc::tree::cuda::attention_sm90_backward<S, WG>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(),
+                                                   out.data(), lse.data(), q_d.data(), k_d.data(), v_d.data(), batch,
+                                                   seq_len);
   } else {
     gc::tree::cuda::attention_backward<S>(dq.data(), dk.data(), dv.data(), scratch.data(), do_d.data(), out.data(),
                                           lse.data(), q_d.data(), k_d.data(), v_d.data(), batch, seq_len);
@@ -139,6 +140,11 @@ void check_backward_against_reference(int batch, int seq_len, unsigned seed, dou
   EXPECT_TRUE(ct::bitwise_equal(again.dq, fast.dq)) << "rerun dq" << tag;
   EXPECT_TRUE(ct::bitwise_equal(again.dk, fast.dk)) << "rerun dk" << tag;
   EXPECT_TRUE(ct::bitwise_equal(again.dv, fast.dv)) << "rerun dv" << tag;
+  // One warpgroup a block: every row's sums in the same order, so the same bits.
+  const Backward one = run_backward<S, true, 1>(q, k, v, dout, batch, seq_len);
+  EXPECT_TRUE(ct::bitwise_equal(one.dq, fast.dq)) << "one warpgroup dq" << tag;
+  EXPECT_TRUE(ct::bitwise_equal(one.dk, fast.dk)) << "one warpgroup dk" << tag;
+  EXPECT_TRUE(ct::bitwise_equal(one.dv, fast.dv)) << "one warpgroup dv" << tag;
 }
 
 TEST(CudaAttentionSm90, BackwardMatchesTheReferenceKernels) {
