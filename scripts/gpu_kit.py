@@ -489,9 +489,11 @@ def attention_checks(rows):
         err, bitwise = float(r["max_rel_error_vs_tensor_core"]), r.get("repeats_bitwise") is True
         good = err < ATTENTION_CHECK_TOLERANCE and bitwise
         ok = ok and good
+        against = r.get("bitwise_against")  # absent: a rerun of the same kernels
+        same, differ = (f"equals {against} bitwise", f"DIFFERS FROM {against}") if against else \
+            ("repeats bitwise", "REPEATS DIFFER")
         parts.append(f"{r.get('shape')} {str(r.get('impl', '?')).removeprefix('gcompile_')}: "
-                     f"{err:.2g} from tensor_core, " + ("repeats bitwise" if bitwise else "REPEATS DIFFER")
-                     + ("" if good else " (FAIL)"))
+                     f"{err:.2g} from tensor_core, " + (same if bitwise else differ) + ("" if good else " (FAIL)"))
     return parts, ok
 
 

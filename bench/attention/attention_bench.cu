@@ -116,6 +116,7 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                                             download(dk, kv_n), download(dv, kv_n)};
   };
   const auto tensor_core = outputs();
+  std::vector<std::vector<double>> wgmma_outputs;  // the two-warpgroup kernels', for the one-warpgroup check
   {
     const auto fwd = [&] {
       gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
@@ -129,6 +130,7 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
     const auto first = outputs();
     fwd_bwd();
     const auto second = outputs();
+    wgmma_outputs = first;
     double worst = 0.0;
     for (std::size_t i = 0; i < first.size(); ++i) worst = std::max(worst, rel_error(first[i], tensor_core[i]));
     std::printf("{\"shape\": \"%s\", \"impl\": \"gcompile_sm90_wgmma_check\", \"max_rel_error_vs_tensor_core\": %.3g, "
@@ -147,7 +149,15 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                                                     out.data(), lse.data(), q.data(), k.data(), v.data(), batch,
                                                     seq_len);
     };
-    report("gcompile_sm90_wgmma_1wg", median_ms(opt, fwd), median_ms(opt, fwd_bwd));
+    const double fwd_ms = median_ms(opt, fwd), fwd_bwd_ms = median_ms(opt, fwd_bwd);
+    const auto first = outputs();
+    double worst = 0.0;
+    for (std::size_t i = 0; i < first.size(); ++i) worst = std::max(worst, rel_error(first[i], tensor_core[i]));
+    // One warpgroup a block sums every row in the same order as two: the same bits.
+    std::printf("{\"shape\": \"%s\", \"impl\": \"gcompile_sm90_wgmma_1wg_check\", \"max_rel_error_vs_tensor_core\": "
+                "%.3g, \"repeats_bitwise\": %s, \"bitwise_against\": \"two warpgroups a block\"}\n",
+                name, worst, first == wgmma_outputs ? "true" : "false");
+    report("gcompile_sm90_wgmma_1wg", fwd_ms, fwd_bwd_ms);
   }
   if (opt.reference) {
     const auto fwd = [&] {

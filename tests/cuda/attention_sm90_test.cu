@@ -85,6 +85,10 @@ TEST(CudaAttentionSm90, ForwardMatchesTheReferenceKernels) {
   check_against_reference<Gqa64>(2, 37, 30);
   check_against_reference<Gqa64>(1, 150, 31, 1.5);  // peaked rows: the online rescaling matters
   check_against_reference<Mha128>(1, 130, 32);
+  // The second warpgroup of a 128-row block with some rows past the end (100, and 200 = a whole
+  // block and 72 rows of the next), four query heads per kv head.
+  check_against_reference<Gqa64x4>(1, 100, 33);
+  check_against_reference<Mha128>(1, 200, 34);
 }
 
 // The backward of both implementations from the same forward outputs (the reference forward's, so
@@ -156,6 +160,9 @@ TEST(CudaAttentionSm90, BackwardMatchesTheReferenceKernels) {
   check_backward_against_reference<Mha128>(1, 130, 42);
   // Whole tiles only (128 = 2 × 64) and four query heads per kv head for the dK/dV block to walk.
   check_backward_against_reference<Gqa64x4>(1, 128, 43);
+  // The second warpgroup's rows (keys in dK/dV, queries in dQ) straddling the end.
+  check_backward_against_reference<Gqa64x4>(1, 100, 44);
+  check_backward_against_reference<Mha128>(1, 200, 45);
 }
 
 }  // namespace

@@ -153,6 +153,16 @@ void check_delta(int batch, int seq_len, unsigned seed) {
   const double err = kt::rel_error(ct::to_double(got), ct::to_double(want));
   kt::report("attention delta packed hd=" + std::to_string(S::kHeadDim), err);
   EXPECT_LT(err, 1e-6) << "head_dim " << S::kHeadDim;  // the same products, summed in another order
+  // Rows that do not start on a pack's boundary (one element in) take the warp kernel: its bits.
+  ct::DeviceBuffer<float> shifted(rows), shifted_warp(rows);
+  const int shorter = seq_len - 1;  // the shifted rows must stay inside the buffers
+  gc::tree::cuda::detail::attention_backward_delta<bf16, S>(shifted.data(), dout.data() + 1, out.data() + 1, batch,
+                                                            shorter);
+  gc::tree::cuda::launch(gc::tree::cuda::detail::attention_backward_delta_kernel<bf16, S>,
+                         gc::tree::cuda::blocks_for(std::int64_t(rows), 8), 256, 0, shifted_warp.data(),
+                         dout.data() + 1, out.data() + 1, shorter,
+                         std::int64_t(gc::tree::cuda::attention_backward_scratch_floats<S>(batch, shorter)));
+  EXPECT_TRUE(ct::bitwise_equal(ct::download(shifted), ct::download(shifted_warp))) << "unaligned, hd " << S::kHeadDim;
 }
 
 TEST(CudaFlashAttention, PackedDeltaPassMatchesTheWarpPerRowPass) {
