@@ -40,13 +40,15 @@ int run(double tolerance, const gc::tree::core::KernelChoices& kernels) {
   const gc::tree::cuda::ParityReport r = gc::tree::cuda::model_parity<ComputeType>(batch, seq_len, kernels);
   const bool pass = r.pass(tolerance);
   std::printf(
-      "{\"precision\": \"%s\", \"attention\": \"%s\", \"experts\": \"%s\", \"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"loss_cuda_chunked\": %.9g, "
+      "{\"precision\": \"%s\", \"attention\": \"%s\", \"experts\": \"%s\", \"loss_cpu\": %.9g, \"loss_cuda\": %.9g, "
+      "\"loss_cuda_chunked\": %.9g, "
       "\"max_rel_logits\": %.3g, "
       "\"worst_row_logits\": %.3g, \"max_rel_grad\": %.3g, \"worst_tensor\": \"%s\", \"metrics_compared\": %d, "
       "\"metrics_worst\": %.3g, \"metrics_worst_at\": \"%s\", \"metrics_worst_values\": [%.9g, %.9g], "
       "\"heatmap_worst_level\": %.0f, \"tolerance\": %g, "
       "\"pass\": %s}\n",
-      r.precision, r.attention, r.experts, r.loss_cpu, r.loss_cuda, r.loss_cuda_chunked, r.rel_logits, r.worst_row_logits, r.max_rel_grad(),
+      r.precision, r.attention, r.experts, r.loss_cpu, r.loss_cuda, r.loss_cuda_chunked, r.rel_logits,
+      r.worst_row_logits, r.max_rel_grad(),
       gc::tree::kParams[r.worst_grad()].name, r.metrics.numbers, r.metrics.worst, r.metrics.where.c_str(),
       r.metrics.got, r.metrics.ref, r.metrics.worst_level, tolerance, pass ? "true" : "false");
   return pass ? 0 : 1;

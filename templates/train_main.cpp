@@ -223,7 +223,9 @@ int main(int argc, char** argv) {
       }
       options.expert_exchange_factor = f;
     } else if (arg == "--attention" || arg == "--experts") {
-      if (!value(v) || (v != "auto" && v != "mma" && v != "wgmma")) return usage_error(arg + " needs auto, mma or wgmma");
+      if (!value(v) || (v != "auto" && v != "mma" && v != "wgmma")) {
+        return usage_error(arg + " needs auto, mma or wgmma");
+      }
       using gc::tree::core::TensorCoreKernels;
       const TensorCoreKernels k =
           v == "mma" ? TensorCoreKernels::mma : v == "wgmma" ? TensorCoreKernels::wgmma : TensorCoreKernels::automatic;

@@ -117,6 +117,17 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
   };
   const auto tensor_core = outputs();
   std::vector<std::vector<double>> wgmma_outputs;  // the two-warpgroup kernels', for the one-warpgroup check
+  // A check line: the largest relative error of `got`'s five outputs against the tensor-core
+  // kernels', and whether `got` equals `bits` (a rerun, or another variant) bit for bit.
+  const auto check = [&](const char* impl, const std::vector<std::vector<double>>& got,
+                         const std::vector<std::vector<double>>& bits, const char* against) {
+    double worst = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, rel_error(got[i], tensor_core[i]));
+    const std::string named = against ? std::string(", \"bitwise_against\": \"") + against + "\"" : "";
+    std::printf("{\"shape\": \"%s\", \"impl\": \"%s\", \"max_rel_error_vs_tensor_core\": %.3g, "
+                "\"repeats_bitwise\": %s%s}\n",
+                name, impl, worst, got == bits ? "true" : "false", named.c_str());
+  };
   {
     const auto fwd = [&] {
       gc::tree::cuda::attention_sm90_forward<S>(out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
@@ -127,15 +138,9 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                                                  out.data(), lse.data(), q.data(), k.data(), v.data(), batch, seq_len);
     };
     const double fwd_ms = median_ms(opt, fwd), fwd_bwd_ms = median_ms(opt, fwd_bwd);
-    const auto first = outputs();
+    wgmma_outputs = outputs();
     fwd_bwd();
-    const auto second = outputs();
-    wgmma_outputs = first;
-    double worst = 0.0;
-    for (std::size_t i = 0; i < first.size(); ++i) worst = std::max(worst, rel_error(first[i], tensor_core[i]));
-    std::printf("{\"shape\": \"%s\", \"impl\": \"gcompile_sm90_wgmma_check\", \"max_rel_error_vs_tensor_core\": %.3g, "
-                "\"repeats_bitwise\": %s}\n",
-                name, worst, first == second ? "true" : "false");
+    check("gcompile_sm90_wgmma_check", wgmma_outputs, outputs(), nullptr);  // a rerun
     report("gcompile_sm90_wgmma", fwd_ms, fwd_bwd_ms);
   }
   {  // One warpgroup a block (64 queries or keys; the default runs two), forward and backward.
@@ -150,13 +155,8 @@ void bench(const char* name, int batch, int seq_len, const Options& opt) {
                                                     seq_len);
     };
     const double fwd_ms = median_ms(opt, fwd), fwd_bwd_ms = median_ms(opt, fwd_bwd);
-    const auto first = outputs();
-    double worst = 0.0;
-    for (std::size_t i = 0; i < first.size(); ++i) worst = std::max(worst, rel_error(first[i], tensor_core[i]));
     // One warpgroup a block sums every row in the same order as two: the same bits.
-    std::printf("{\"shape\": \"%s\", \"impl\": \"gcompile_sm90_wgmma_1wg_check\", \"max_rel_error_vs_tensor_core\": "
-                "%.3g, \"repeats_bitwise\": %s, \"bitwise_against\": \"two warpgroups a block\"}\n",
-                name, worst, first == wgmma_outputs ? "true" : "false");
+    check("gcompile_sm90_wgmma_1wg_check", outputs(), wgmma_outputs, "two warpgroups a block");
     report("gcompile_sm90_wgmma_1wg", fwd_ms, fwd_bwd_ms);
   }
   if (opt.reference) {

@@ -25,6 +25,8 @@ KernelChoice attention(const Spec& spec) {
                : "fp32"};
 }
 
+const char* const kAutoKeepsMma = "; auto keeps mma.sync until the GPU kit times these faster";
+
 // templates/cuda/attention_sm90.cuh, wgmma_attention_chosen<S, T>(): the Hopper kernels, where
 // train --attention picks them (a compute capability 9.0 GPU and a tree with sm_90a code).
 bool hopper_attention(const Spec& spec, KernelChoice& choice) {
@@ -36,7 +38,7 @@ bool hopper_attention(const Spec& spec, KernelChoice& choice) {
   choice = {"sm_90a attn",
             "cuda/attention_sm90.cuh, cuda/attention_sm90_backward.cuh: warpgroup MMAs (wgmma), forward and backward",
             "bf16, head_dim " + str(m.head_dim) + ": on a compute capability 9.0 GPU with train --attention wgmma" +
-                (tree::core::kWgmmaAttentionByDefault ? " or auto" : "; auto keeps mma.sync until the GPU kit times these faster")};
+                (tree::core::kWgmmaAttentionByDefault ? " or auto" : kAutoKeepsMma)};
   return true;
 }
 
@@ -75,7 +77,7 @@ bool hopper_experts(const Spec& spec, KernelChoice& choice) {
   choice = {"sm_90a exp", "cuda/grouped_gemm_sm90.cuh: the experts' forward, dX and dW on warpgroup MMAs (wgmma)",
             "bf16, d_model " + str(d) + " and expert_d_ff " + str(f) + " multiples of " +
                 str(tree::core::kSm90GroupedGemmTile) + ": on a compute capability 9.0 GPU with train --experts wgmma" +
-                (tree::core::kWgmmaExpertsByDefault ? " or auto" : "; auto keeps mma.sync until the GPU kit times these faster")};
+                (tree::core::kWgmmaExpertsByDefault ? " or auto" : kAutoKeepsMma)};
   return true;
 }
 

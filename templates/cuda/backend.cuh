@@ -232,7 +232,8 @@ class Backend {
   const char* expert_kernels() const {
     if (!kMoe) return "";
     if (wgmma_experts_) return "wgmma experts";
-    return core::grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff) ? "mma.sync experts" : "plain experts";
+    const bool grouped = core::grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff);
+    return grouped ? "mma.sync experts" : "plain experts";
   }
   void attention_forward(T* out, float* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
                          double scale) {

@@ -139,7 +139,8 @@ void expert_rows_backward(T* dx, float* dW, const T* dy, const T* x, const T* W,
 
 // Whether the tree's expert projections fit the wgmma grouped kernels (core/kernel_rules.hpp).
 template <typename T>
-inline constexpr bool kSm90Experts = kMoe && core::sm90_grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff);
+inline constexpr bool kSm90Experts =
+    kMoe && core::sm90_grouped_gemm_takes(std::is_same_v<T, bf16>, kDModel, kExpertDff);
 
 // Whether this process runs the experts' projections on the wgmma grouped kernels, for the choice
 // `want` (train --experts; cuda/wgmma_choice.cuh).

@@ -52,7 +52,8 @@ inline std::unique_ptr<Engine> make_engine(bool on_gpu, const std::function<Host
 #else
   (void)on_gpu;  // runs_on_gpu is false in a tree without the CUDA backend
 #endif
-  for (const auto& [flag, choice] : {std::pair{"--attention", kernels.attention}, std::pair{"--experts", kernels.experts}}) {
+  for (const auto& [flag, choice] :
+       {std::pair{"--attention", kernels.attention}, std::pair{"--experts", kernels.experts}}) {
     if (choice == core::TensorCoreKernels::wgmma) {
       throw gc::rt::RuntimeError(std::string(flag) + " wgmma: the Hopper kernels run on the CUDA backend, and this "
                                  "run trains on the CPU (--device cpu, or no usable GPU)");

@@ -147,8 +147,8 @@ void check_delta(int batch, int seq_len, unsigned seed) {
   ct::DeviceBuffer<float> packed(rows), warp(rows);
   gc::tree::cuda::detail::attention_backward_delta<bf16, S>(packed.data(), dout.data(), out.data(), batch, seq_len);
   gc::tree::cuda::launch(gc::tree::cuda::detail::attention_backward_delta_kernel<bf16, S>,
-                         gc::tree::cuda::blocks_for(std::int64_t(rows), 8), 256, 0, warp.data(), dout.data(), out.data(),
-                         seq_len, std::int64_t(rows));
+                         gc::tree::cuda::blocks_for(std::int64_t(rows), 8), 256, 0, warp.data(), dout.data(),
+                         out.data(), seq_len, std::int64_t(rows));
   const auto got = ct::download(packed), want = ct::download(warp);
   const double err = kt::rel_error(ct::to_double(got), ct::to_double(want));
   kt::report("attention delta packed hd=" + std::to_string(S::kHeadDim), err);
