@@ -26,6 +26,7 @@ inline constexpr bool kSm90aBuilt = false;
 inline bool wgmma_chosen(core::TensorCoreKernels want, const char* flag, const char* what,
                          const std::string& shape_refusal, bool by_default) {
   if (want == core::TensorCoreKernels::mma) return false;
+  if (want == core::TensorCoreKernels::automatic && !by_default) return false;  // nothing to ask the device
   std::string refusal = shape_refusal;
   if (refusal.empty()) {
     const cudaDeviceProp prop = gc::rt::cuda::current_device_properties();
