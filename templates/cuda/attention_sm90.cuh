@@ -95,6 +95,77 @@ __device__ __forceinline__ void load_tile_async(unsigned char* tile, const bf16*
   }
 }
 
+// Rows block_row0 + 64·j .. + 63 of a head (row stride STRIDE) into the tile at first + j·step for
+// each of a block's WG warpgroups j (the rows warpgroup j multiplies), by all WG·128 threads.
+template <class Cfg, std::int64_t STRIDE, int WG>
+__device__ __forceinline__ void load_warpgroup_tiles(unsigned char* first, std::size_t step,
+                                                     const bf16* __restrict__ head, int block_row0, int seq_len) {
+  for (int j = 0; j < WG; ++j) {
+    load_tile<Cfg, STRIDE, true, WG * kThreads>(first + j * step, head, block_row0 + j * kRows, seq_len);
+  }
+}
+
+// A 64×64 accumulator x as the A operand (bf16 pairs, registers) of the four k-steps of 16 columns
+// that multiply it: a[kk] in the layout wgmma::mma_bf16_rs documents, read from the accumulator
+// layout of wgmma::mma_bf16<64>. Packed before the wgmma::fence that opens the products: a register
+// defined between two wgmmas makes ptxas insert a warpgroup.arrive there and serialize them.
+using AFragments = std::uint32_t[kRows / 16][4];
+__device__ __forceinline__ void accumulator_as_a(AFragments& a, const float (&x)[kRows / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
+      a[kk][r] = mma::pack_bf16x2(x[i], x[i + 1]);
+    }
+  }
+}
+
+// acc += X·B over 64 k-rows: X given as accumulator_as_a's fragments, B [64 rows][D] the MN-major
+// operand of the tile at `tile` (n = d, k = row).
+template <class Cfg>
+__device__ __forceinline__ void product_with_rows(float (&acc)[Cfg::kD / 2], const AFragments& x,
+                                                  const unsigned char* tile) {
+#pragma unroll
+  for (int kk = 0; kk < kRows / 16; ++kk) {
+    wgmma::mma_bf16_rs<Cfg::kD, true>(
+        acc, x[kk],
+        wgmma::descriptor(tile + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore), true);
+  }
+}
+
+// x = A·Bᵀ over d: A and B [64 rows][D] K-major tiles (rows of A: M, rows of B: N = 64).
+template <class Cfg>
+__device__ __forceinline__ void product_over_d(float (&x)[kRows / 2], const unsigned char* a_tile,
+                                               const unsigned char* b_tile) {
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kD / 16; ++ks) {
+    wgmma::mma_bf16<kRows>(
+        x, wgmma::descriptor(a_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
+        wgmma::descriptor(b_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup), ks > 0);
+  }
+}
+
+// A warpgroup's [64][D] accumulator into rows row0 .. row0+63 of a head (row stride STRIDE) as bf16
+// pairs, this thread's two rows (r = (i/2)%2) times scale[r]; rows ≥ seq_len are not stored.
+// acc[i]: row row0 + 16w + g + 8·((i/2)%2), column 8·(i/4) + 2q + i%2 (w the warp within the
+// warpgroup).
+template <class Cfg, std::int64_t STRIDE>
+__device__ __forceinline__ void store_rows(bf16* __restrict__ head, const float (&acc)[Cfg::kD / 2], int row0,
+                                           const float (&scale)[2], int seq_len) {
+  const int t = int(threadIdx.x) % kThreads, w = t / 32, g = (t % 32) / 4, qd = t % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 16 * w + g + 8 * r;
+    if (row >= seq_len) continue;
+#pragma unroll
+    for (int j = 0; j < Cfg::kD / 8; ++j) {
+      detail::store_pair(head, STRIDE, row, 8 * j + 2 * qd, acc[4 * j + 2 * r] * scale[r],
+                         acc[4 * j + 2 * r + 1] * scale[r]);
+    }
+  }
+}
+
 template <class S, int WG>
 __global__ void __launch_bounds__(WG * kThreads)
     forward_kernel(bf16* __restrict__ out, float* __restrict__ lse, const bf16* __restrict__ q,
@@ -116,10 +187,7 @@ __global__ void __launch_bounds__(WG * kThreads)
 
   const std::int64_t q_off = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
   const std::int64_t kv_off = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
-  for (int j = 0; j < WG; ++j) {
-    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(smem + std::size_t(j) * Cfg::kTileBytes, q + q_off,
-                                                       block_q0 + j * kRows, seq_len);
-  }
+  load_warpgroup_tiles<Cfg, Cfg::kQStride, WG>(smem, Cfg::kTileBytes, q + q_off, block_q0, seq_len);
 
   float o[D / 2];
 #pragma unroll
@@ -148,12 +216,7 @@ __global__ void __launch_bounds__(WG * kThreads)
     // S = Q·Kᵀ: D/16 k-steps of m64n64k16.
     float s[kRows / 2];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      wgmma::mma_bf16<64>(s, wgmma::descriptor(q_s + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
-                          wgmma::descriptor(k_s + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
-                          ks > 0);
-    }
+    product_over_d<Cfg>(s, q_s, k_s);
     wgmma::commit();
     wgmma::wait<0>();
 
@@ -188,43 +251,28 @@ __global__ void __launch_bounds__(WG * kThreads)
       m[r] = m_new;
     }
 
-    // O += P·V: 4 k-steps of 16 keys, P from registers (bf16 pairs, all packed before the fence: a
-    // register defined between two wgmmas makes ptxas serialize them), V MN-major.
-    std::uint32_t p_a[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
-        p_a[kk][r] = mma::pack_bf16x2(s[i], s[i + 1]);
-      }
-    }
+    // O += P·V: 4 k-steps of 16 keys, P from registers (bf16 pairs, packed before the fence), V
+    // MN-major.
+    AFragments p_a;
+    accumulator_as_a(p_a, s);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      wgmma::mma_bf16_rs<D, true>(
-          o, p_a[kk],
-          wgmma::descriptor(v_s + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore), true);
-    }
+    product_with_rows<Cfg>(o, p_a, v_s);
     wgmma::commit();
     wgmma::wait<0>();
     __syncthreads();  // every thread's products are done before this stage is refilled
   }
 
-  // o[i]: row rows[(i/2)%2], dim 8·(i/4) + 2·qd + i%2.
-  bf16* out_head = out + q_off;
+  // O / l by rows, and lse (every lane of a quad sums l, before any row is skipped).
+  float inv[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l_row = detail::quad_sum(l[r]);
-    if (rows[r] >= seq_len) continue;
-    const float inv = 1.0f / l_row;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      detail::store_pair(out_head, Cfg::kQStride, rows[r], 8 * j + 2 * qd, o[4 * j + 2 * r] * inv,
-                         o[4 * j + 2 * r + 1] * inv);
+    inv[r] = 1.0f / l_row;
+    if (qd == 0 && rows[r] < seq_len) {
+      lse[(std::int64_t(b) * S::kHeads + h) * seq_len + rows[r]] = (m[r] + log2f(l_row)) * detail::kLn2;
     }
-    if (qd == 0) lse[(std::int64_t(b) * S::kHeads + h) * seq_len + rows[r]] = (m[r] + log2f(l_row)) * detail::kLn2;
   }
+  store_rows<Cfg, Cfg::kQStride>(out + q_off, o, q0, inv, seq_len);
 #else
   __trap();  // built for an architecture without wgmma
 #endif

@@ -48,66 +48,14 @@ struct BackwardLayout {
   static constexpr std::size_t kTile = Config<S>::kTileBytes;
   static constexpr std::size_t kHeld = 0, kStream = 2 * WG * kTile, kRowStats = kStream + 4 * kTile;
   static constexpr std::size_t kBytes = kRowStats + 2 * 2 * kRows * sizeof(float);
+  // Warpgroup j's first held tile (its second one follows), and streamed tile i's first tile.
+  __device__ static unsigned char* held(unsigned char* smem, int j) {
+    return smem + kHeld + std::size_t(2 * j) * kTile;
+  }
+  __device__ static unsigned char* stream(unsigned char* smem, int i) {
+    return smem + kStream + std::size_t(i % 2) * 2 * kTile;
+  }
 };
-
-// A 64×64 accumulator x as the A operand (bf16 pairs, registers) of the four k-steps of 16 columns
-// that multiply it: a[kk] in the layout wgmma::mma_bf16_rs documents, read from the accumulator
-// layout of wgmma::mma_bf16<64>. Packed before the wgmma::fence that opens the products: a register
-// defined between two wgmmas makes ptxas insert a warpgroup.arrive there and serialize them.
-using AFragments = std::uint32_t[kRows / 16][4];
-__device__ __forceinline__ void accumulator_as_a(AFragments& a, const float (&x)[kRows / 2]) {
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = 4 * (2 * kk + r / 2) + 2 * (r % 2);
-      a[kk][r] = mma::pack_bf16x2(x[i], x[i + 1]);
-    }
-  }
-}
-
-// acc += X·B over 64 k-rows: X given as accumulator_as_a's fragments, B [64 rows][D] the MN-major
-// operand of the tile at `tile` (n = d, k = row).
-template <class Cfg>
-__device__ __forceinline__ void product_with_rows(float (&acc)[Cfg::kD / 2], const AFragments& x,
-                                                  const unsigned char* tile) {
-#pragma unroll
-  for (int kk = 0; kk < kRows / 16; ++kk) {
-    wgmma::mma_bf16_rs<Cfg::kD, true>(
-        acc, x[kk],
-        wgmma::descriptor(tile + 2 * Cfg::kRowGroup * kk, wgmma::Swizzle::none, Cfg::kRowGroup, Cfg::kCore), true);
-  }
-}
-
-// x = A·Bᵀ over d: A and B [64 rows][D] K-major tiles (rows of A: M, rows of B: N = 64).
-template <class Cfg>
-__device__ __forceinline__ void product_over_d(float (&x)[kRows / 2], const unsigned char* a_tile,
-                                               const unsigned char* b_tile) {
-#pragma unroll
-  for (int ks = 0; ks < Cfg::kD / 16; ++ks) {
-    wgmma::mma_bf16<kRows>(
-        x, wgmma::descriptor(a_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup),
-        wgmma::descriptor(b_tile + 2 * Cfg::kCore * ks, wgmma::Swizzle::none, Cfg::kCore, Cfg::kRowGroup), ks > 0);
-  }
-}
-
-// A warpgroup's [64][D] accumulator times `scale` into rows row0 .. row0+63 of a head (row stride
-// STRIDE) as bf16 pairs; rows ≥ seq_len are not stored. acc[i]: row row0 + 16w + g + 8·((i/2)%2),
-// column 8·(i/4) + 2q + i%2 (w the warp within the warpgroup).
-template <class Cfg, std::int64_t STRIDE>
-__device__ __forceinline__ void store_rows(bf16* __restrict__ head, const float (&acc)[Cfg::kD / 2], int row0,
-                                           float scale, int seq_len) {
-  const int t = int(threadIdx.x) % kThreads, w = t / 32, g = (t % 32) / 4, qd = t % 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 16 * w + g + 8 * r;
-    if (row >= seq_len) continue;
-#pragma unroll
-    for (int j = 0; j < Cfg::kD / 8; ++j) {
-      detail::store_pair(head, STRIDE, row, 8 * j + 2 * qd, acc[4 * j + 2 * r] * scale, acc[4 * j + 2 * r + 1] * scale);
-    }
-  }
-}
 
 template <class S, int WG>
 __global__ void __launch_bounds__(WG * kThreads)
@@ -120,10 +68,10 @@ __global__ void __launch_bounds__(WG * kThreads)
   constexpr int D = Cfg::kD, kBlockThreads = WG * kThreads;
   unsigned char* smem = hopper::dynamic_shared();
   const int t = int(threadIdx.x), wg = t / kThreads, w = (t % kThreads) / 32, g = (t % 32) / 4, qd = t % 4;
-  unsigned char* k_s = smem + L::kHeld + std::size_t(2 * wg) * L::kTile;  // this warpgroup's keys
+  unsigned char* k_s = L::held(smem, wg);  // this warpgroup's keys
   unsigned char* v_s = k_s + L::kTile;
-  const auto q_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
-  const auto do_stage = [&](int i) { return q_stage(i) + L::kTile; };
+  const auto q_stage = [&](int i) { return L::stream(smem, i); };
+  const auto do_stage = [&](int i) { return L::stream(smem, i) + L::kTile; };
   float* row_stats = reinterpret_cast<float*>(smem + L::kRowStats);  // [stage][lse2 | delta][64]
   const auto lse2_stage = [&](int i) { return row_stats + (i % 2) * 2 * kRows; };
   const auto delta_stage = [&](int i) { return lse2_stage(i) + kRows; };
@@ -133,11 +81,9 @@ __global__ void __launch_bounds__(WG * kThreads)
   const int keys[2] = {k0 + 16 * w + g, k0 + 16 * w + g + 8};  // this thread's accumulator rows
 
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
-  for (int j = 0; j < WG; ++j) {
-    unsigned char* held = smem + L::kHeld + std::size_t(2 * j) * L::kTile;
-    load_tile<Cfg, Cfg::kKvStride, true, kBlockThreads>(held, k + kv_head, block_k0 + j * kRows, seq_len);
-    load_tile<Cfg, Cfg::kKvStride, true, kBlockThreads>(held + L::kTile, v + kv_head, block_k0 + j * kRows, seq_len);
-  }
+  load_warpgroup_tiles<Cfg, Cfg::kKvStride, WG>(L::held(smem, 0), 2 * L::kTile, k + kv_head, block_k0, seq_len);
+  load_warpgroup_tiles<Cfg, Cfg::kKvStride, WG>(L::held(smem, 0) + L::kTile, 2 * L::kTile, v + kv_head, block_k0,
+                                                seq_len);
 
   // Streamed tile i: query head g·G + i / tiles_per_head, queries i0 .. i0 + 63 (i0 ≥ block_k0:
   // earlier queries see none of these keys; a warpgroup whose keys all come after a tile's last
@@ -200,8 +146,8 @@ __global__ void __launch_bounds__(WG * kThreads)
     __syncthreads();  // every thread's products are done before this stage is refilled
   }
 
-  store_rows<Cfg, Cfg::kKvStride>(dk + kv_head, dk_acc, k0, S::kScale, seq_len);
-  store_rows<Cfg, Cfg::kKvStride>(dv + kv_head, dv_acc, k0, 1.0f, seq_len);
+  store_rows<Cfg, Cfg::kKvStride>(dk + kv_head, dk_acc, k0, {S::kScale, S::kScale}, seq_len);
+  store_rows<Cfg, Cfg::kKvStride>(dv + kv_head, dv_acc, k0, {1.0f, 1.0f}, seq_len);
 #else
   __trap();  // built for an architecture without wgmma
 #endif
@@ -218,10 +164,10 @@ __global__ void __launch_bounds__(WG * kThreads)
   constexpr int D = Cfg::kD, kBlockThreads = WG * kThreads;
   unsigned char* smem = hopper::dynamic_shared();
   const int t = int(threadIdx.x), wg = t / kThreads, w = (t % kThreads) / 32, g = (t % 32) / 4, qd = t % 4;
-  unsigned char* q_s = smem + L::kHeld + std::size_t(2 * wg) * L::kTile;  // this warpgroup's queries
+  unsigned char* q_s = L::held(smem, wg);  // this warpgroup's queries
   unsigned char* do_s = q_s + L::kTile;
-  const auto k_stage = [&](int i) { return smem + L::kStream + (i % 2) * 2 * L::kTile; };
-  const auto v_stage = [&](int i) { return k_stage(i) + L::kTile; };
+  const auto k_stage = [&](int i) { return L::stream(smem, i); };
+  const auto v_stage = [&](int i) { return L::stream(smem, i) + L::kTile; };
 
   const int b = blockIdx.z, h = blockIdx.y, g_kv = h / Cfg::kGroup;
   const int block_q0 = int(gridDim.x - 1 - blockIdx.x) * WG * kRows;
@@ -231,11 +177,9 @@ __global__ void __launch_bounds__(WG * kThreads)
   const std::int64_t q_head = std::int64_t(b) * seq_len * Cfg::kQStride + std::int64_t(h) * D;
   const std::int64_t kv_head = std::int64_t(b) * seq_len * Cfg::kKvStride + std::int64_t(g_kv) * D;
   const std::int64_t lse_head = (std::int64_t(b) * S::kHeads + h) * seq_len;
-  for (int j = 0; j < WG; ++j) {
-    unsigned char* held = smem + L::kHeld + std::size_t(2 * j) * L::kTile;
-    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(held, q + q_head, block_q0 + j * kRows, seq_len);
-    load_tile<Cfg, Cfg::kQStride, true, kBlockThreads>(held + L::kTile, dout + q_head, block_q0 + j * kRows, seq_len);
-  }
+  load_warpgroup_tiles<Cfg, Cfg::kQStride, WG>(L::held(smem, 0), 2 * L::kTile, q + q_head, block_q0, seq_len);
+  load_warpgroup_tiles<Cfg, Cfg::kQStride, WG>(L::held(smem, 0) + L::kTile, 2 * L::kTile, dout + q_head, block_q0,
+                                               seq_len);
   float lse2[2], delta_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -285,7 +229,7 @@ __global__ void __launch_bounds__(WG * kThreads)
     __syncthreads();  // every thread's products are done before this stage is refilled
   }
 
-  store_rows<Cfg, Cfg::kQStride>(dq + q_head, dq_acc, q0, S::kScale, seq_len);
+  store_rows<Cfg, Cfg::kQStride>(dq + q_head, dq_acc, q0, {S::kScale, S::kScale}, seq_len);
 #else
   __trap();  // built for an architecture without wgmma
 #endif
