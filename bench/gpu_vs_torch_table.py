@@ -227,22 +227,22 @@ def build_rows(results, warmup):
                          "peak_bytes": ours["peak_device_bytes"], "plan_bytes": ours["planned_device_bytes"],
                          "ratio": vs_fastest, "flops_per_token": fpt, **{k: v for k, v in specs[label].items()
                                                                          if k != "profile_compare"}})
-        # Ours again on other attention kernels (gpu_vs_torch --attention-rows): metrics_attention_K.jsonl;
-        # a run that stopped before writing one (e.g. its kernels refused this GPU) is a note.
-        for name in sorted(os.listdir(d)):
-            if name.startswith("ours_attention_") and name.endswith(".log"):
-                kernels = name[len("ours_attention_"):-len(".log")]
-                if not os.path.exists(os.path.join(d, f"metrics_attention_{kernels}.jsonl")):
-                    notes.append(f"{label}: gcompile --attention {kernels}: no metrics; {last_line(os.path.join(d, name))}")
-        for name in sorted(os.listdir(d)):
-            if not (name.startswith("metrics_attention_") and name.endswith(".jsonl")):
+        # Ours again on other attention kernels (gpu_vs_torch --attention-rows: ours_attention_K.log and
+        # metrics_attention_K.jsonl); a run that stopped before writing metrics (e.g. its kernels
+        # refused this GPU) is a note.
+        ran = sorted({n[len(pre):-len(ext)] for n in os.listdir(d)
+                      for pre, ext in (("ours_attention_", ".log"), ("metrics_attention_", ".jsonl"))
+                      if n.startswith(pre) and n.endswith(ext)})
+        for kernels in ran:
+            log, metrics = (os.path.join(d, f"ours_attention_{kernels}.log"),
+                            os.path.join(d, f"metrics_attention_{kernels}.jsonl"))
+            if not os.path.exists(metrics):
+                notes.append(f"{label}: gcompile --attention {kernels}: no metrics; {last_line(log)}")
                 continue
-            kernels = name[len("metrics_attention_"):-len(".jsonl")]
-            alt = summarize_ours(os.path.join(d, name), cfg.tokens_per_step, warmup)
+            alt = summarize_ours(metrics, cfg.tokens_per_step, warmup)
             tps = alt["tokens_per_s_median"]
             if not alt["timed_records"]:
-                notes.append(f"{label}: gcompile --attention {kernels}: no timed steps; "
-                             f"{last_line(os.path.join(d, f'ours_attention_{kernels}.log'))}")
+                notes.append(f"{label}: gcompile --attention {kernels}: no timed steps; {last_line(log)}")
             m = mfu(tps)
             rows.append({"spec": label, "impl": f"gcompile_{kernels}", "sdpa": f"ours, {kernels} attention",
                          "attention": kernels, "tokens_per_s": tps, "step_ms": alt["step_ms_median"], "mfu_989": m[0],
