@@ -266,9 +266,7 @@ class Summary(unittest.TestCase):
 
 
 def verdict(fn, *args):
-    """(exit code, printed line) of a kit_moe verdict."""
-    import contextlib
-    import io
+    """(exit code, printed line) of a verdict (kit_moe's, gpu_kit's): 0 when it passed."""
     out = io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out):
@@ -402,13 +400,8 @@ class ParityKernels(unittest.TestCase):
     def verdict(self, kernels):
         with tempfile.TemporaryDirectory() as d:
             write(f"{d}/parity.log", "parity: building\n" + json.dumps(self.RESULT) + "\n")
-            out = io.StringIO()
-            try:
-                with contextlib.redirect_stdout(out):
-                    gpu_kit.parity(f"{d}/parity.log", "3e-2", kernels)
-                return True, out.getvalue()
-            except SystemExit:
-                return False, out.getvalue()
+            code, detail = verdict(gpu_kit.parity, f"{d}/parity.log", "3e-2", kernels)
+            return code == 0, detail
 
     def test_the_kernels_asked_for(self):
         ok, detail = self.verdict("wgmma attention")
@@ -428,17 +421,12 @@ class AttentionRows(unittest.TestCase):
     TORCH = [{"shape": "1.5b", "impl": "torch_sdpa_cudnn", "fwd_ms": 0.4, "fwd_bwd_ms": 1.8},
              {"shape": "1.5b", "impl": "torch_sdpa_flash", "fwd_ms": 0.7, "fwd_bwd_ms": 3.2}]
 
-    def run_rows(self, check):
+    def run_rows(self, *checks):
         with tempfile.TemporaryDirectory() as d:
-            write(f"{d}/ours.jsonl", "".join(json.dumps(r) + "\n" for r in self.OURS + [check]))
-            write(f"{d}/torch.jsonl", "".join(json.dumps(r) + "\n" for r in self.TORCH))
-            out = io.StringIO()
-            try:
-                with contextlib.redirect_stdout(out):
-                    gpu_kit.attention_rows(f"{d}/ours.jsonl", f"{d}/torch.jsonl")
-                return True, out.getvalue()
-            except SystemExit:
-                return False, out.getvalue()
+            jsonl(f"{d}/ours.jsonl", self.OURS + list(checks))
+            jsonl(f"{d}/torch.jsonl", self.TORCH)
+            code, detail = verdict(gpu_kit.attention_rows, f"{d}/ours.jsonl", f"{d}/torch.jsonl")
+            return code == 0, detail
 
     def test_agreeing_kernels_pass(self):
         ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
@@ -450,13 +438,9 @@ class AttentionRows(unittest.TestCase):
         self.assertNotIn("FAIL", detail)
 
     def test_no_check_line_fails_the_row(self):
-        with tempfile.TemporaryDirectory() as d:
-            write(f"{d}/ours.jsonl", "".join(json.dumps(r) + "\n" for r in self.OURS))
-            write(f"{d}/torch.jsonl", "".join(json.dumps(r) + "\n" for r in self.TORCH))
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
-                gpu_kit.attention_rows(f"{d}/ours.jsonl", f"{d}/torch.jsonl")
-        self.assertIn("no wgmma check line", out.getvalue())
+        ok, detail = self.run_rows()
+        self.assertFalse(ok, detail)
+        self.assertIn("no wgmma check line", detail)
 
     def test_a_wrong_or_unrepeatable_kernel_fails_the_row(self):
         ok, detail = self.run_rows({"shape": "1.5b", "impl": "gcompile_sm90_wgmma_check",
