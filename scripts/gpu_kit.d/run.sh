@@ -143,6 +143,7 @@ done
 add_need() { local n; for n in "${need[@]}"; do [ "$n" != "$1" ] || return 0; done; need+=("$1"); }
 # The wgmma parity trees run on Hopper only (sm_90a); under the emulator everywhere.
 hopper_or_emulated() { [ "$emulate" = 1 ] || [ "$arch" = 90a ]; }
+not_hopper="needs a compute capability 9.0 GPU (wgmma; this is ${cc:-?})"  # the SKIP of the wgmma rows elsewhere
 for t in "${PARITY_TREES[@]}"; do
   case "$t" in parity_wgmma_*) hopper_or_emulated || continue ;; esac
   wanted "$t" && add_need "$t:parity"
@@ -261,16 +262,15 @@ fi
 for t in "${PARITY_TREES[@]}"; do
   wanted "$t" || continue
   limit=$(cap "$([ "$emulate" = 1 ] && echo 120 || echo 45)")
+  tol=$TOL_PARITY kernels=(--attention auto) named=""
   case "$t" in
-    parity_wgmma_*) hopper_or_emulated || { row "$t" SKIP "needs a compute capability 9.0 GPU (wgmma; this is ${cc:-?})"; continue; } ;;
+    parity_wgmma_*)
+      hopper_or_emulated || { row "$t" SKIP "$not_hopper"; continue; }
+      tol=$TOL_PARITY_BF16 kernels=(--attention wgmma) named="wgmma attention"
+      [ "$t" != parity_wgmma_moe ] || { kernels+=(--experts wgmma); named+=",wgmma experts"; } ;;
   esac
   if ! built "$t" parity; then row "$t" SKIP "$t/parity not built"; continue; fi
   [ "$limit" -gt 0 ] || { row "$t" SKIP "out of time"; continue; }
-  tol=$TOL_PARITY kernels=(--attention auto) named=""
-  case "$t" in
-    parity_wgmma_moe) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma --experts wgmma) named="wgmma attention,wgmma experts" ;;
-    parity_wgmma_*) tol=$TOL_PARITY_BF16 kernels=(--attention wgmma) named="wgmma attention" ;;
-  esac
   timed "$limit" "$logs/$t.log" "$trees/$t/parity" --tolerance "$tol" "${kernels[@]}"
   rc=$?
   if detail=$(py parity "$logs/$t.log" "$tol" "$named") && [ "$rc" -eq 0 ]; then row "$t" PASS "$detail" "$took"
@@ -406,7 +406,7 @@ if wanted moe_3b_wgmma; then
   limit=$(cap 150)
   steps=$(py kit-value "$kit" steps.moe_3b)
   if [ "$emulate" = 1 ]; then row moe_3b_wgmma SKIP "needs a GPU (57 GiB of model state)"
-  elif [ "$arch" != 90a ]; then row moe_3b_wgmma SKIP "needs a compute capability 9.0 GPU (wgmma; this is ${cc:-?})"
+  elif ! hopper_or_emulated; then row moe_3b_wgmma SKIP "$not_hopper"
   elif ! built moe_3b train; then row moe_3b_wgmma SKIP "moe_3b/train not built"
   elif [ "$limit" -le 0 ]; then row moe_3b_wgmma SKIP "out of time"
   else
