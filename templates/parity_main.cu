@@ -58,7 +58,6 @@ int run(double tolerance, const gc::tree::core::KernelChoices& kernels) {
 
 int main(int argc, char** argv) {
   double tolerance = gc::tree::cuda::parity_tolerance<ComputeType>();
-  using gc::tree::core::TensorCoreKernels;
   gc::tree::core::KernelChoices kernels;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) {
@@ -69,14 +68,11 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if ((std::strcmp(argv[i], "--attention") == 0 || std::strcmp(argv[i], "--experts") == 0) && i + 1 < argc) {
-      const std::string flag = argv[i], v = argv[++i];
-      if (v != "auto" && v != "mma" && v != "wgmma") {
-        std::fprintf(stderr, "parity: error: %s needs auto, mma or wgmma\n", flag.c_str());
+      const char* flag = argv[i];
+      if (!gc::tree::core::set_kernel_choice(kernels, flag, argv[++i])) {
+        std::fprintf(stderr, "parity: error: %s needs auto, mma or wgmma\n", flag);
         return 2;
       }
-      const TensorCoreKernels k =
-          v == "mma" ? TensorCoreKernels::mma : v == "wgmma" ? TensorCoreKernels::wgmma : TensorCoreKernels::automatic;
-      (flag == "--attention" ? kernels.attention : kernels.experts) = k;
     } else {
       std::fprintf(stderr, "usage: parity [--tolerance X] [--attention auto|mma|wgmma] [--experts auto|mma|wgmma]\n");
       return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;

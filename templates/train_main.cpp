@@ -223,13 +223,9 @@ int main(int argc, char** argv) {
       }
       options.expert_exchange_factor = f;
     } else if (arg == "--attention" || arg == "--experts") {
-      if (!value(v) || (v != "auto" && v != "mma" && v != "wgmma")) {
+      if (!value(v) || !gc::tree::core::set_kernel_choice(options.kernels, arg, v)) {
         return usage_error(arg + " needs auto, mma or wgmma");
       }
-      using gc::tree::core::TensorCoreKernels;
-      const TensorCoreKernels k =
-          v == "mma" ? TensorCoreKernels::mma : v == "wgmma" ? TensorCoreKernels::wgmma : TensorCoreKernels::automatic;
-      (arg == "--attention" ? options.kernels.attention : options.kernels.experts) = k;
     } else if (arg == "--expert-route") {
       if (!value(v) || (v != "auto" && v != "slotted" && v != "host")) {
         return usage_error("--expert-route needs auto, slotted or host");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace gc::tree::core {
 
@@ -47,6 +48,18 @@ struct KernelChoices {
   TensorCoreKernels attention = TensorCoreKernels::automatic;  // --attention
   TensorCoreKernels experts = TensorCoreKernels::automatic;    // --experts
 };
+// train's and parity's flags: sets the choice `flag` names (--attention or --experts) to `text`
+// (auto, mma or wgmma); false, changing nothing, for another flag or text.
+constexpr bool set_kernel_choice(KernelChoices& choices, std::string_view flag, std::string_view text) {
+  TensorCoreKernels* choice = flag == "--attention" ? &choices.attention
+                              : flag == "--experts" ? &choices.experts
+                                                    : nullptr;
+  if (choice == nullptr || (text != "auto" && text != "mma" && text != "wgmma")) return false;
+  *choice = text == "mma" ? TensorCoreKernels::mma
+            : text == "wgmma" ? TensorCoreKernels::wgmma
+                              : TensorCoreKernels::automatic;
+  return true;
+}
 // Whether automatic picks the wgmma kernels where they can run. Not yet: they pass the emulator's
 // tests (on a GPU only the attention forward's and the grouped GEMMs' self-tests have run, and the
 // attention backward and the trees' wgmma paths never), and no GPU has timed them against the

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/kernel_rules.hpp"  // templates/core: the rules the tree applies
 #include "plan/cuda_kernels.hpp"
 #include "plan/plan.hpp"
 #include "test_util.hpp"
@@ -370,6 +371,24 @@ attn_q = "1 / width_mult"
 
 namespace gc {
 namespace {
+
+// train's and parity's --attention / --experts (core::set_kernel_choice): each flag sets its own
+// choice; any other flag or value changes nothing.
+TEST(Plan, KernelFlagsSetTheirChoiceOnly) {
+  using tree::core::TensorCoreKernels;
+  tree::core::KernelChoices k;
+  EXPECT_TRUE(tree::core::set_kernel_choice(k, "--attention", "wgmma"));
+  EXPECT_EQ(k.attention, TensorCoreKernels::wgmma);
+  EXPECT_EQ(k.experts, TensorCoreKernels::automatic);
+  EXPECT_TRUE(tree::core::set_kernel_choice(k, "--experts", "mma"));
+  EXPECT_EQ(k.experts, TensorCoreKernels::mma);
+  EXPECT_TRUE(tree::core::set_kernel_choice(k, "--attention", "auto"));
+  EXPECT_EQ(k.attention, TensorCoreKernels::automatic);
+  EXPECT_FALSE(tree::core::set_kernel_choice(k, "--attention", "hgmma"));
+  EXPECT_FALSE(tree::core::set_kernel_choice(k, "--gemm", "wgmma"));
+  EXPECT_EQ(k.attention, TensorCoreKernels::automatic);
+  EXPECT_EQ(k.experts, TensorCoreKernels::mma);
+}
 
 // bf16 projections with a width not a multiple of 8 run on zero-padded copies on the GPU
 // (cuda/aligned_linear.cuh); the plan sizes that scratch for the largest call: here the LM head,
